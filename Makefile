@@ -1,0 +1,45 @@
+# Corral: two commands on a fresh Debian machine, as root:
+#   make run    installs what is missing and starts corral serve on 127.0.0.1:8080
+#   make test   the whole suite
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+BIN := bin/corral
+# The agent inside every sandbox is this same binary: it must be static.
+export CGO_ENABLED := 0
+
+.PHONY: all build deps run test test-go test-sdk leakcheck lint bench clean
+
+all: build
+
+deps:
+	./scripts/deps.sh
+
+build:
+	$(GO) build -trimpath -o $(BIN) ./cmd/corral
+
+run: deps build
+	./scripts/run.sh
+
+# Root-only tests fail instead of skipping here (CORRAL_TEST_STRICT).
+test: deps build lint test-go test-sdk leakcheck
+
+test-go:
+	CORRAL_TEST_STRICT=1 $(GO) test -count=1 -timeout 25m ./...
+
+test-sdk:
+	cd sandbox && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# After everything: no sandbox, cgroup, mount, loop device or process of
+# the suite may remain.
+leakcheck:
+	CORRAL_TEST_STRICT=1 CORRAL_LEAKCHECK=1 $(GO) test -count=1 -run TestNothingLeft ./test/leakcheck
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench: build
+	CORRAL_TEST_STRICT=1 $(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./bench/...
+
+clean:
+	rm -rf bin

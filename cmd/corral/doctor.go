@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/corralhq/corral/internal/runtime/cgroup"
+)
+
+type check struct {
+	name string
+	ok   bool
+	info string // what was found
+	fix  string // what to do when not ok
+}
+
+// cmdDoctor checks that this machine can run sandboxes and says how to fix
+// each missing piece.
+func cmdDoctor(args []string) int {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	var lf localFlags
+	lf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return 2
+	}
+	checks := doctorChecks(lf)
+	failed := 0
+	for _, c := range checks {
+		mark := "ok  "
+		if !c.ok {
+			mark = "FAIL"
+			failed++
+		}
+		fmt.Printf("%s %-10s %s\n", mark, c.name, c.info)
+		if !c.ok && c.fix != "" {
+			fmt.Printf("     %-10s fix: %s\n", "", c.fix)
+		}
+	}
+	if failed > 0 {
+		fmt.Printf("\n%d problem(s); sandboxes may not work.\n", failed)
+		return 1
+	}
+	return 0
+}
+
+func doctorChecks(lf localFlags) []check {
+	var cs []check
+	cs = append(cs, check{name: "root", ok: os.Geteuid() == 0,
+		info: fmt.Sprintf("euid %d", os.Geteuid()), fix: "run corral as root (sudo)"})
+
+	if cgroup.Unified() {
+		b, _ := os.ReadFile(filepath.Join(cgroup.Root, "cgroup.subtree_control"))
+		ctl := string(b)
+		ok := strings.Contains(ctl, "memory") && strings.Contains(ctl, "pids") && strings.Contains(ctl, "cpu")
+		cs = append(cs, check{name: "cgroups", ok: ok, info: "v2, controllers: " + strings.TrimSpace(ctl),
+			fix: "enable the memory, pids and cpu controllers in " + cgroup.Root + "/cgroup.subtree_control"})
+	} else {
+		var missing []string
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if _, err := os.Stat(filepath.Join(cgroup.Root, c)); err != nil {
+				missing = append(missing, c)
+			}
+		}
+		info := "v1 (memory, pids, cpu)"
+		if len(missing) > 0 {
+			info = "v1, missing " + strings.Join(missing, ", ")
+		}
+		swap := "swap accounting on"
+		if !cgroup.SwapAccounting() {
+			swap = "no swap accounting (swap cannot be disabled per sandbox)"
+		}
+		cs = append(cs, check{name: "cgroups", ok: len(missing) == 0, info: info + "; " + swap,
+			fix: "mount the missing cgroup v1 controllers, or boot with cgroup v2"})
+	}
+
+	runc := findBinary(lf.runc, "runc")
+	cs = append(cs, runtimeCheck("runc", runc, "runc"))
+	if runc != "" {
+		cs = append(cs, seccompCheck(runc))
+	}
+	if lf.runsc != "off" {
+		cs = append(cs, runtimeCheck("runsc", findBinary(lf.runsc, "runsc"), "runsc"))
+	}
+
+	_, err := os.Stat("/dev/loop-control")
+	cs = append(cs, check{name: "loop", ok: err == nil, info: "/dev/loop-control (per-sandbox disks)",
+		fix: "modprobe loop"})
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	cs = append(cs, check{name: "mkfs.ext4", ok: err == nil, info: mkfs, fix: "apt-get install e2fsprogs"})
+
+	agent, err := agentBinary()
+	info := agent
+	if err != nil {
+		info = err.Error()
+	}
+	cs = append(cs, check{name: "agent", ok: err == nil, info: info, fix: "make build"})
+
+	err = os.MkdirAll(lf.dataDir, 0o711)
+	cs = append(cs, check{name: "data-dir", ok: err == nil, info: lf.dataDir, fix: fmt.Sprint(err)})
+	return cs
+}
+
+// runtimeCheck reports a runtime's path and version and whether it is the
+// pinned build scripts/deps.sh installs.
+func runtimeCheck(name, path, kind string) check {
+	c := check{name: name, fix: "run scripts/deps.sh (builds and installs the pinned " + kind + ")"}
+	if path == "" {
+		c.info = "not found"
+		return c
+	}
+	out, err := exec.Command(path, "--version").CombinedOutput()
+	if err != nil {
+		c.info = fmt.Sprintf("%s: %v", path, err)
+		return c
+	}
+	version := strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	pinned := ""
+	if b, err := os.ReadFile(filepath.Join(pinnedDir, kind+".version")); err == nil {
+		pinned = strings.TrimSpace(string(b))
+	}
+	c.ok = true
+	switch {
+	case pinned != "" && strings.HasPrefix(path, pinnedDir+"/"):
+		c.info = fmt.Sprintf("%s (%s) — pinned %s", path, version, pinned)
+	case pinned != "":
+		c.info = fmt.Sprintf("%s (%s) — not the pinned %s in %s/bin", path, version, pinned, pinnedDir)
+	default:
+		c.info = fmt.Sprintf("%s (%s) — unpinned; scripts/deps.sh installs the pinned build", path, version)
+	}
+	return c
+}
+
+// seccompCheck asks runc whether it was built with seccomp support.
+func seccompCheck(runc string) check {
+	c := check{name: "seccomp", fix: "use the runc built by scripts/deps.sh (built with -tags seccomp)"}
+	out, err := exec.Command(runc, "features").Output()
+	if err != nil {
+		c.info = fmt.Sprintf("runc features: %v", err)
+		return c
+	}
+	var f struct {
+		Linux struct {
+			Seccomp struct {
+				Enabled *bool `json:"enabled"`
+			} `json:"seccomp"`
+		} `json:"linux"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &f); err != nil {
+		c.info = fmt.Sprintf("runc features: %v", err)
+		return c
+	}
+	c.ok = f.Linux.Seccomp.Enabled != nil && *f.Linux.Seccomp.Enabled
+	c.info = "runc built with seccomp"
+	if !c.ok {
+		c.info = "runc built without seccomp"
+	}
+	return c
+}

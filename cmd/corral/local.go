@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/runtime/oci"
+)
+
+// Where scripts/deps.sh installs the pinned runtimes.
+const pinnedDir = "/opt/corral"
+
+// sandboxUID and sandboxGID run programs inside sandboxes.
+const sandboxUID, sandboxGID = 1000, 1000
+
+// localFlags configure sandboxes on this machine; run and serve share them.
+type localFlags struct {
+	dataDir string
+	runc    string
+	runsc   string
+}
+
+func (f *localFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dataDir, "data-dir", "/var/lib/corral", "directory for sandboxes, images and local state")
+	fs.StringVar(&f.runc, "runc", "", "runc binary (default: the pinned one in "+pinnedDir+"/bin, else PATH)")
+	fs.StringVar(&f.runsc, "runsc", "", "runsc binary for the gvisor tier (default: pinned, else PATH; \"off\" disables the tier)")
+}
+
+// findBinary returns explicit if set, else the pinned build, else PATH.
+func findBinary(explicit, name string) string {
+	if explicit != "" {
+		return explicit
+	}
+	pinned := filepath.Join(pinnedDir, "bin", name)
+	if _, err := os.Stat(pinned); err == nil {
+		return pinned
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return ""
+}
+
+// agentBinary returns this executable, which must be static to run inside
+// sandboxes whose images have no libc of the host's.
+func agentBinary() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own executable: %w", err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		return "", fmt.Errorf("inspect %s: %w", exe, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("%s is dynamically linked; build corral with CGO_ENABLED=0 (make build) so it can run as the sandbox agent", exe)
+		}
+	}
+	return exe, nil
+}
+
+type local struct {
+	engine   *engine.Engine
+	runtimes []runtime.Runtime
+}
+
+// newLocal prepares runtimes, images and an engine on this machine and
+// reaps whatever a previous, dead corral process left.
+func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Logger) (*local, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("corral must run as root to create sandboxes (namespaces, cgroups, mounts); see corral doctor")
+	}
+	agentPath, err := agentBinary()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	l := &local{}
+	runc := findBinary(f.runc, "runc")
+	if runc == "" {
+		return nil, fmt.Errorf("%w: runc not found; run scripts/deps.sh", runtime.ErrUnavailable)
+	}
+	tiers := []struct {
+		tier  runtime.Tier
+		bin   string
+		flags []string
+	}{
+		{runtime.TierContainer, runc, nil},
+	}
+	if f.runsc != "off" {
+		if runsc := findBinary(f.runsc, "runsc"); runsc != "" {
+			tiers = append(tiers, struct {
+				tier  runtime.Tier
+				bin   string
+				flags []string
+			}{runtime.TierGVisor, runsc, runscFlags})
+		}
+	}
+	for _, t := range tiers {
+		rt, err := oci.New(oci.Config{
+			Tier: t.tier, Binary: t.bin, Flags: t.flags,
+			DataDir: f.dataDir, AgentBinary: agentPath,
+			UID: sandboxUID, GID: sandboxGID, Log: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		reapCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		n, err := rt.Reap(reapCtx)
+		cancel()
+		if err != nil {
+			log.Warn("reap leftover sandboxes", "tier", t.tier, "err", err)
+		} else if n > 0 {
+			log.Info("reaped leftover sandboxes", "tier", t.tier, "count", n)
+		}
+		l.runtimes = append(l.runtimes, rt)
+	}
+	store := images.NewStore(filepath.Join(f.dataDir, "images"), sandboxUID, sandboxGID)
+	l.engine = engine.New(cfg, l.runtimes, store, log)
+	return l, nil
+}
+
+// runscFlags configure gVisor: no network stack but loopback, the OCI
+// seccomp profile enforced inside the sandbox too, no rootfs overlay (the
+// root is read-only anyway).
+var runscFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none"}

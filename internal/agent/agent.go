@@ -1,0 +1,571 @@
+//go:build linux
+
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Agent is PID 1 of a sandbox. It starts processes on the host's request,
+// streams their output back, reaps every zombie and, when a process ends,
+// kills what that process left behind.
+//
+// It runs with the sandbox's unprivileged uid and no capabilities, and marks
+// itself non-dumpable so that programs in the sandbox cannot read its memory,
+// environment or file descriptors through /proc.
+type Agent struct {
+	in  io.Reader
+	log *slog.Logger
+
+	wmu sync.Mutex // serialises frames on out
+	out io.Writer
+
+	// mu guards procs and is held across fork+register and around wait4, so
+	// the reaper never reaps a child before it is registered.
+	mu    sync.Mutex
+	procs map[int]*proc // by pid
+	files map[uint32]*os.File
+}
+
+type proc struct {
+	id         uint32
+	pid        int
+	persistent bool
+	stdin      *os.File
+	readers    sync.WaitGroup
+	exited     chan struct{}
+	status     ExitStatus
+}
+
+// Serve runs the agent until the host closes the control stream. in and out
+// are the stream; log receives diagnostics (the sandbox's stderr).
+func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
+	a := &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{}}
+	return a.serve()
+}
+
+// ignoredSignals are signals programs in the sandbox may send to PID 1. The
+// kernel delivers a signal to a namespace's init only when it has a handler,
+// and the Go runtime installs handlers for nearly all signals, so the agent
+// ignores them explicitly.
+var ignoredSignals = func() []os.Signal {
+	var s []os.Signal
+	for n := 1; n <= 64; n++ {
+		switch syscall.Signal(n) {
+		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGCHLD, syscall.SIGURG,
+			syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE:
+			continue
+		}
+		if n == 32 || n == 33 { // used by glibc/the Go runtime
+			continue
+		}
+		s = append(s, syscall.Signal(n))
+	}
+	return s
+}()
+
+func (a *Agent) serve() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("set non-dumpable: %w", err)
+	}
+	// Whatever the runtime passed beyond stdio must not reach programs.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	reserveThreads(spareThreads)
+	signal.Ignore(ignoredSignals...)
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	go func() {
+		for range sigchld {
+			a.reap()
+		}
+	}()
+
+	hello, _ := json.Marshal(Hello{Version: Version, PID: os.Getpid(), UID: os.Getuid()})
+	if err := a.send(msgHello, 0, hello); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	var buf []byte
+	for {
+		var f frame
+		var err error
+		f, buf, err = readFrame(a.in, buf)
+		if err != nil {
+			a.killAll(syscall.SIGKILL, true)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read frame: %w", err)
+		}
+		a.handle(f)
+	}
+}
+
+// spareThreads is how many OS threads the agent creates up front. A fork
+// bomb can use up the sandbox's pids limit; the Go runtime cannot then
+// create a thread when it needs one and aborts, which would take the whole
+// sandbox down. Threads the runtime has once created stay parked for reuse.
+const spareThreads = 8
+
+// reserveThreads makes the runtime create n OS threads and park them.
+func reserveThreads(n int) {
+	var ready, done sync.WaitGroup
+	ready.Add(n)
+	done.Add(n)
+	release := make(chan struct{})
+	for i := 0; i < n; i++ {
+		go func() {
+			defer done.Done()
+			// Locked goroutines each hold their own thread; unlocking
+			// before exit returns the thread to the idle pool instead of
+			// destroying it.
+			goruntime.LockOSThread()
+			ready.Done()
+			<-release
+			goruntime.UnlockOSThread()
+		}()
+	}
+	ready.Wait()
+	close(release)
+	done.Wait()
+}
+
+func (a *Agent) send(typ byte, id uint32, payload []byte) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	return writeFrame(a.out, typ, id, payload)
+}
+
+func (a *Agent) sendJSON(typ byte, id uint32, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.log.Error("marshal reply", "err", err)
+		return
+	}
+	if err := a.send(typ, id, b); err != nil {
+		a.log.Error("send reply", "err", err)
+	}
+}
+
+func (a *Agent) fail(id uint32, err error) {
+	a.sendJSON(msgError, id, errorReply{Message: err.Error()})
+}
+
+func (a *Agent) handle(f frame) {
+	switch f.typ {
+	case msgStart:
+		var req StartRequest
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			a.fail(f.id, fmt.Errorf("decode start: %w", err))
+			return
+		}
+		pid, err := a.start(f.id, req)
+		if err != nil {
+			a.fail(f.id, err)
+			return
+		}
+		a.sendJSON(msgStarted, f.id, startedReply{PID: pid})
+	case msgStdin, msgCloseStdin:
+		p := a.byID(f.id)
+		if p == nil || p.stdin == nil {
+			return
+		}
+		if f.typ == msgCloseStdin {
+			p.stdin.Close()
+			return
+		}
+		// A program that stops reading its stdin must not stall the agent.
+		if _, err := p.stdin.Write(f.payload); err != nil {
+			p.stdin.Close()
+		}
+	case msgSignal:
+		var req signalRequest
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			a.fail(f.id, fmt.Errorf("decode signal: %w", err))
+			return
+		}
+		sig := syscall.Signal(req.Signal)
+		if req.All {
+			a.killAll(sig, false)
+		} else if p := a.byID(f.id); p != nil {
+			_ = syscall.Kill(-p.pid, sig)
+			_ = syscall.Kill(p.pid, sig)
+		}
+		a.send(msgOK, f.id, nil)
+	case msgFileBegin:
+		var h fileHeader
+		if err := json.Unmarshal(f.payload, &h); err != nil {
+			a.fail(f.id, fmt.Errorf("decode file header: %w", err))
+			return
+		}
+		file, err := createFile(h)
+		if err != nil {
+			a.fail(f.id, err)
+			return
+		}
+		a.files[f.id] = file
+	case msgFileData:
+		file := a.files[f.id]
+		if file == nil {
+			return
+		}
+		if _, err := file.Write(f.payload); err != nil {
+			file.Close()
+			delete(a.files, f.id)
+			a.fail(f.id, fmt.Errorf("write %s: %w", file.Name(), err))
+		}
+	case msgFileEnd:
+		file := a.files[f.id]
+		if file == nil {
+			return // already failed
+		}
+		delete(a.files, f.id)
+		if err := file.Close(); err != nil {
+			a.fail(f.id, fmt.Errorf("close %s: %w", file.Name(), err))
+			return
+		}
+		a.send(msgOK, f.id, nil)
+	case msgReset:
+		var req ResetRequest
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			a.fail(f.id, fmt.Errorf("decode reset: %w", err))
+			return
+		}
+		a.killAll(syscall.SIGKILL, false)
+		for _, dir := range req.Clear {
+			if err := clearDir(dir); err != nil {
+				a.fail(f.id, err)
+				return
+			}
+		}
+		a.send(msgOK, f.id, nil)
+	default:
+		a.fail(f.id, fmt.Errorf("frame type %d: %w", f.typ, ErrProtocol))
+	}
+}
+
+func (a *Agent) byID(id uint32) *proc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// start forks and execs a process and starts streaming its output.
+func (a *Agent) start(id uint32, req StartRequest) (int, error) {
+	if len(req.Argv) == 0 {
+		return 0, errors.New("start: empty argv")
+	}
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		return 0, err
+	}
+	var closeAfter []*os.File // the child's ends, closed in the agent once it runs
+	defer func() {
+		for _, f := range closeAfter {
+			f.Close()
+		}
+	}()
+	p := &proc{id: id, persistent: req.Persistent, exited: make(chan struct{})}
+
+	var stdin *os.File
+	if req.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, fmt.Errorf("stdin pipe: %w", err)
+		}
+		stdin, p.stdin = r, w
+	} else {
+		stdin, err = os.Open(os.DevNull)
+		if err != nil {
+			return 0, fmt.Errorf("open %s: %w", os.DevNull, err)
+		}
+	}
+	closeAfter = append(closeAfter, stdin)
+	files := []uintptr{stdin.Fd()}
+	var readers []*os.File
+	var readerTypes []byte
+	streams := []byte{msgStdout, msgStderr}
+	if req.StatusFD {
+		streams = append(streams, msgStatus)
+	}
+	for _, typ := range streams {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, r := range readers {
+				r.Close()
+			}
+			if p.stdin != nil {
+				p.stdin.Close()
+			}
+			return 0, fmt.Errorf("output pipe: %w", err)
+		}
+		closeAfter = append(closeAfter, w)
+		files = append(files, w.Fd())
+		readers = append(readers, r)
+		readerTypes = append(readerTypes, typ)
+	}
+
+	a.mu.Lock()
+	pid, err := syscall.ForkExec(path, req.Argv, &syscall.ProcAttr{
+		Dir:   req.Dir,
+		Env:   req.Env,
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err == nil {
+		p.pid = pid
+		a.procs[pid] = p
+	}
+	a.mu.Unlock()
+	if err != nil {
+		for _, r := range readers {
+			r.Close()
+		}
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		return 0, fmt.Errorf("start %s: %w", req.Argv[0], err)
+	}
+
+	for i, r := range readers {
+		p.readers.Add(1)
+		go a.pump(p, readerTypes[i], r)
+	}
+	go a.finish(p)
+	return pid, nil
+}
+
+// pump copies one output stream of p into frames until EOF.
+func (a *Agent) pump(p *proc, typ byte, r *os.File) {
+	defer p.readers.Done()
+	defer r.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if err := a.send(typ, p.id, buf[:n]); err != nil {
+				// The host is gone; keep draining so the writer is not
+				// blocked forever, then stop.
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// finish waits for p to exit, ends what it left behind, waits for its output
+// to drain and reports its exit.
+func (a *Agent) finish(p *proc) {
+	<-p.exited
+	if !p.persistent {
+		p.status.Reaped = a.killAll(syscall.SIGKILL, false)
+	}
+	p.readers.Wait()
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+	a.mu.Lock()
+	delete(a.procs, p.pid)
+	a.mu.Unlock()
+	a.sendJSON(msgExit, p.id, p.status)
+}
+
+// reap collects every exited child; the agent is the namespace's init, so
+// orphans of every program end up here.
+func (a *Agent) reap() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		p, ok := a.procs[pid]
+		if !ok {
+			continue
+		}
+		switch {
+		case ws.Exited():
+			p.status = ExitStatus{Code: ws.ExitStatus()}
+		case ws.Signaled():
+			p.status = ExitStatus{Code: -1, Signal: int(ws.Signal())}
+		default:
+			continue // stopped or continued
+		}
+		select {
+		case <-p.exited:
+		default:
+			close(p.exited)
+		}
+	}
+}
+
+// killAll sends sig to every process in the sandbox but the agent and, unless
+// includePersistent, persistent processes. It returns how many it signalled.
+func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
+	keep := map[int]bool{os.Getpid(): true}
+	a.mu.Lock()
+	for pid, p := range a.procs {
+		if p.persistent && !includePersistent {
+			keep[pid] = true
+		}
+	}
+	a.mu.Unlock()
+	n := 0
+	// Loop because processes can fork while we read /proc; kill(-1) would be
+	// atomic but cannot spare persistent processes.
+	for round := 0; round < 100; round++ {
+		pids := listPIDs()
+		hit := 0
+		for _, pid := range pids {
+			if keep[pid] {
+				continue
+			}
+			if syscall.Kill(pid, sig) == nil {
+				hit++
+			}
+		}
+		if round == 0 {
+			n = hit
+		}
+		if hit == 0 || sig != syscall.SIGKILL {
+			break
+		}
+		if len(keep) == 1 {
+			// Nothing to spare: kill(-1) cannot race with fork.
+			_ = syscall.Kill(-1, sig)
+		}
+	}
+	return n
+}
+
+// listPIDs returns the live processes of the sandbox, zombies excluded.
+func listPIDs() []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	var pids []int
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue
+		}
+		// The state follows the last ')' of the command name.
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("start: %s not found in PATH", name)
+}
+
+// writableRoots are where the host may place files.
+var writableRoots = []string{"/workspace", "/tmp"}
+
+func checkPath(p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("path %q is not absolute and clean", p)
+	}
+	for _, root := range writableRoots {
+		if strings.HasPrefix(p, root+"/") {
+			return nil
+		}
+	}
+	return fmt.Errorf("path %q is outside %v", p, writableRoots)
+}
+
+func createFile(h fileHeader) (*os.File, error) {
+	if err := checkPath(h.Path); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(h.Path), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(h.Path), err)
+	}
+	mode := os.FileMode(h.Mode & 0o777)
+	if mode == 0 {
+		mode = 0o644
+	}
+	f, err := os.OpenFile(h.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", h.Path, err)
+	}
+	return f, nil
+}
+
+// clearDir removes everything inside dir, including entries a program made
+// unwritable to itself.
+func clearDir(dir string) error {
+	if err := checkPath(dir + "/x"); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("clear %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			_ = filepath.WalkDir(p, func(q string, d os.DirEntry, err error) error {
+				if d != nil && d.IsDir() {
+					_ = os.Chmod(q, 0o700)
+				}
+				return nil
+			})
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("clear %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,408 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+)
+
+// ErrLost reports that the control stream to the agent broke: the sandbox
+// died or the agent misbehaved.
+var ErrLost = errors.New("sandbox agent lost")
+
+// Output receives a process's output as it arrives. Calls come from one
+// goroutine, in order; they should not block for long, since that stalls the
+// process writing.
+type Output interface {
+	Stdout(p []byte)
+	Stderr(p []byte)
+	Status(p []byte)
+}
+
+// Client is the host side of the control stream. It is safe for concurrent
+// use.
+type Client struct {
+	r io.Reader
+	c io.Closer
+
+	wmu sync.Mutex
+	w   io.Writer
+
+	hello chan Hello
+	done  chan struct{} // closed when the read loop ends
+
+	mu      sync.Mutex
+	err     error // why the read loop ended
+	nextID  uint32
+	waiters map[uint32]*call
+	procs   map[uint32]*Process
+}
+
+type call struct {
+	done    chan struct{}
+	err     error
+	payload []byte
+}
+
+// NewClient starts reading from r. closer is closed by Close.
+func NewClient(r io.Reader, w io.Writer, closer io.Closer) *Client {
+	c := &Client{
+		r: r, w: w, c: closer,
+		hello:   make(chan Hello, 1),
+		done:    make(chan struct{}),
+		waiters: map[uint32]*call{},
+		procs:   map[uint32]*Process{},
+	}
+	go c.readLoop()
+	return c
+}
+
+// Ready waits for the agent's hello.
+func (c *Client) Ready(ctx context.Context) (Hello, error) {
+	select {
+	case h := <-c.hello:
+		c.hello <- h
+		return h, nil
+	case <-c.done:
+		return Hello{}, c.lostErr()
+	case <-ctx.Done():
+		return Hello{}, ctx.Err()
+	}
+}
+
+// Done is closed when the control stream ends.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Close closes the control stream; the agent then kills every process and
+// exits, which ends the sandbox.
+func (c *Client) Close() error {
+	if c.c == nil {
+		return nil
+	}
+	return c.c.Close()
+}
+
+func (c *Client) lostErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil || errors.Is(c.err, io.EOF) {
+		return ErrLost
+	}
+	return fmt.Errorf("%w: %w", ErrLost, c.err)
+}
+
+func (c *Client) send(typ byte, id uint32, payload []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := writeFrame(c.w, typ, id, payload); err != nil {
+		return fmt.Errorf("%w: %w", ErrLost, err)
+	}
+	return nil
+}
+
+func (c *Client) newCall() (uint32, *call) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextID++
+	k := &call{done: make(chan struct{})}
+	c.waiters[c.nextID] = k
+	return c.nextID, k
+}
+
+func (c *Client) wait(ctx context.Context, id uint32, k *call) ([]byte, error) {
+	select {
+	case <-k.done:
+		return k.payload, k.err
+	case <-c.done:
+		return nil, c.lostErr()
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.waiters, id)
+		c.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+func (c *Client) readLoop() {
+	var err error
+	defer func() {
+		c.mu.Lock()
+		c.err = err
+		procs := c.procs
+		c.procs = map[uint32]*Process{}
+		c.mu.Unlock()
+		close(c.done)
+		for _, p := range procs {
+			p.end(ExitStatus{}, c.lostErr())
+		}
+	}()
+	var buf []byte
+	gotHello := false
+	for {
+		var f frame
+		f, buf, err = readFrame(c.r, buf)
+		if err != nil {
+			return
+		}
+		if !gotHello {
+			if f.typ != msgHello {
+				err = fmt.Errorf("first frame has type %d: %w", f.typ, ErrProtocol)
+				return
+			}
+			var h Hello
+			if err = json.Unmarshal(f.payload, &h); err != nil {
+				err = fmt.Errorf("decode hello: %w", err)
+				return
+			}
+			if h.Version != Version {
+				err = fmt.Errorf("agent speaks version %d, want %d: %w", h.Version, Version, ErrProtocol)
+				return
+			}
+			gotHello = true
+			c.hello <- h
+			continue
+		}
+		switch f.typ {
+		case msgStdout, msgStderr, msgStatus:
+			c.mu.Lock()
+			p := c.procs[f.id]
+			c.mu.Unlock()
+			if p != nil {
+				p.deliver(f.typ, f.payload)
+			}
+		case msgExit:
+			var st ExitStatus
+			if err = json.Unmarshal(f.payload, &st); err != nil {
+				err = fmt.Errorf("decode exit: %w", err)
+				return
+			}
+			c.mu.Lock()
+			p := c.procs[f.id]
+			delete(c.procs, f.id)
+			c.mu.Unlock()
+			if p != nil {
+				p.end(st, nil)
+			}
+		case msgStarted, msgOK, msgError:
+			c.mu.Lock()
+			k := c.waiters[f.id]
+			delete(c.waiters, f.id)
+			c.mu.Unlock()
+			if k == nil {
+				continue
+			}
+			if f.typ == msgError {
+				var e errorReply
+				_ = json.Unmarshal(f.payload, &e)
+				k.err = &RemoteError{Message: e.Message}
+			} else {
+				k.payload = append([]byte(nil), f.payload...)
+			}
+			close(k.done)
+		default:
+			err = fmt.Errorf("frame type %d: %w", f.typ, ErrProtocol)
+			return
+		}
+	}
+}
+
+// RemoteError is a request the agent refused or could not do.
+type RemoteError struct{ Message string }
+
+func (e *RemoteError) Error() string { return "agent: " + e.Message }
+
+// Process is a process started in the sandbox.
+type Process struct {
+	c   *Client
+	id  uint32
+	PID int // inside the sandbox
+	out Output
+
+	done   chan struct{}
+	status ExitStatus
+	err    error
+}
+
+func (p *Process) deliver(typ byte, b []byte) {
+	if p.out == nil {
+		return
+	}
+	switch typ {
+	case msgStdout:
+		p.out.Stdout(b)
+	case msgStderr:
+		p.out.Stderr(b)
+	case msgStatus:
+		p.out.Status(b)
+	}
+}
+
+func (p *Process) end(st ExitStatus, err error) {
+	p.status, p.err = st, err
+	close(p.done)
+}
+
+// Start starts a process; out receives its output until Wait returns.
+func (c *Client) Start(ctx context.Context, req StartRequest, out Output) (*Process, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode start: %w", err)
+	}
+	id, k := c.newCall()
+	p := &Process{c: c, id: id, out: out, done: make(chan struct{})}
+	// Register before sending: output can arrive before the started reply.
+	c.mu.Lock()
+	c.procs[id] = p
+	c.mu.Unlock()
+	if err := c.send(msgStart, id, b); err != nil {
+		c.forget(id)
+		return nil, err
+	}
+	payload, err := c.wait(ctx, id, k)
+	if err != nil {
+		c.forget(id)
+		return nil, fmt.Errorf("start %s: %w", req.Argv[0], err)
+	}
+	var r startedReply
+	if err := json.Unmarshal(payload, &r); err != nil {
+		c.forget(id)
+		return nil, fmt.Errorf("decode started: %w: %w", ErrProtocol, err)
+	}
+	p.PID = r.PID
+	return p, nil
+}
+
+func (c *Client) forget(id uint32) {
+	c.mu.Lock()
+	delete(c.procs, id)
+	c.mu.Unlock()
+}
+
+// Done is closed when the process has ended and all its output was delivered.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the process to end and its output to drain.
+func (p *Process) Wait(ctx context.Context) (ExitStatus, error) {
+	select {
+	case <-p.done:
+		return p.status, p.err
+	case <-ctx.Done():
+		return ExitStatus{}, ctx.Err()
+	}
+}
+
+// Signal sends sig to the process's group.
+func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
+	return p.c.signal(ctx, signalRequest{Signal: int(sig)}, p.id)
+}
+
+// WriteStdin sends bytes to the process's stdin (started with Stdin true).
+func (p *Process) WriteStdin(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), MaxPayload)
+		if err := p.c.send(msgStdin, p.id, b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// CloseStdin closes the process's stdin.
+func (p *Process) CloseStdin() error { return p.c.send(msgCloseStdin, p.id, nil) }
+
+// KillAll sends sig to every process in the sandbox except the agent and
+// persistent processes.
+func (c *Client) KillAll(ctx context.Context, sig syscall.Signal) error {
+	id, _ := c.newCall()
+	c.forgetCall(id)
+	return c.signal(ctx, signalRequest{Signal: int(sig), All: true}, id)
+}
+
+func (c *Client) forgetCall(id uint32) {
+	c.mu.Lock()
+	delete(c.waiters, id)
+	c.mu.Unlock()
+}
+
+func (c *Client) signal(ctx context.Context, req signalRequest, procID uint32) error {
+	b, _ := json.Marshal(req)
+	// Signals reuse the process's id so the agent finds it; the reply is
+	// matched by a waiter under the same id.
+	k := &call{done: make(chan struct{})}
+	c.mu.Lock()
+	if _, busy := c.waiters[procID]; busy {
+		c.mu.Unlock()
+		return c.send(msgSignal, procID, b) // fire and forget
+	}
+	c.waiters[procID] = k
+	c.mu.Unlock()
+	if err := c.send(msgSignal, procID, b); err != nil {
+		c.forgetCall(procID)
+		return err
+	}
+	_, err := c.wait(ctx, procID, k)
+	return err
+}
+
+// WriteFile creates path (absolute, under /workspace or /tmp) in the sandbox
+// with mode and the contents of r, streamed in frames. The agent writes as
+// the sandbox's user, so a link planted by a program cannot redirect a write
+// to the host.
+func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader) error {
+	h, _ := json.Marshal(fileHeader{Path: path, Mode: mode})
+	id, k := c.newCall()
+	if err := c.send(msgFileBegin, id, h); err != nil {
+		c.forgetCall(id)
+		return err
+	}
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if err := c.send(msgFileData, id, buf[:n]); err != nil {
+				c.forgetCall(id)
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			c.forgetCall(id)
+			// End the file so the agent frees it; the error is ours.
+			_ = c.send(msgFileEnd, id, nil)
+			return fmt.Errorf("read contents of %s: %w", path, rerr)
+		}
+		select {
+		case <-k.done: // the agent failed early
+			return k.err
+		case <-ctx.Done():
+			c.forgetCall(id)
+			return ctx.Err()
+		default:
+		}
+	}
+	if err := c.send(msgFileEnd, id, nil); err != nil {
+		c.forgetCall(id)
+		return err
+	}
+	_, err := c.wait(ctx, id, k)
+	return err
+}
+
+// Reset kills every non-persistent process and empties the given directories.
+func (c *Client) Reset(ctx context.Context, req ResetRequest) error {
+	b, _ := json.Marshal(req)
+	id, k := c.newCall()
+	if err := c.send(msgReset, id, b); err != nil {
+		c.forgetCall(id)
+		return err
+	}
+	_, err := c.wait(ctx, id, k)
+	return err
+}

@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Protocol. The host and the agent exchange frames over one bidirectional
+// stream (a pair of pipes or a unix socket). A frame is a 9-byte header —
+// type (1 byte), id (4 bytes, big endian), payload length (4 bytes, big
+// endian) — followed by the payload. The id names the request or process a
+// frame belongs to; the host chooses it. Control payloads are JSON; output and
+// file data are raw bytes.
+//
+// The host treats everything the agent sends as untrusted input: lengths are
+// capped and unknown ids are ignored.
+
+// Version is bumped when the protocol changes incompatibly.
+const Version = 1
+
+// MaxPayload caps one frame's payload in either direction.
+const MaxPayload = 1 << 20
+
+const headerSize = 9
+
+// Frame types sent by the host.
+const (
+	msgStart      byte = 1 // JSON StartRequest; answered by msgStarted or msgError
+	msgStdin      byte = 2 // raw bytes for the process's stdin
+	msgCloseStdin byte = 3 // close the process's stdin
+	msgSignal     byte = 4 // JSON signalRequest
+	msgFileBegin  byte = 5 // JSON fileHeader; data follows in msgFileData
+	msgFileData   byte = 6 // raw bytes
+	msgFileEnd    byte = 7 // end of file; answered by msgOK or msgError
+	msgReset      byte = 8 // JSON ResetRequest; answered by msgOK or msgError
+)
+
+// Frame types sent by the agent.
+const (
+	msgHello   byte = 64 // JSON Hello, once, first
+	msgStarted byte = 65 // JSON startedReply
+	msgStdout  byte = 66 // raw bytes
+	msgStderr  byte = 67 // raw bytes
+	msgStatus  byte = 68 // raw bytes the runner wrote to its status fd
+	msgExit    byte = 69 // JSON ExitStatus; last frame for a process
+	msgError   byte = 70 // JSON errorReply; the request failed
+	msgOK      byte = 71 // the request succeeded
+)
+
+// ErrProtocol reports a malformed frame.
+var ErrProtocol = errors.New("agent protocol error")
+
+// Hello is the agent's first frame.
+type Hello struct {
+	Version int `json:"version"`
+	PID     int `json:"pid"`
+	UID     int `json:"uid"`
+}
+
+// StartRequest asks the agent to start a process.
+type StartRequest struct {
+	Argv []string `json:"argv"`
+	// Env is passed as is, in this order; the caller sorts it.
+	Env []string `json:"env"`
+	Dir string   `json:"dir"`
+	// Stdin, when true, connects the process's stdin to msgStdin frames;
+	// otherwise it reads /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// StatusFD, when true, opens fd 3 as a pipe whose bytes come back as
+	// msgStatus frames. Runners use it to report facts (a compile error) that
+	// an exit code cannot carry.
+	StatusFD bool `json:"status_fd,omitempty"`
+	// Persistent processes survive the reaping that ends other processes.
+	Persistent bool `json:"persistent,omitempty"`
+}
+
+type startedReply struct {
+	PID int `json:"pid"`
+}
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	// Code is the exit status, or -1 when a signal killed the process.
+	Code int `json:"code"`
+	// Signal is the number of the signal that killed the process, or 0.
+	Signal int `json:"signal,omitempty"`
+	// Reaped counts other processes the agent killed when this one ended.
+	Reaped int `json:"reaped,omitempty"`
+}
+
+type signalRequest struct {
+	Signal int `json:"signal"`
+	// All signals every process but the agent and persistent ones.
+	All bool `json:"all,omitempty"`
+}
+
+type fileHeader struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode"`
+}
+
+// ResetRequest returns a sandbox to a clean state between executions.
+type ResetRequest struct {
+	// Clear lists directories whose contents are removed.
+	Clear []string `json:"clear"`
+}
+
+type errorReply struct {
+	Message string `json:"message"`
+}
+
+type frame struct {
+	typ     byte
+	id      uint32
+	payload []byte
+}
+
+func writeFrame(w io.Writer, typ byte, id uint32, payload []byte) error {
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("frame of %d bytes: %w", len(payload), ErrProtocol)
+	}
+	var hdr [headerSize]byte
+	hdr[0] = typ
+	binary.BigEndian.PutUint32(hdr[1:5], id)
+	binary.BigEndian.PutUint32(hdr[5:9], uint32(len(payload)))
+	// One write per frame keeps frames whole when several goroutines share w
+	// under a lock; pipes make writes of up to PIPE_BUF atomic only, so
+	// callers serialise.
+	buf := make([]byte, 0, headerSize+len(payload))
+	buf = append(buf, hdr[:]...)
+	buf = append(buf, payload...)
+	_, err := w.Write(buf)
+	return err
+}
+
+// readFrame reads one frame. buf is reused when it is large enough.
+func readFrame(r io.Reader, buf []byte) (frame, []byte, error) {
+	var hdr [headerSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return frame{}, buf, err
+	}
+	n := binary.BigEndian.Uint32(hdr[5:9])
+	if n > MaxPayload {
+		return frame{}, buf, fmt.Errorf("frame of %d bytes: %w", n, ErrProtocol)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return frame{}, buf, err
+	}
+	return frame{typ: hdr[0], id: binary.BigEndian.Uint32(hdr[1:5]), payload: buf}, buf, nil
+}

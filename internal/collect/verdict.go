@@ -1,0 +1,127 @@
+package collect
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Facts are what is known when an execution ends. Every field is observed,
+// none inferred from an exit code alone.
+type Facts struct {
+	Cancelled bool
+	// CompileFailed: the compile step exited non-zero, or the runner's
+	// wrapper reported a compile error on its status fd.
+	CompileFailed bool
+	// Exited and ExitCode/Signal describe how the program ended.
+	Exited   bool
+	ExitCode int
+	Signal   string
+	TimedOut bool
+	// Kernel facts from the sandbox's cgroup and disk.
+	OOMKills      int64
+	PidsLimitHits int64
+	DiskFull      bool
+	// Limits in force, for messages.
+	TimeoutMS, MemoryMB, DiskMB, Pids int64
+	// PeakMemoryMB as measured.
+	PeakMemoryMB int64
+	// Stderr is the program's captured stderr (head and tail).
+	Stderr string
+	// Explain extracts the error line from stderr; nil uses a default.
+	Explain func(stderr string) string
+}
+
+// Verdict decides the final status and, for failures, the error. A run that
+// exited 0 in time succeeded even if it met a limit along the way and
+// recovered; otherwise the first matching cause wins: cancellation, compile
+// error, OOM kill, refused forks or a full disk, timeout, non-zero exit.
+func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
+	fail := func(t sandbox.ErrorType, msg string) (sandbox.Status, *sandbox.Failure) {
+		st := sandbox.StatusFailed
+		if t == sandbox.ErrCancelled {
+			st = sandbox.StatusCancelled
+		}
+		return st, &sandbox.Failure{Type: t, Message: msg, Retryable: t.Retryable()}
+	}
+	if f.Cancelled {
+		return fail(sandbox.ErrCancelled, "the execution was cancelled")
+	}
+	if f.Exited && f.ExitCode == 0 && !f.TimedOut && !f.CompileFailed {
+		return sandbox.StatusSuccess, nil
+	}
+	switch {
+	case f.OOMKills > 0:
+		return fail(sandbox.ErrOOM, fmt.Sprintf(
+			"out of memory: the program needed more than memory_mb=%d and the kernel killed it (peak %d MB); raise limits.memory_mb or use less memory",
+			f.MemoryMB, f.PeakMemoryMB))
+	case f.CompileFailed && !f.TimedOut:
+		return fail(sandbox.ErrCompile, compileMessage(f.Stderr))
+	case f.PidsLimitHits > 0:
+		return fail(sandbox.ErrResourceLimit, fmt.Sprintf(
+			"process limit: the program tried to run more than %d processes and threads at once and a fork was refused", f.Pids))
+	case f.DiskFull:
+		return fail(sandbox.ErrResourceLimit, fmt.Sprintf(
+			"disk full: /workspace and /tmp together hold at most disk_mb=%d; raise limits.disk_mb or write less", f.DiskMB))
+	case f.TimedOut:
+		return fail(sandbox.ErrTimeout, fmt.Sprintf(
+			"timeout: the program ran longer than timeout_ms=%d and was killed; make it faster or raise limits.timeout_ms", f.TimeoutMS))
+	}
+	explain := f.Explain
+	if explain == nil {
+		explain = LastLine
+	}
+	detail := explain(f.Stderr)
+	var msg string
+	if f.Signal != "" {
+		msg = "the program was killed by " + f.Signal
+	} else {
+		msg = fmt.Sprintf("the program exited with code %d", f.ExitCode)
+	}
+	if detail != "" {
+		msg += ": " + detail
+	}
+	return fail(sandbox.ErrRuntime, msg)
+}
+
+const maxMessage = 1000
+
+func clip(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	cut := maxMessage
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// LastLine returns the last non-blank line of s, clipped: where most
+// interpreters put the error.
+func LastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n\t "), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return clip(l)
+		}
+	}
+	return ""
+}
+
+// compileMessage keeps the first lines of a compiler's output, where the
+// first error is.
+func compileMessage(stderr string) string {
+	s := strings.TrimSpace(stderr)
+	if s == "" {
+		return "the code did not compile"
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > 8 {
+		lines = append(lines[:8], "…")
+	}
+	return "the code did not compile: " + clip(strings.Join(lines, "\n"))
+}

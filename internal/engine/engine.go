@@ -1,0 +1,432 @@
+// Package engine runs one execution end to end: validate the request, pick
+// the tier and image, create a sandbox, place the code, compile and run it
+// under its limits, collect output and kernel facts, and decide the verdict.
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/collect"
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/lang"
+	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Config holds the engine's limits policy.
+type Config struct {
+	// Default fills limits a request leaves at zero; Max bounds them.
+	Default, Max sandbox.Limits
+	// Pids caps processes and threads per sandbox.
+	Pids int64
+	// CompileTimeout bounds a compile step, which limits.timeout_ms does
+	// not cover.
+	CompileTimeout time.Duration
+	// OutputKeep is how much of each end of stdout and stderr is kept.
+	OutputKeep int
+	// MaxCodeBytes caps the code in a request.
+	MaxCodeBytes int
+	// DestroyAsync tears sandboxes down after the result is returned
+	// (a server); otherwise before (a one-shot CLI).
+	DestroyAsync bool
+}
+
+// DefaultConfig returns the conservative defaults of DESIGN §2.
+func DefaultConfig() Config {
+	return Config{
+		Default:        sandbox.Limits{TimeoutMS: 30_000, MemoryMB: 512, CPUCores: 1, DiskMB: 1024},
+		Max:            sandbox.Limits{TimeoutMS: 15 * 60_000, MemoryMB: 8192, CPUCores: 4, DiskMB: 10240},
+		Pids:           256,
+		CompileTimeout: 60 * time.Second,
+		OutputKeep:     collect.DefaultKeep,
+		MaxCodeBytes:   1 << 20,
+	}
+}
+
+// ImageResolver finds an image by name.
+type ImageResolver interface {
+	Resolve(name string) (images.Image, error)
+}
+
+// Sink receives a running program's output as it is produced. Calls come
+// from one goroutine and must not block for long.
+type Sink interface {
+	Stdout(p []byte)
+	Stderr(p []byte)
+}
+
+// Engine runs executions. It is safe for concurrent use.
+type Engine struct {
+	cfg      Config
+	runtimes map[runtime.Tier]runtime.Runtime
+	images   ImageResolver
+	log      *slog.Logger
+
+	teardown sync.WaitGroup
+}
+
+// New returns an engine over the given runtimes (at most one per tier).
+func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, log *slog.Logger) *Engine {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := map[runtime.Tier]runtime.Runtime{}
+	for _, rt := range rts {
+		m[rt.Tier()] = rt
+	}
+	return &Engine{cfg: cfg, runtimes: m, images: imgs, log: log}
+}
+
+// Close waits for sandboxes being torn down.
+func (e *Engine) Close() { e.teardown.Wait() }
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// NewID returns a fresh execution id: "ex_", a millisecond timestamp (ids
+// sort by creation) and random bits.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("ex_%011x%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+}
+
+// Job is a validated request, ready to run.
+type Job struct {
+	Req        sandbox.ExecuteRequest
+	Runner     lang.Runner
+	Tier       runtime.Tier
+	TierReason string
+	Image      images.Image
+}
+
+// Prepare validates req, fills defaults and routes it. An *InputError says
+// what to fix.
+func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
+	runner, err := e.normalize(&req)
+	if err != nil {
+		return nil, err
+	}
+	if req.ExecutionID == "" {
+		req.ExecutionID = NewID()
+	}
+	job := &Job{Req: req, Runner: runner}
+	switch req.Isolation {
+	case sandbox.IsolationGVisor:
+		job.Tier, job.TierReason = runtime.TierGVisor, "requested"
+	case sandbox.IsolationContainer:
+		job.Tier, job.TierReason = runtime.TierContainer, "requested"
+	default:
+		job.Tier, job.TierReason = runtime.TierContainer, "default"
+	}
+	if _, ok := e.runtimes[job.Tier]; !ok {
+		return nil, inputErr("isolation", "the %s tier is not available on this server", job.Tier)
+	}
+	name := req.Image
+	if name == "" {
+		name = images.HostName
+	}
+	img, err := e.images.Resolve(name)
+	if err != nil {
+		return nil, inputErr("image", "%v", err)
+	}
+	job.Image = img
+	return job, nil
+}
+
+// Run executes job and returns its record. Failures of the program and of
+// Corral alike are verdicts in the record; Run has no error of its own.
+// Cancelling ctx cancels the execution.
+func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
+	req := job.Req
+	res := sandbox.Result{
+		ExecutionID: req.ExecutionID,
+		SessionID:   req.SessionID,
+		Language:    req.Language,
+		Status:      sandbox.StatusRunning,
+		Tier:        string(job.Tier),
+		TierReason:  job.TierReason,
+		Image:       job.Image.Name,
+		ImageDigest: job.Image.Digest,
+		Limits:      req.Limits,
+		StartedAt:   time.Now().UTC(),
+	}
+	out := &capture{
+		stdout: collect.NewStream(e.cfg.OutputKeep),
+		stderr: collect.NewStream(e.cfg.OutputKeep),
+		sink:   sink,
+	}
+	facts, err := e.execute(ctx, job, out, &res)
+	res.Stdout, res.StdoutBytes, res.StdoutLines, res.StdoutTruncated = out.stdout.Text(), out.stdout.Bytes(), out.stdout.Lines(), out.stdout.Truncated()
+	res.Stderr, res.StderrBytes, res.StderrLines, res.StderrTruncated = out.stderr.Text(), out.stderr.Bytes(), out.stderr.Lines(), out.stderr.Truncated()
+	res.FinishedAt = time.Now().UTC()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		res.Status, res.Error = collect.Verdict(collect.Facts{Cancelled: true})
+	case err != nil:
+		res.Status = sandbox.StatusFailed
+		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + err.Error(), Retryable: true}
+		e.log.Error("execution failed", "execution_id", req.ExecutionID, "err", err)
+	default:
+		facts.Stderr = res.Stderr
+		if ex, ok := job.Runner.(lang.Explainer); ok {
+			facts.Explain = ex.Explain
+		}
+		res.Status, res.Error = collect.Verdict(facts)
+		if facts.Exited && !facts.TimedOut && !facts.Cancelled {
+			code := facts.ExitCode
+			res.ExitCode = &code
+			res.Signal = facts.Signal
+		}
+	}
+	return res
+}
+
+// execute does the sandbox work of Run; an error is Corral's fault (or a
+// cancellation), never the program's.
+func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (collect.Facts, error) {
+	req := job.Req
+	l := req.Limits
+	facts := collect.Facts{TimeoutMS: l.TimeoutMS, MemoryMB: l.MemoryMB, DiskMB: l.DiskMB, Pids: e.cfg.Pids}
+	rt := e.runtimes[job.Tier]
+	sb, err := rt.Create(ctx, runtime.Spec{
+		Rootfs: job.Image.Rootfs,
+		Mounts: job.Image.Mounts,
+		Limits: runtime.Limits{
+			MemoryBytes: l.MemoryMB << 20,
+			CPUCores:    l.CPUCores,
+			Pids:        e.cfg.Pids,
+			DiskBytes:   l.DiskMB << 20,
+		},
+	})
+	if err != nil {
+		return facts, fmt.Errorf("create sandbox: %w", err)
+	}
+	defer e.destroy(sb)
+
+	plan := job.Runner.Plan(req.Code)
+	client := sb.Agent()
+	for _, f := range plan.Files {
+		if err := client.WriteFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content)); err != nil {
+			return facts, fmt.Errorf("place %s: %w", f.Path, err)
+		}
+	}
+	env := e.baseEnv(job)
+
+	if plan.Compile != nil {
+		st, err := e.step(ctx, sb, *plan.Compile, env, nil, e.cfg.CompileTimeout, out)
+		if err != nil {
+			return facts, err
+		}
+		if st.timedOut || !st.exited || st.code != 0 {
+			facts.CompileFailed = true
+			facts.TimedOut = st.timedOut
+			facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
+			if st.timedOut {
+				facts.TimeoutMS = e.cfg.CompileTimeout.Milliseconds()
+			}
+			return e.finishFacts(ctx, sb, facts, res)
+		}
+	}
+
+	if err := sb.ResetStats(ctx); err != nil {
+		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
+	}
+	st, err := e.step(ctx, sb, plan.Run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
+	if err != nil {
+		return facts, err
+	}
+	res.DurationMS = st.duration.Milliseconds()
+	facts.TimedOut = st.timedOut
+	facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
+	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
+	return e.finishFacts(ctx, sb, facts, res)
+}
+
+func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts collect.Facts, res *sandbox.Result) (collect.Facts, error) {
+	stats, err := sb.Stats(ctx)
+	if err != nil {
+		return facts, fmt.Errorf("read sandbox stats: %w", err)
+	}
+	facts.OOMKills = stats.OOMKills
+	facts.PidsLimitHits = stats.PidsLimitHits
+	facts.DiskFull = stats.DiskFull
+	facts.PeakMemoryMB = (stats.PeakMemoryBytes + (1<<20 - 1)) >> 20
+	res.PeakMemoryMB = facts.PeakMemoryMB
+	return facts, nil
+}
+
+func (e *Engine) destroy(sb runtime.Sandbox) {
+	do := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Destroy(ctx); err != nil {
+			e.log.Error("destroy sandbox", "sandbox", sb.ID(), "err", err)
+		}
+	}
+	if !e.cfg.DestroyAsync {
+		do()
+		return
+	}
+	e.teardown.Add(1)
+	go func() {
+		defer e.teardown.Done()
+		do()
+	}()
+}
+
+// baseEnv is the reproducible environment every program starts from.
+func (e *Engine) baseEnv(job *Job) map[string]string {
+	env := map[string]string{
+		"PATH":    "/usr/local/bin:/usr/bin:/bin",
+		"HOME":    "/workspace",
+		"TMPDIR":  "/tmp",
+		"TZ":      "UTC",
+		"LANG":    "C.UTF-8",
+		"USER":    "sandbox",
+		"LOGNAME": "sandbox",
+		// Hash randomisation off: the same code prints the same dict order.
+		"PYTHONHASHSEED": "0",
+	}
+	for _, kv := range job.Image.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// stepEnv merges base, step and request variables (in that order of
+// precedence, lowest first) and sorts them.
+func stepEnv(base map[string]string, step []string, request map[string]string) []string {
+	env := maps.Clone(base)
+	for _, kv := range step {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	maps.Copy(env, request)
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+type stepResult struct {
+	exited   bool
+	code     int
+	signal   string
+	timedOut bool
+	duration time.Duration
+}
+
+// step runs one process to its end, killing everything in the sandbox at
+// the deadline or on cancellation.
+func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base map[string]string, reqEnv map[string]string, timeout time.Duration, out *capture) (stepResult, error) {
+	dir := s.Dir
+	if dir == "" {
+		dir = "/workspace"
+	}
+	start := time.Now()
+	p, err := sb.Agent().Start(ctx, agent.StartRequest{
+		Argv:     s.Argv,
+		Env:      stepEnv(base, s.Env, reqEnv),
+		Dir:      dir,
+		StatusFD: s.StatusFD,
+	}, out)
+	if err != nil {
+		return stepResult{}, err
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var r stepResult
+	select {
+	case <-p.Done():
+	case <-timer.C:
+		r.timedOut = true
+		e.kill(sb)
+	case <-ctx.Done():
+		e.kill(sb)
+	}
+	st, err := p.Wait(context.Background())
+	r.duration = time.Since(start)
+	if err != nil {
+		if r.timedOut {
+			return r, nil // we killed the sandbox ourselves
+		}
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+		// The sandbox died under the program: the kernel's facts (an OOM
+		// kill of the agent, say) decide; otherwise it is ours.
+		if stats, serr := sb.Stats(context.Background()); serr == nil && (stats.OOMKills > 0 || stats.PidsLimitHits > 0) {
+			r.exited, r.code, r.signal = true, 128+int(syscall.SIGKILL), "SIGKILL"
+			return r, nil
+		}
+		return r, err
+	}
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	r.exited = true
+	if st.Signal != 0 {
+		r.code = 128 + st.Signal
+		r.signal = unix.SignalName(syscall.Signal(st.Signal))
+	} else {
+		r.code = st.Code
+	}
+	return r, nil
+}
+
+// kill ends the whole sandbox at a deadline or on cancellation. It goes
+// through the runtime, not the agent: a fork bomb under a CPU quota can
+// starve the agent of the time it needs to answer.
+func (e *Engine) kill(sb runtime.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sb.Kill(ctx); err != nil {
+		e.log.Warn("kill sandbox", "sandbox", sb.ID(), "err", err)
+	}
+}
+
+// capture collects a process's output for the record and forwards it live.
+type capture struct {
+	stdout, stderr *collect.Stream
+	status         []byte
+	sink           Sink
+}
+
+func (c *capture) Stdout(p []byte) {
+	c.stdout.Write(p)
+	if c.sink != nil {
+		c.sink.Stdout(p)
+	}
+}
+
+func (c *capture) Stderr(p []byte) {
+	c.stderr.Write(p)
+	if c.sink != nil {
+		c.sink.Stderr(p)
+	}
+}
+
+func (c *capture) Status(p []byte) {
+	if len(c.status)+len(p) <= 256 {
+		c.status = append(c.status, p...)
+	}
+}

@@ -1,0 +1,191 @@
+// Package cgroup reads the kernel's per-sandbox accounting — peak memory, OOM
+// kills, refused forks — from cgroup v1 or v2, and removes cgroups a dead
+// process left behind.
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is where cgroup file systems are mounted.
+const Root = "/sys/fs/cgroup"
+
+// Stats are the accounting facts of one cgroup.
+type Stats struct {
+	PeakMemoryBytes int64
+	OOMKills        int64
+	PidsLimitHits   int64
+}
+
+var unified = sync.OnceValue(func() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(Root, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+})
+
+// Unified reports whether the host uses the cgroup v2 unified hierarchy.
+func Unified() bool { return unified() }
+
+// SwapAccounting reports whether memory+swap can be limited (v1 needs
+// swapaccount; v2 always can).
+func SwapAccounting() bool {
+	if Unified() {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(Root, "memory", "memory.memsw.limit_in_bytes"))
+	return err == nil
+}
+
+// dir returns the directory of cgroup path (as given to the runtime, e.g.
+// "/corral/abc") for a v1 controller, or the unified directory.
+func dir(controller, path string) string {
+	if Unified() {
+		return filepath.Join(Root, path)
+	}
+	return filepath.Join(Root, controller, path)
+}
+
+// Read returns the accounting of the cgroup at path.
+func Read(path string) (Stats, error) {
+	var s Stats
+	var err error
+	if Unified() {
+		if s.PeakMemoryBytes, err = readInt(dir("", path), "memory.peak"); err != nil {
+			return s, err
+		}
+		if s.OOMKills, err = readKey(dir("", path), "memory.events", "oom_kill"); err != nil {
+			return s, err
+		}
+	} else {
+		if s.PeakMemoryBytes, err = readInt(dir("memory", path), "memory.max_usage_in_bytes"); err != nil {
+			return s, err
+		}
+		if s.OOMKills, err = readKey(dir("memory", path), "memory.oom_control", "oom_kill"); err != nil {
+			return s, err
+		}
+	}
+	if s.PidsLimitHits, err = readKey(dir("pids", path), "pids.events", "max"); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// ResetPeak starts a new peak-memory window. Kernels before 6.12 cannot reset
+// memory.peak on v2; the error says so.
+func ResetPeak(path string) error {
+	var f string
+	if Unified() {
+		f = filepath.Join(dir("", path), "memory.peak")
+	} else {
+		f = filepath.Join(dir("memory", path), "memory.max_usage_in_bytes")
+	}
+	if err := os.WriteFile(f, []byte("0\n"), 0); err != nil {
+		return fmt.Errorf("reset peak memory: %w", err)
+	}
+	return nil
+}
+
+// Unthrottle lifts the CPU quota, so that processes being killed get the
+// CPU time they need to exit: a throttled fork bomb can otherwise take a
+// second to die.
+func Unthrottle(path string) error {
+	var err error
+	if Unified() {
+		err = os.WriteFile(filepath.Join(dir("", path), "cpu.max"), []byte("max\n"), 0)
+	} else {
+		err = os.WriteFile(filepath.Join(dir("cpu", path), "cpu.cfs_quota_us"), []byte("-1\n"), 0)
+	}
+	if err != nil {
+		return fmt.Errorf("lift cpu quota: %w", err)
+	}
+	return nil
+}
+
+// Exists reports whether the cgroup at path exists.
+func Exists(path string) bool {
+	_, err := os.Stat(dir("memory", path))
+	return err == nil
+}
+
+// Children lists the cgroups directly under parent in any hierarchy.
+func Children(parent string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range hierarchies() {
+		entries, _ := os.ReadDir(filepath.Join(d, parent))
+		for _, e := range entries {
+			if e.IsDir() && !seen[e.Name()] {
+				seen[e.Name()] = true
+				out = append(out, e.Name())
+			}
+		}
+	}
+	return out
+}
+
+// Remove deletes the cgroup at path from every hierarchy. Processes must be
+// gone; a missing cgroup is not an error.
+func Remove(path string) error {
+	var errs []error
+	for _, d := range hierarchies() {
+		if err := os.Remove(filepath.Join(d, path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func hierarchies() []string {
+	if Unified() {
+		return []string{Root}
+	}
+	entries, _ := os.ReadDir(Root)
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join(Root, e.Name()))
+		}
+	}
+	return out
+}
+
+func readInt(d, name string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(d, name))
+	if err != nil {
+		return 0, fmt.Errorf("read cgroup: %w", err)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", filepath.Join(d, name), err)
+	}
+	return v, nil
+}
+
+// readKey reads "key value" lines; a missing key is 0.
+func readKey(d, name, key string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(d, name))
+	if err != nil {
+		return 0, fmt.Errorf("read cgroup: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse %s %s: %w", name, key, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
+}

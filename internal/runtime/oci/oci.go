@@ -1,0 +1,508 @@
+// Package oci runs sandboxes with an OCI runtime binary: runc for the
+// container tier, runsc (gVisor) for the gvisor tier. Both get the same
+// bundle: a read-only image rootfs, the sandbox's own disk for /workspace and
+// /tmp, and the Corral agent as PID 1, which the host drives over the
+// container's stdio.
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/runtime/cgroup"
+	"github.com/corralhq/corral/internal/runtime/disk"
+)
+
+// Config configures a Runtime.
+type Config struct {
+	Tier runtime.Tier
+	// Binary is the runc or runsc executable.
+	Binary string
+	// Flags go before the subcommand (runsc: --network=none ...).
+	Flags []string
+	// DataDir holds sandbox bundles, runtime state and disk templates.
+	DataDir string
+	// AgentBinary is the host path of the static agent executable.
+	AgentBinary string
+	// CgroupParent is the cgroup under which sandboxes are placed.
+	CgroupParent string
+	// UID and GID run programs in the sandbox.
+	UID, GID uint32
+	// StartTimeout bounds how long a sandbox may take to become ready.
+	StartTimeout time.Duration
+	Log          *slog.Logger
+}
+
+// Runtime creates sandboxes with one OCI runtime binary.
+type Runtime struct {
+	cfg       Config
+	state     string // the runtime binary's --root
+	sandboxes string // one directory per sandbox
+	templates *disk.Templates
+	swap      bool
+}
+
+// New checks cfg and prepares the data directory.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "corral"
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 20 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := os.Stat(cfg.Binary); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", runtime.ErrUnavailable, cfg.Tier, err)
+	}
+	if _, err := os.Stat(cfg.AgentBinary); err != nil {
+		return nil, fmt.Errorf("agent binary: %w", err)
+	}
+	name := filepath.Base(cfg.Binary)
+	r := &Runtime{
+		cfg:       cfg,
+		state:     filepath.Join(cfg.DataDir, "state", name),
+		sandboxes: filepath.Join(cfg.DataDir, "sandboxes", name),
+		templates: disk.NewTemplates(filepath.Join(cfg.DataDir, "disks"), int(cfg.UID), int(cfg.GID)),
+		swap:      cgroup.SwapAccounting(),
+	}
+	for _, d := range []string{r.state, r.sandboxes} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return r, nil
+}
+
+// Close releases what the runtime keeps between sandboxes: runsc pins an
+// empty network namespace under its root, which must be unmounted before
+// the data directory can be removed.
+func (r *Runtime) Close() error {
+	path := filepath.Join(r.state, "null-netns")
+	for unix.Unmount(path, unix.MNT_DETACH) == nil {
+	}
+	return nil
+}
+
+// Tier returns the runtime's tier.
+func (r *Runtime) Tier() runtime.Tier { return r.cfg.Tier }
+
+// Sandbox is a running sandbox.
+type Sandbox struct {
+	rt     *Runtime
+	id     string
+	dir    string
+	cgroup string
+	lock   *os.File
+	disk   *disk.Disk
+	keep   bool // the disk is a session's and outlives the sandbox
+	client *agent.Client
+	diag   *tail // the sandbox's stderr: runtime and agent diagnostics
+	// initFD is a pidfd of the sandbox's init (the agent) on the host, so
+	// Kill needs no runtime invocation and cannot hit a reused pid.
+	initFD int
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+var _ runtime.Sandbox = (*Sandbox)(nil)
+var _ runtime.Runtime = (*Runtime)(nil)
+
+func newID() string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return "sb-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// Create starts a sandbox and waits for its agent.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, err error) {
+	s := &Sandbox{rt: r, id: newID(), diag: &tail{max: 8 << 10}, initFD: -1}
+	s.dir = filepath.Join(r.sandboxes, s.id)
+	s.cgroup = "/" + r.cfg.CgroupParent + "/" + s.id
+	defer func() {
+		if err != nil {
+			// Destroy undoes whatever part of creation happened.
+			if derr := s.Destroy(context.WithoutCancel(ctx)); derr != nil {
+				err = errors.Join(err, derr)
+			}
+		}
+	}()
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	// The lock marks the sandbox as owned by a live process; Reap takes
+	// over sandboxes whose lock is free.
+	if s.lock, err = lockFile(filepath.Join(s.dir, "lock"), false); err != nil {
+		return nil, err
+	}
+	if spec.Workspace != "" {
+		s.keep = true
+		s.disk, err = disk.Attach(spec.Workspace, filepath.Join(s.dir, "disk"))
+	} else {
+		s.disk, err = r.templates.Create(ctx, filepath.Join(s.dir, "disk.img"), filepath.Join(s.dir, "disk"), spec.Limits.DiskBytes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox disk: %w", err)
+	}
+	cfg, err := config(bundle{
+		Rootfs:         spec.Rootfs,
+		Mounts:         spec.Mounts,
+		Limits:         spec.Limits,
+		DiskDir:        s.disk.Dir,
+		AgentBinary:    r.cfg.AgentBinary,
+		CgroupsPath:    s.cgroup,
+		UID:            r.cfg.UID,
+		GID:            r.cfg.GID,
+		SwapAccounting: r.swap,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(cfg, "", "\t")
+	if err != nil {
+		return nil, fmt.Errorf("encode config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "config.json"), b, 0o600); err != nil {
+		return nil, fmt.Errorf("write config: %w", err)
+	}
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	defer cancel()
+	if _, err := s.client.Ready(ctx); err != nil {
+		return nil, fmt.Errorf("sandbox %s did not start: %w%s", s.id, err, s.diag.suffix())
+	}
+	return s, nil
+}
+
+func (r *Runtime) command(ctx context.Context, args ...string) *exec.Cmd {
+	full := append([]string{"--root", r.state}, r.cfg.Flags...)
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, r.cfg.Binary, full...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.WaitDelay = time.Second
+	return cmd
+}
+
+// start runs the runtime detached with the control stream on the sandbox's
+// stdin and stdout.
+func (s *Sandbox) start(ctx context.Context) error {
+	toAgentR, toAgentW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("control pipe: %w", err)
+	}
+	fromAgentR, fromAgentW, err := os.Pipe()
+	if err != nil {
+		toAgentR.Close()
+		toAgentW.Close()
+		return fmt.Errorf("control pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		toAgentR.Close()
+		toAgentW.Close()
+		fromAgentR.Close()
+		fromAgentW.Close()
+		return fmt.Errorf("diagnostics pipe: %w", err)
+	}
+	logPath := filepath.Join(s.dir, "runtime.log")
+	pidPath := filepath.Join(s.dir, "init.pid")
+	cmd := s.rt.command(ctx, "--log", logPath, "--log-format", "json",
+		"run", "--detach", "--bundle", s.dir, "--pid-file", pidPath, s.id)
+	if s.rt.cfg.Tier == runtime.TierContainer {
+		// runc only: the keyring syscalls are denied anyway.
+		cmd.Args = append(cmd.Args[:len(cmd.Args)-1], "--no-new-keyring", s.id)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = toAgentR, fromAgentW, errW
+	runErr := cmd.Run()
+	toAgentR.Close()
+	fromAgentW.Close()
+	errW.Close()
+	go s.diag.drain(errR, s.rt.cfg.Log.With("sandbox", s.id))
+	closer := closers{toAgentW, fromAgentR}
+	if runErr != nil {
+		closer.Close()
+		return fmt.Errorf("%s run: %w%s", filepath.Base(s.rt.cfg.Binary), runErr, runtimeLogError(logPath))
+	}
+	s.client = agent.NewClient(fromAgentR, toAgentW, closer)
+	if s.rt.cfg.Tier == runtime.TierContainer {
+		if b, err := os.ReadFile(pidPath); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+					s.initFD = fd
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ID returns the sandbox's id.
+func (s *Sandbox) ID() string { return s.id }
+
+// Agent returns the client of the sandbox's agent.
+func (s *Sandbox) Agent() *agent.Client { return s.client }
+
+// Stats reads the sandbox's cgroup and disk.
+func (s *Sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
+	cs, err := cgroup.Read(s.cgroup)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	return runtime.Stats{
+		PeakMemoryBytes: cs.PeakMemoryBytes,
+		OOMKills:        cs.OOMKills,
+		PidsLimitHits:   cs.PidsLimitHits,
+		DiskFull:        s.disk.Full(),
+	}, nil
+}
+
+// ResetStats restarts the peak-memory measurement.
+func (s *Sandbox) ResetStats(ctx context.Context) error { return cgroup.ResetPeak(s.cgroup) }
+
+// Update applies new memory, CPU and pids limits to the running sandbox.
+// The disk size is fixed at creation.
+func (s *Sandbox) Update(ctx context.Context, l runtime.Limits) error {
+	res := resources(l, s.rt.swap)
+	res.Devices = nil
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("encode resources: %w", err)
+	}
+	cmd := s.rt.command(ctx, "update", "--resources", "-", s.id)
+	cmd.Stdin = bytes.NewReader(b)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("update sandbox %s: %w: %s", s.id, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Kill kills every process of the sandbox. Killing the agent, which is
+// PID 1 of the sandbox's pid namespace, makes the kernel kill everything
+// else in one sweep; unlike signalling each process (runc kill --all),
+// this cannot race with a fork bomb.
+func (s *Sandbox) Kill(ctx context.Context) error {
+	if err := cgroup.Unthrottle(s.cgroup); err != nil {
+		s.rt.cfg.Log.Debug("unthrottle before kill", "sandbox", s.id, "err", err)
+	}
+	if s.initFD >= 0 && unix.PidfdSendSignal(s.initFD, unix.SIGKILL, nil, 0) == nil {
+		return nil
+	}
+	out, err := s.rt.command(ctx, "kill", s.id, "KILL").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kill sandbox %s: %w: %s", s.id, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Destroy kills the sandbox, deletes it from the runtime, unmounts and
+// removes its disk (unless it is a session's) and its directory.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.destroyOnce.Do(func() {
+		var errs []error
+		if s.client != nil {
+			s.client.Close()
+		}
+		if err := s.rt.deleteContainer(ctx, s.id); err != nil {
+			errs = append(errs, err)
+		}
+		if s.disk != nil {
+			if err := s.disk.Detach(!s.keep); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := cgroup.Remove(s.cgroup); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.RemoveAll(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove sandbox dir: %w", err))
+		}
+		if s.lock != nil {
+			s.lock.Close()
+		}
+		if s.initFD >= 0 {
+			unix.Close(s.initFD)
+		}
+		s.destroyErr = errors.Join(errs...)
+	})
+	return s.destroyErr
+}
+
+// deleteContainer removes a container from the runtime's state, killing it
+// first. A container the runtime does not know is not an error.
+func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	var out []byte
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		out, err = r.command(ctx, "delete", "--force", id).CombinedOutput()
+		if err == nil || notExist(out) {
+			return nil
+		}
+		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+	}
+	return fmt.Errorf("delete sandbox %s: %w: %s", id, err, bytes.TrimSpace(out))
+}
+
+func notExist(out []byte) bool {
+	s := string(out)
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found") ||
+		strings.Contains(s, "container not found")
+}
+
+// Reap destroys every sandbox in the data directory whose owner process is
+// gone: after a crash or kill -9, the next start leaves nothing behind.
+func (r *Runtime) Reap(ctx context.Context) (int, error) {
+	entries, err := os.ReadDir(r.sandboxes)
+	if err != nil {
+		return 0, fmt.Errorf("list sandboxes: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(r.sandboxes, e.Name())
+		lock, err := lockFile(filepath.Join(dir, "lock"), true)
+		if errors.Is(err, errLocked) {
+			continue // a live process owns it
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s := &Sandbox{rt: r, id: e.Name(), dir: dir, lock: lock, initFD: -1, cgroup: "/" + r.cfg.CgroupParent + "/" + e.Name()}
+		if _, err := os.Stat(filepath.Join(dir, "disk.img")); err == nil {
+			s.disk = &disk.Disk{Image: filepath.Join(dir, "disk.img"), Dir: filepath.Join(dir, "disk")}
+		} else {
+			// A session's disk: unmount, keep the image.
+			s.keep = true
+			s.disk = &disk.Disk{Dir: filepath.Join(dir, "disk")}
+		}
+		if err := s.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+var errLocked = errors.New("locked")
+
+// lockFile opens path and takes an exclusive flock on it. With tryOnly, a
+// lock held elsewhere gives errLocked and a missing file gives (nil, nil).
+func lockFile(path string, tryOnly bool) (*os.File, error) {
+	flags := os.O_RDWR | os.O_CREATE
+	if tryOnly {
+		flags = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		if tryOnly && errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("open lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, errLocked
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+type closers []io.Closer
+
+func (c closers) Close() error {
+	var errs []error
+	for _, x := range c {
+		errs = append(errs, x.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// runtimeLogError returns the last error message in a runc/runsc JSON log,
+// formatted as a suffix.
+func runtimeLogError(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	var last string
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var entry struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal(line, &entry) == nil && (entry.Level == "error" || entry.Level == "fatal") {
+			last = entry.Msg
+		}
+	}
+	if last == "" {
+		return ""
+	}
+	return ": " + last
+}
+
+// tail keeps the last bytes of a diagnostics stream and logs its lines.
+type tail struct {
+	max int
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) drain(r io.ReadCloser, log *slog.Logger) {
+	defer r.Close()
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			t.mu.Lock()
+			t.buf = append(t.buf, buf[:n]...)
+			if len(t.buf) > t.max {
+				t.buf = t.buf[len(t.buf)-t.max:]
+			}
+			t.mu.Unlock()
+			log.Debug("sandbox diagnostics", "text", string(bytes.TrimSpace(buf[:n])))
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (t *tail) suffix() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimSpace(string(t.buf))
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}

@@ -1,0 +1,84 @@
+package oci
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// deniedSyscalls are refused with EPERM on top of Docker's default profile:
+// kernel attack surface a sandboxed program has no use for (io_uring, bpf,
+// userfaultfd, perf), ways to change the mount or namespace view, keyrings,
+// tracing other processes, and host administration.
+var deniedSyscalls = []string{
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	"userfaultfd", "bpf", "perf_event_open",
+	"keyctl", "add_key", "request_key",
+	"mount", "umount", "umount2", "mount_setattr", "move_mount", "open_tree",
+	"fsopen", "fsconfig", "fsmount", "fspick", "pivot_root", "chroot",
+	"unshare", "setns",
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd",
+	"open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
+	"modify_ldt", "iopl", "ioperm", "uselib", "vhangup", "syslog",
+	"clock_settime", "clock_settime64", "settimeofday", "stime",
+	"fanotify_init", "nfsservctl",
+}
+
+// Socket families a program may open: local, IPv4, IPv6, and route netlink
+// (getifaddrs needs it). Packet, raw-capable, vsock, AF_ALG and the other
+// netlink families are refused.
+var allowedSockets = []struct{ domain, protocol uint64 }{
+	{unix.AF_UNIX, anyProtocol},
+	{unix.AF_INET, anyProtocol},
+	{unix.AF_INET6, anyProtocol},
+	{unix.AF_NETLINK, unix.NETLINK_ROUTE},
+}
+
+const anyProtocol = ^uint64(0)
+
+// seccompProfile derives the sandbox's filter from Docker's default profile,
+// evaluated for spec's (empty) capability sets.
+func seccompProfile(spec *specs.Spec) (*specs.LinuxSeccomp, error) {
+	p, err := seccomp.GetDefaultProfile(spec)
+	if err != nil {
+		return nil, fmt.Errorf("default seccomp profile: %w", err)
+	}
+	var out []specs.LinuxSyscall
+	for _, sc := range p.Syscalls {
+		if slices.Contains(sc.Names, "socket") && len(sc.Names) == 1 {
+			continue // replaced by allowedSockets
+		}
+		names := slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool {
+			return slices.Contains(deniedSyscalls, n)
+		})
+		if len(names) == 0 {
+			continue
+		}
+		sc.Names = names
+		out = append(out, sc)
+	}
+	for _, s := range allowedSockets {
+		rule := specs.LinuxSyscall{
+			Names:  []string{"socket"},
+			Action: specs.ActAllow,
+			Args:   []specs.LinuxSeccompArg{{Index: 0, Value: s.domain, Op: specs.OpEqualTo}},
+		}
+		if s.protocol != anyProtocol {
+			rule.Args = append(rule.Args, specs.LinuxSeccompArg{Index: 2, Value: s.protocol, Op: specs.OpEqualTo})
+		}
+		out = append(out, rule)
+	}
+	eperm := uint(unix.EPERM)
+	out = append(out, specs.LinuxSyscall{
+		Names:    slices.Clone(deniedSyscalls),
+		Action:   specs.ActErrno,
+		ErrnoRet: &eperm,
+	})
+	p.Syscalls = out
+	return p, nil
+}

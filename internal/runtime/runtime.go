@@ -1,0 +1,96 @@
+// Package runtime defines what Corral needs from a sandbox runtime: create a
+// sandbox from an image with limits, talk to its agent, read the facts that
+// decide a verdict, and destroy it leaving nothing behind. Implementations
+// live in subpackages (oci: runc and runsc).
+package runtime
+
+import (
+	"context"
+	"errors"
+
+	"github.com/corralhq/corral/internal/agent"
+)
+
+// Tier is an isolation tier.
+type Tier string
+
+// Tiers.
+const (
+	// TierContainer is a Linux container: namespaces, cgroups, seccomp.
+	TierContainer Tier = "container"
+	// TierGVisor runs the program on gVisor's user-space kernel.
+	TierGVisor Tier = "gvisor"
+)
+
+// Limits bound a sandbox.
+type Limits struct {
+	MemoryBytes int64   // memory, swap off
+	CPUCores    float64 // CFS quota, in cores
+	Pids        int64   // processes and threads
+	DiskBytes   int64   // what /workspace and /tmp can hold together
+}
+
+// Mount is a host path bound read-only into the sandbox.
+type Mount struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// Rootfs is the image's root directory, mounted read-only.
+	Rootfs string
+	// Mounts are read-only binds on top of the rootfs (the host image binds
+	// the host's /usr).
+	Mounts []Mount
+	Limits Limits
+	// Workspace, if set, is a host directory holding a disk image that
+	// persists after the sandbox (a session's workspace); otherwise the
+	// sandbox gets a fresh disk that is removed with it.
+	Workspace string
+}
+
+// Stats are facts read from the kernel about a sandbox.
+type Stats struct {
+	PeakMemoryBytes int64
+	// OOMKills counts processes the kernel killed for exceeding the memory
+	// limit.
+	OOMKills int64
+	// PidsLimitHits counts forks refused because of the pids limit.
+	PidsLimitHits int64
+	// DiskFull is true when the sandbox's disk has no free blocks or inodes
+	// left.
+	DiskFull bool
+}
+
+// Runtime creates sandboxes of one tier. Implementations are safe for
+// concurrent use.
+type Runtime interface {
+	Tier() Tier
+	// Create starts a sandbox whose agent is ready for processes.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Reap destroys every sandbox that a previous, dead process left.
+	Reap(ctx context.Context) (int, error)
+}
+
+// Sandbox is a running sandbox. Methods are safe for concurrent use.
+type Sandbox interface {
+	ID() string
+	// Agent starts processes in the sandbox.
+	Agent() *agent.Client
+	// Stats reads the kernel's facts about the sandbox.
+	Stats(ctx context.Context) (Stats, error)
+	// ResetStats starts a new measurement window (peak memory).
+	ResetStats(ctx context.Context) error
+	// Update changes the limits of the running sandbox.
+	Update(ctx context.Context, l Limits) error
+	// Kill kills every process in the sandbox, the agent included.
+	Kill(ctx context.Context) error
+	// Destroy kills the sandbox and removes everything it used. It is
+	// idempotent.
+	Destroy(ctx context.Context) error
+}
+
+// ErrUnavailable reports that the runtime cannot run here (binary missing,
+// no cgroups); the message says what to install.
+var ErrUnavailable = errors.New("runtime unavailable")

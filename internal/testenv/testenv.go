@@ -1,0 +1,112 @@
+// Package testenv gives tests what they need to run real sandboxes: root,
+// the pinned runtimes, a static corral binary to act as the agent, and a
+// check that nothing is left behind.
+package testenv
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// PinnedDir is where scripts/deps.sh installs runtimes.
+const PinnedDir = "/opt/corral"
+
+// Strict reports whether missing prerequisites fail tests instead of
+// skipping them. make test and CI set CORRAL_TEST_STRICT=1, so a root-only
+// test never silently skips there.
+func Strict() bool { return os.Getenv("CORRAL_TEST_STRICT") == "1" || os.Getenv("CI") != "" }
+
+// Need skips (or, when strict, fails) t when ok is false.
+func Need(t testing.TB, ok bool, why string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if Strict() {
+		t.Fatalf("prerequisite missing: %s", why)
+	}
+	t.Skipf("prerequisite missing: %s", why)
+}
+
+// RequireRoot needs the test to run as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	Need(t, os.Geteuid() == 0, "must run as root (namespaces, cgroups, mounts)")
+}
+
+// Runtime returns the pinned runc or runsc.
+func Runtime(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(PinnedDir, "bin", name)
+	_, err := os.Stat(p)
+	Need(t, err == nil, p+" missing: run scripts/deps.sh")
+	return p
+}
+
+// ModuleRoot returns the repository root.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		t.Fatal("not inside the corral module")
+	}
+	return filepath.Dir(mod)
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+	buildOut  []byte
+)
+
+// Corral returns a static corral binary built from this checkout, once per
+// test process. It serves as the sandbox agent and as the CLI under test.
+func Corral(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root := ModuleRoot(t)
+		dir, err := os.MkdirTemp("", "corral-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "corral")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", buildPath, "./cmd/corral")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("build corral: %v\n%s", buildErr, buildOut)
+	}
+	return buildPath
+}
+
+// Cleanup removes the binary Corral built; call it from TestMain.
+func Cleanup() {
+	if buildPath != "" {
+		os.RemoveAll(filepath.Dir(buildPath))
+	}
+}
+
+// Mounts returns the lines of /proc/self/mountinfo that mention s.
+func Mounts(s string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if bytes.Contains(line, []byte(s)) {
+			out = append(out, string(line))
+		}
+	}
+	return out
+}

@@ -1,0 +1,3 @@
+module github.com/corralhq/corral/sandbox
+
+go 1.24

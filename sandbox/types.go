@@ -1,0 +1,146 @@
+package sandbox
+
+import "time"
+
+// Status is the lifecycle state of an execution.
+type Status string
+
+// Execution states. Queued and running are transient; the rest are final.
+const (
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusSuccess   Status = "success"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Final reports whether s is a terminal state.
+func (s Status) Final() bool {
+	return s == StatusSuccess || s == StatusFailed || s == StatusCancelled
+}
+
+// ErrorType classifies a failed execution so a caller can decide what to do
+// next without parsing messages.
+type ErrorType string
+
+// Error types. See docs/errors.md for what a caller should do about each.
+const (
+	ErrCompile       ErrorType = "compile_error"  // the code did not compile or parse: fix it
+	ErrRuntime       ErrorType = "runtime_error"  // the program failed: fix it or tell the user
+	ErrTimeout       ErrorType = "timeout"        // it ran past limits.timeout_ms
+	ErrOOM           ErrorType = "oom"            // it needed more than limits.memory_mb
+	ErrResourceLimit ErrorType = "resource_limit" // it exhausted processes or disk
+	ErrInternal      ErrorType = "internal_error" // Corral failed: retry
+	ErrInput         ErrorType = "input_error"    // the request or an input file was unusable
+	ErrCancelled     ErrorType = "cancelled"      // a client cancelled it
+)
+
+// Retryable reports whether running the same request again may succeed
+// without changing it.
+func (t ErrorType) Retryable() bool { return t == ErrInternal }
+
+// Isolation selects the sandbox tier.
+type Isolation string
+
+// Isolation tiers. Auto lets the server route by risk.
+const (
+	IsolationAuto      Isolation = "auto"
+	IsolationContainer Isolation = "container"
+	IsolationGVisor    Isolation = "gvisor"
+)
+
+// Limits bound one execution. Zero fields take the server's defaults.
+type Limits struct {
+	TimeoutMS int64   `json:"timeout_ms,omitempty"`
+	MemoryMB  int64   `json:"memory_mb,omitempty"`
+	CPUCores  float64 `json:"cpu_cores,omitempty"`
+	DiskMB    int64   `json:"disk_mb,omitempty"`
+}
+
+// File is an input placed under /workspace/input before the code runs. Exactly
+// one of URL and ContentBase64 is set.
+type File struct {
+	Path          string `json:"path"`
+	URL           string `json:"url,omitempty"`
+	ContentBase64 string `json:"content_base64,omitempty"`
+}
+
+// Network opens egress through the server's proxy to the listed domains
+// (suffix patterns such as "*.github.com"). Without it there is no network.
+type Network struct {
+	Allow []string `json:"allow,omitempty"`
+}
+
+// ExecuteRequest is the body of POST /v1/executions.
+type ExecuteRequest struct {
+	// ExecutionID is optional and client-chosen; the same id again returns the
+	// same execution instead of running it twice.
+	ExecutionID string            `json:"execution_id,omitempty"`
+	SessionID   string            `json:"session_id,omitempty"`
+	Language    string            `json:"language"`
+	Code        string            `json:"code"`
+	Files       []File            `json:"files,omitempty"`
+	Limits      Limits            `json:"limits,omitzero"`
+	Env         map[string]string `json:"env,omitempty"`
+	Network     *Network          `json:"network,omitempty"`
+	Isolation   Isolation         `json:"isolation,omitempty"`
+	Untrusted   bool              `json:"untrusted,omitempty"`
+	Image       string            `json:"image,omitempty"`
+	CallbackURL string            `json:"callback_url,omitempty"`
+}
+
+// Failure says why an execution did not succeed.
+type Failure struct {
+	Type      ErrorType `json:"type"`
+	Message   string    `json:"message"`
+	Retryable bool      `json:"retryable"`
+}
+
+// Artifact is a file the program left under /workspace/output.
+type Artifact struct {
+	Path      string    `json:"path"`
+	URL       string    `json:"url,omitempty"`
+	Size      int64     `json:"size"`
+	MIME      string    `json:"mime,omitempty"`
+	SHA256    string    `json:"sha256,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Result is the execution record: the answer of GET /v1/executions/{id}, of a
+// waited POST, and the body of a callback.
+type Result struct {
+	ExecutionID string   `json:"execution_id"`
+	SessionID   string   `json:"session_id,omitempty"`
+	Language    string   `json:"language"`
+	Status      Status   `json:"status"`
+	Error       *Failure `json:"error,omitempty"`
+	// ExitCode is the program's exit status; 128+N when signal N killed it.
+	// It is absent when the program never ran to an end (queued, timeout
+	// before exit, input or internal errors).
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StdoutLines     int64  `json:"stdout_lines"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+	StderrLines     int64  `json:"stderr_lines"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+
+	DurationMS   int64  `json:"duration_ms"`
+	QueueMS      int64  `json:"queue_ms"`
+	PeakMemoryMB int64  `json:"peak_memory_mb"`
+	Tier         string `json:"tier,omitempty"`
+	TierReason   string `json:"tier_reason,omitempty"`
+	Image        string `json:"image,omitempty"`
+	ImageDigest  string `json:"image_digest,omitempty"`
+
+	Limits    Limits     `json:"limits,omitzero"`
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+}

@@ -131,7 +131,14 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 		l.runtimes = append(l.runtimes, rt)
 	}
 	store := images.NewStore(filepath.Join(f.dataDir, "images"), sandboxUID, sandboxGID)
-	l.engine = engine.New(cfg, l.runtimes, store, log)
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = filepath.Join(f.dataDir, "cache")
+	}
+	cfg.UID, cfg.GID = sandboxUID, sandboxGID
+	l.engine, err = engine.New(cfg, l.runtimes, store, filepath.Join(f.dataDir, "engine"), log)
+	if err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 

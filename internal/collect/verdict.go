@@ -35,8 +35,8 @@ type Facts struct {
 
 // Verdict decides the final status and, for failures, the error. A run that
 // exited 0 in time succeeded even if it met a limit along the way and
-// recovered; otherwise the first matching cause wins: cancellation, compile
-// error, OOM kill, refused forks or a full disk, timeout, non-zero exit.
+// recovered; otherwise the first matching cause wins: cancellation, refused
+// forks, OOM kill, compile error, a full disk, timeout, non-zero exit.
 func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 	fail := func(t sandbox.ErrorType, msg string) (sandbox.Status, *sandbox.Failure) {
 		st := sandbox.StatusFailed
@@ -52,15 +52,17 @@ func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 		return sandbox.StatusSuccess, nil
 	}
 	switch {
+	case f.PidsLimitHits > 0:
+		// Before OOM: a sandbox full of processes often runs out of memory
+		// as a consequence (each gVisor task costs the sentry memory).
+		return fail(sandbox.ErrResourceLimit, fmt.Sprintf(
+			"process limit: the program tried to run more than %d processes and threads at once and a fork was refused", f.Pids))
 	case f.OOMKills > 0:
 		return fail(sandbox.ErrOOM, fmt.Sprintf(
 			"out of memory: the program needed more than memory_mb=%d and the kernel killed it (peak %d MB); raise limits.memory_mb or use less memory",
 			f.MemoryMB, f.PeakMemoryMB))
 	case f.CompileFailed && !f.TimedOut:
 		return fail(sandbox.ErrCompile, compileMessage(f.Stderr))
-	case f.PidsLimitHits > 0:
-		return fail(sandbox.ErrResourceLimit, fmt.Sprintf(
-			"process limit: the program tried to run more than %d processes and threads at once and a fork was refused", f.Pids))
 	case f.DiskFull:
 		return fail(sandbox.ErrResourceLimit, fmt.Sprintf(
 			"disk full: /workspace and /tmp together hold at most disk_mb=%d; raise limits.disk_mb or write less", f.DiskMB))

@@ -11,9 +11,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +46,10 @@ type Config struct {
 	// DestroyAsync tears sandboxes down after the result is returned
 	// (a server); otherwise before (a one-shot CLI).
 	DestroyAsync bool
+	// CacheDir keeps languages' warmed build caches; empty disables them.
+	CacheDir string
+	// UID and GID are the sandbox user, who owns what warming writes.
+	UID, GID int
 }
 
 // DefaultConfig returns the conservative defaults of DESIGN §2.
@@ -75,12 +82,15 @@ type Engine struct {
 	runtimes map[runtime.Tier]runtime.Runtime
 	images   ImageResolver
 	log      *slog.Logger
+	caches   *caches
+	emptyDir string // an empty directory, the lower layer of a cold cache
 
 	teardown sync.WaitGroup
 }
 
 // New returns an engine over the given runtimes (at most one per tier).
-func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, log *slog.Logger) *Engine {
+// scratch is a directory the engine may use for its own files.
+func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, log *slog.Logger) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -88,7 +98,14 @@ func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, log *slog.Logger
 	for _, rt := range rts {
 		m[rt.Tier()] = rt
 	}
-	return &Engine{cfg: cfg, runtimes: m, images: imgs, log: log}
+	e := &Engine{cfg: cfg, runtimes: m, images: imgs, log: log, emptyDir: filepath.Join(scratch, "empty")}
+	if err := os.MkdirAll(e.emptyDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create engine dir: %w", err)
+	}
+	if cfg.CacheDir != "" {
+		e.caches = &caches{dir: cfg.CacheDir, inflight: map[string]*warming{}, failed: map[string]time.Time{}}
+	}
+	return e, nil
 }
 
 // Close waits for sandboxes being torn down.
@@ -165,12 +182,13 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		Limits:      req.Limits,
 		StartedAt:   time.Now().UTC(),
 	}
-	out := &capture{
-		stdout: collect.NewStream(e.cfg.OutputKeep),
-		stderr: collect.NewStream(e.cfg.OutputKeep),
-		sink:   sink,
+	out := newCapture(e.cfg.OutputKeep, sink)
+	facts, sb, err := e.execute(ctx, job, out, &res)
+	if sb != nil {
+		// After the record is complete: the teardown is not the program's
+		// time.
+		defer e.destroy(sb)
 	}
-	facts, err := e.execute(ctx, job, out, &res)
 	res.Stdout, res.StdoutBytes, res.StdoutLines, res.StdoutTruncated = out.stdout.Text(), out.stdout.Bytes(), out.stdout.Lines(), out.stdout.Truncated()
 	res.Stderr, res.StderrBytes, res.StderrLines, res.StderrTruncated = out.stderr.Text(), out.stderr.Bytes(), out.stderr.Lines(), out.stderr.Truncated()
 	res.FinishedAt = time.Now().UTC()
@@ -198,14 +216,19 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 
 // execute does the sandbox work of Run; an error is Corral's fault (or a
 // cancellation), never the program's.
-func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (collect.Facts, error) {
+func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (_ collect.Facts, _ runtime.Sandbox, err error) {
 	req := job.Req
 	l := req.Limits
 	facts := collect.Facts{TimeoutMS: l.TimeoutMS, MemoryMB: l.MemoryMB, DiskMB: l.DiskMB, Pids: e.cfg.Pids}
 	rt := e.runtimes[job.Tier]
+	overlays, err := e.cacheOverlay(ctx, job.Runner, job.Image)
+	if err != nil {
+		return facts, nil, err
+	}
 	sb, err := rt.Create(ctx, runtime.Spec{
-		Rootfs: job.Image.Rootfs,
-		Mounts: job.Image.Mounts,
+		Rootfs:   job.Image.Rootfs,
+		Mounts:   job.Image.Mounts,
+		Overlays: overlays,
 		Limits: runtime.Limits{
 			MemoryBytes: l.MemoryMB << 20,
 			CPUCores:    l.CPUCores,
@@ -214,23 +237,22 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 		},
 	})
 	if err != nil {
-		return facts, fmt.Errorf("create sandbox: %w", err)
+		return facts, nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	defer e.destroy(sb)
 
 	plan := job.Runner.Plan(req.Code)
 	client := sb.Agent()
 	for _, f := range plan.Files {
 		if err := client.WriteFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content)); err != nil {
-			return facts, fmt.Errorf("place %s: %w", f.Path, err)
+			return facts, sb, fmt.Errorf("place %s: %w", f.Path, err)
 		}
 	}
-	env := e.baseEnv(job)
+	env := e.baseEnv(job.Image)
 
 	if plan.Compile != nil {
 		st, err := e.step(ctx, sb, *plan.Compile, env, nil, e.cfg.CompileTimeout, out)
 		if err != nil {
-			return facts, err
+			return facts, sb, err
 		}
 		if st.timedOut || !st.exited || st.code != 0 {
 			facts.CompileFailed = true
@@ -239,7 +261,8 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 			if st.timedOut {
 				facts.TimeoutMS = e.cfg.CompileTimeout.Milliseconds()
 			}
-			return e.finishFacts(ctx, sb, facts, res)
+			facts, err = e.finishFacts(ctx, sb, facts, res)
+			return facts, sb, err
 		}
 	}
 
@@ -248,13 +271,18 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 	st, err := e.step(ctx, sb, plan.Run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
 	if err != nil {
-		return facts, err
+		return facts, sb, err
 	}
+	res.StartedAt = st.started.UTC()
 	res.DurationMS = st.duration.Milliseconds()
 	facts.TimedOut = st.timedOut
+	if st.atLimit {
+		facts.PidsLimitHits, facts.Pids = 1, st.pidsLimit
+	}
 	facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
 	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
-	return e.finishFacts(ctx, sb, facts, res)
+	facts, err = e.finishFacts(ctx, sb, facts, res)
+	return facts, sb, err
 }
 
 func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts collect.Facts, res *sandbox.Result) (collect.Facts, error) {
@@ -263,9 +291,9 @@ func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts coll
 		return facts, fmt.Errorf("read sandbox stats: %w", err)
 	}
 	facts.OOMKills = stats.OOMKills
-	facts.PidsLimitHits = stats.PidsLimitHits
+	facts.PidsLimitHits += stats.PidsLimitHits
 	facts.DiskFull = stats.DiskFull
-	facts.PeakMemoryMB = (stats.PeakMemoryBytes + (1<<20 - 1)) >> 20
+	facts.PeakMemoryMB = stats.PeakMemoryBytes >> 20
 	res.PeakMemoryMB = facts.PeakMemoryMB
 	return facts, nil
 }
@@ -290,7 +318,7 @@ func (e *Engine) destroy(sb runtime.Sandbox) {
 }
 
 // baseEnv is the reproducible environment every program starts from.
-func (e *Engine) baseEnv(job *Job) map[string]string {
+func (e *Engine) baseEnv(img images.Image) map[string]string {
 	env := map[string]string{
 		"PATH":    "/usr/local/bin:/usr/bin:/bin",
 		"HOME":    "/workspace",
@@ -302,7 +330,7 @@ func (e *Engine) baseEnv(job *Job) map[string]string {
 		// Hash randomisation off: the same code prints the same dict order.
 		"PYTHONHASHSEED": "0",
 	}
-	for _, kv := range job.Image.Env {
+	for _, kv := range img.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			env[k] = v
 		}
@@ -328,11 +356,16 @@ func stepEnv(base map[string]string, step []string, request map[string]string) [
 }
 
 type stepResult struct {
-	exited   bool
-	code     int
-	signal   string
-	timedOut bool
-	duration time.Duration
+	// atLimit: the sandbox was seen holding as many processes as its
+	// pidsLimit allows.
+	atLimit   bool
+	pidsLimit int64
+	exited    bool
+	code      int
+	signal    string
+	timedOut  bool
+	started   time.Time
+	duration  time.Duration
 }
 
 // step runs one process to its end, killing everything in the sandbox at
@@ -354,6 +387,7 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	watch := e.watchLimit(sb, p.Done())
 	var r stepResult
 	select {
 	case <-p.Done():
@@ -364,7 +398,8 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base
 		e.kill(sb)
 	}
 	st, err := p.Wait(context.Background())
-	r.duration = time.Since(start)
+	r.started, r.duration = start, time.Since(start)
+	r.atLimit, r.pidsLimit = watch.full.Load(), watch.limit.Load()
 	if err != nil {
 		if r.timedOut {
 			return r, nil // we killed the sandbox ourselves
@@ -374,7 +409,7 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base
 		}
 		// The sandbox died under the program: the kernel's facts (an OOM
 		// kill of the agent, say) decide; otherwise it is ours.
-		if stats, serr := sb.Stats(context.Background()); serr == nil && (stats.OOMKills > 0 || stats.PidsLimitHits > 0) {
+		if stats, serr := sb.Stats(context.Background()); serr == nil && (stats.OOMKills > 0 || stats.PidsLimitHits > 0 || r.atLimit) {
 			r.exited, r.code, r.signal = true, 128+int(syscall.SIGKILL), "SIGKILL"
 			return r, nil
 		}
@@ -393,6 +428,72 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base
 	return r, nil
 }
 
+// probeInterval is how often a running program's process count is checked.
+const probeInterval = 500 * time.Millisecond
+
+// watchLimit polls, until done, whether the sandbox is full of processes;
+// the flag stays set once seen. It matters where the kernel keeps no count
+// of refused forks (gVisor), and where a fork bomb can take the sandbox
+// down (by exhausting memory) before its deadline.
+func (e *Engine) watchLimit(sb runtime.Sandbox, done <-chan struct{}) *limitWatch {
+	w := &limitWatch{}
+	if _, ok := sb.(runtime.LimitProber); !ok {
+		return w
+	}
+	go func() {
+		t := time.NewTicker(probeInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if w.check(e, sb) {
+					return
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// limitWatch remembers that a sandbox was seen full of processes.
+type limitWatch struct {
+	full  atomic.Bool
+	limit atomic.Int64
+}
+
+// check probes once unless the sandbox was already seen full.
+func (w *limitWatch) check(e *Engine, sb runtime.Sandbox) bool {
+	if w.full.Load() {
+		return true
+	}
+	full, limit := e.atLimit(sb)
+	if full {
+		w.limit.Store(limit)
+		w.full.Store(true)
+	}
+	return full
+}
+
+// atLimit reports whether the sandbox runs as many processes as it may,
+// within a margin: a fork bomb oscillates just below the limit as children
+// die and are replaced.
+func (e *Engine) atLimit(sb runtime.Sandbox) (bool, int64) {
+	p, ok := sb.(runtime.LimitProber)
+	if !ok {
+		return false, 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, limit, err := p.Processes(ctx)
+	if err != nil {
+		e.log.Debug("probe process count", "sandbox", sb.ID(), "err", err)
+		return false, 0
+	}
+	return limit > 0 && n >= limit*9/10, limit
+}
+
 // kill ends the whole sandbox at a deadline or on cancellation. It goes
 // through the runtime, not the agent: a fork bomb under a CPU quota can
 // starve the agent of the time it needs to answer.
@@ -402,6 +503,10 @@ func (e *Engine) kill(sb runtime.Sandbox) {
 	if err := sb.Kill(ctx); err != nil {
 		e.log.Warn("kill sandbox", "sandbox", sb.ID(), "err", err)
 	}
+}
+
+func newCapture(keep int, sink Sink) *capture {
+	return &capture{stdout: collect.NewStream(keep), stderr: collect.NewStream(keep), sink: sink}
 }
 
 // capture collects a process's output for the record and forwards it live.

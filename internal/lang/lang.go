@@ -59,6 +59,25 @@ type Explainer interface {
 	Explain(stderr string) string
 }
 
+// Cache is a language's shared build cache (Go's compiled standard
+// library): warmed once per image by Corral's own trusted plan, then given
+// to every sandbox read-only with a private writable layer on top, so no
+// program can poison it for another and a program's own additions count
+// against its disk.
+type Cache struct {
+	// Name names the cache on the host.
+	Name string
+	// Path is where it appears in the sandbox.
+	Path string
+	// Warm fills it; its compile step runs with Path writable.
+	Warm Plan
+}
+
+// Cacher is a Runner with a Cache.
+type Cacher interface {
+	Cache() Cache
+}
+
 var (
 	mu       sync.RWMutex
 	registry = map[string]Runner{}

@@ -30,10 +30,21 @@ type Limits struct {
 	DiskBytes   int64   // what /workspace and /tmp can hold together
 }
 
-// Mount is a host path bound read-only into the sandbox.
+// Mount is a host path bound into the sandbox, read-only unless Writable.
+// Writable binds are for Corral's own trusted work (warming a cache), never
+// for a request's program.
 type Mount struct {
 	Source      string `json:"source"`
 	Destination string `json:"destination"`
+	Writable    bool   `json:"writable,omitempty"`
+}
+
+// Overlay gives the sandbox a private writable view of a read-only host
+// directory (a shared build cache): reads come from Lower, writes land on
+// the sandbox's own disk and count against its size.
+type Overlay struct {
+	Lower       string
+	Destination string
 }
 
 // Spec describes a sandbox to create.
@@ -42,8 +53,9 @@ type Spec struct {
 	Rootfs string
 	// Mounts are read-only binds on top of the rootfs (the host image binds
 	// the host's /usr).
-	Mounts []Mount
-	Limits Limits
+	Mounts   []Mount
+	Overlays []Overlay
+	Limits   Limits
 	// Workspace, if set, is a host directory holding a disk image that
 	// persists after the sandbox (a session's workspace); otherwise the
 	// sandbox gets a fresh disk that is removed with it.
@@ -89,6 +101,17 @@ type Sandbox interface {
 	// Destroy kills the sandbox and removes everything it used. It is
 	// idempotent.
 	Destroy(ctx context.Context) error
+}
+
+// LimitProber is a Sandbox that can tell, while its programs still run,
+// whether they hold as many processes as the pids limit allows. gVisor keeps
+// its tasks inside the sentry, so refused forks leave no trace in the host
+// cgroup; at a deadline, a sandbox full of processes is the fact that
+// remains.
+type LimitProber interface {
+	// Processes returns how many processes and threads the sandbox runs
+	// and how many it may.
+	Processes(ctx context.Context) (n, limit int64, err error)
 }
 
 // ErrUnavailable reports that the runtime cannot run here (binary missing,

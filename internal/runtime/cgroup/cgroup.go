@@ -110,6 +110,11 @@ func Unthrottle(path string) error {
 	return nil
 }
 
+// Processes returns how many tasks the cgroup holds now.
+func Processes(path string) (int64, error) {
+	return readInt(dir("pids", path), "pids.current")
+}
+
 // Exists reports whether the cgroup at path exists.
 func Exists(path string) bool {
 	_, err := os.Stat(dir("memory", path))

@@ -81,11 +81,13 @@ func (t *Templates) path(ctx context.Context, size int64) (string, error) {
 			return "", fmt.Errorf("create template layout: %w", err)
 		}
 	}
-	tmp := p + ".tmp" + strconv.Itoa(os.Getpid())
-	f, err := os.Create(tmp)
+	// Another runtime or process may be making the same template: each
+	// works on its own file and the renames are atomic.
+	f, err := os.CreateTemp(t.dir, filepath.Base(p)+".tmp-*")
 	if err != nil {
 		return "", fmt.Errorf("create template: %w", err)
 	}
+	tmp := f.Name()
 	err = f.Truncate(size)
 	f.Close()
 	if err != nil {

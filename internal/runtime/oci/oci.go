@@ -18,9 +18,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +106,12 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
+// SandboxDir is where sandbox id keeps its bundle and disk.
+func (r *Runtime) SandboxDir(id string) string { return filepath.Join(r.sandboxes, id) }
+
+// StateDir is the runtime binary's state root.
+func (r *Runtime) StateDir() string { return r.state }
+
 // Tier returns the runtime's tier.
 func (r *Runtime) Tier() runtime.Tier { return r.cfg.Tier }
 
@@ -117,9 +125,11 @@ type Sandbox struct {
 	disk   *disk.Disk
 	keep   bool // the disk is a session's and outlives the sandbox
 	client *agent.Client
+	limits atomic.Pointer[runtime.Limits] // in force
 	diag   *tail // the sandbox's stderr: runtime and agent diagnostics
-	// initFD is a pidfd of the sandbox's init (the agent) on the host, so
-	// Kill needs no runtime invocation and cannot hit a reused pid.
+	// initFD is a pidfd of the sandbox's init (runc: the agent; runsc: the
+	// sentry) on the host, so Kill needs no runtime invocation and cannot
+	// hit a reused pid.
 	initFD int
 
 	destroyOnce sync.Once
@@ -127,6 +137,7 @@ type Sandbox struct {
 }
 
 var _ runtime.Sandbox = (*Sandbox)(nil)
+var _ runtime.LimitProber = (*Sandbox)(nil)
 var _ runtime.Runtime = (*Runtime)(nil)
 
 func newID() string {
@@ -165,9 +176,17 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	if err != nil {
 		return nil, fmt.Errorf("sandbox disk: %w", err)
 	}
+	mounts := slices.Clone(spec.Mounts)
+	for i, o := range spec.Overlays {
+		target, err := s.overlay(i, o.Lower)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, runtime.Mount{Source: target, Destination: o.Destination, Writable: true})
+	}
 	cfg, err := config(bundle{
 		Rootfs:         spec.Rootfs,
-		Mounts:         spec.Mounts,
+		Mounts:         mounts,
 		Limits:         spec.Limits,
 		DiskDir:        s.disk.Dir,
 		AgentBinary:    r.cfg.AgentBinary,
@@ -175,6 +194,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		UID:            r.cfg.UID,
 		GID:            r.cfg.GID,
 		SwapAccounting: r.swap,
+		GVisor:         r.cfg.Tier == runtime.TierGVisor,
 	})
 	if err != nil {
 		return nil, err
@@ -186,6 +206,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	if err := os.WriteFile(filepath.Join(s.dir, "config.json"), b, 0o600); err != nil {
 		return nil, fmt.Errorf("write config: %w", err)
 	}
+	s.limits.Store(&spec.Limits)
 	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
@@ -195,6 +216,30 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		return nil, fmt.Errorf("sandbox %s did not start: %w%s", s.id, err, s.diag.suffix())
 	}
 	return s, nil
+}
+
+// overlay mounts a private writable view of lower whose changes live on the
+// sandbox's disk, and returns its host path.
+func (s *Sandbox) overlay(i int, lower string) (string, error) {
+	base := filepath.Join(s.disk.Dir, ".overlay", strconv.Itoa(i))
+	upper, work := filepath.Join(base, "upper"), filepath.Join(base, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", fmt.Errorf("create overlay: %w", err)
+		}
+	}
+	if err := os.Chown(upper, int(s.rt.cfg.UID), int(s.rt.cfg.GID)); err != nil {
+		return "", fmt.Errorf("create overlay: %w", err)
+	}
+	target := filepath.Join(s.dir, "overlay"+strconv.Itoa(i))
+	if err := os.Mkdir(target, 0o755); err != nil {
+		return "", fmt.Errorf("create overlay: %w", err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off", lower, upper, work)
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", fmt.Errorf("mount overlay of %s: %w", lower, err)
+	}
+	return target, nil
 }
 
 func (r *Runtime) command(ctx context.Context, args ...string) *exec.Cmd {
@@ -247,12 +292,12 @@ func (s *Sandbox) start(ctx context.Context) error {
 		return fmt.Errorf("%s run: %w%s", filepath.Base(s.rt.cfg.Binary), runErr, runtimeLogError(logPath))
 	}
 	s.client = agent.NewClient(fromAgentR, toAgentW, closer)
-	if s.rt.cfg.Tier == runtime.TierContainer {
-		if b, err := os.ReadFile(pidPath); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-					s.initFD = fd
-				}
+	// runc writes the container's init there, runsc the sandbox process
+	// (the sentry): killing either ends every program of the sandbox.
+	if b, err := os.ReadFile(pidPath); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+				s.initFD = fd
 			}
 		}
 	}
@@ -285,7 +330,7 @@ func (s *Sandbox) ResetStats(ctx context.Context) error { return cgroup.ResetPea
 // Update applies new memory, CPU and pids limits to the running sandbox.
 // The disk size is fixed at creation.
 func (s *Sandbox) Update(ctx context.Context, l runtime.Limits) error {
-	res := resources(l, s.rt.swap)
+	res := resources(hostLimits(bundle{Limits: l, GVisor: s.rt.cfg.Tier == runtime.TierGVisor}), s.rt.swap)
 	res.Devices = nil
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -296,7 +341,34 @@ func (s *Sandbox) Update(ctx context.Context, l runtime.Limits) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("update sandbox %s: %w: %s", s.id, err, bytes.TrimSpace(out))
 	}
+	l.DiskBytes = s.limits.Load().DiskBytes
+	s.limits.Store(&l)
 	return nil
+}
+
+// Processes reports how many tasks the sandbox runs and may run: from the
+// cgroup for runc, from the sentry's own count for runsc.
+func (s *Sandbox) Processes(ctx context.Context) (int64, int64, error) {
+	if s.rt.cfg.Tier != runtime.TierGVisor {
+		n, err := cgroup.Processes(s.cgroup)
+		return n, s.limits.Load().Pids, err
+	}
+	limit := gvisorTasks(*s.limits.Load())
+	out, err := s.rt.command(ctx, "events", "--stats", s.id).Output()
+	if err != nil {
+		return 0, limit, fmt.Errorf("runsc events: %w", err)
+	}
+	var ev struct {
+		Data struct {
+			Pids struct {
+				Current int64 `json:"current"`
+			} `json:"pids"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &ev); err != nil {
+		return 0, limit, fmt.Errorf("decode runsc events: %w", err)
+	}
+	return ev.Data.Pids.Current, limit, nil
 }
 
 // Kill kills every process of the sandbox. Killing the agent, which is
@@ -327,6 +399,12 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		}
 		if err := s.rt.deleteContainer(ctx, s.id); err != nil {
 			errs = append(errs, err)
+		}
+		overlays, _ := filepath.Glob(filepath.Join(s.dir, "overlay*"))
+		for _, o := range overlays {
+			if err := disk.Unmount(o); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if s.disk != nil {
 			if err := s.disk.Detach(!s.keep); err != nil {

@@ -1,9 +1,8 @@
-package oci
+package oci_test
 
 import (
 	"bufio"
-	"encoding/json"
-	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,18 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/cgroup"
+	"github.com/corralhq/corral/internal/runtime/oci"
 	"github.com/corralhq/corral/internal/runtime/runtimetest"
 	"github.com/corralhq/corral/internal/testenv"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
-
-const cgroupParent = "corral-test"
 
 func TestMain(m *testing.M) {
 	if tier := os.Getenv("CORRAL_TEST_HANG_TIER"); tier != "" {
@@ -36,7 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 type fixture struct {
-	rt  *Runtime
+	rt  *oci.Runtime
 	env runtimetest.Env
 }
 
@@ -44,11 +38,11 @@ func newFixture(t testing.TB, tier runtime.Tier, dataDir string) fixture {
 	testenv.RequireRoot(t)
 	bin, flags := testenv.Runtime(t, "runc"), []string(nil)
 	if tier == runtime.TierGVisor {
-		bin, flags = testenv.Runtime(t, "runsc"), []string{"--network=none", "--oci-seccomp", "--overlay2=none"}
+		bin, flags = testenv.Runtime(t, "runsc"), testenv.RunscFlags
 	}
-	rt, err := New(Config{
+	rt, err := oci.New(oci.Config{
 		Tier: tier, Binary: bin, Flags: flags, DataDir: dataDir,
-		AgentBinary: testenv.Corral(t), CgroupParent: cgroupParent, UID: 1000, GID: 1000,
+		AgentBinary: testenv.Corral(t), CgroupParent: testenv.CgroupParent, UID: 1000, GID: 1000,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,19 +60,19 @@ func newFixture(t testing.TB, tier runtime.Tier, dataDir string) fixture {
 }
 
 // leftovers lists what of sandbox id remains on the host.
-func leftovers(rt *Runtime, id string) []string {
+func leftovers(rt *oci.Runtime, id string) []string {
 	var left []string
 	for _, m := range testenv.Mounts(id) {
 		left = append(left, "mount: "+m)
 	}
-	if cgroup.Exists("/" + cgroupParent + "/" + id) {
-		left = append(left, "cgroup /"+cgroupParent+"/"+id)
+	if cgroup.Exists("/" + testenv.CgroupParent + "/" + id) {
+		left = append(left, "cgroup /"+testenv.CgroupParent+"/"+id)
 	}
-	if _, err := os.Stat(filepath.Join(rt.sandboxes, id)); err == nil {
-		left = append(left, "directory "+filepath.Join(rt.sandboxes, id))
+	if _, err := os.Stat(rt.SandboxDir(id)); err == nil {
+		left = append(left, "directory "+rt.SandboxDir(id))
 	}
-	if _, err := os.Stat(filepath.Join(rt.state, id)); err == nil {
-		left = append(left, "runtime state "+filepath.Join(rt.state, id))
+	if states, _ := filepath.Glob(filepath.Join(rt.StateDir(), "*"+id+"*")); len(states) > 0 {
+		left = append(left, fmt.Sprintf("runtime state %v", states))
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
 	for _, p := range procs {
@@ -164,112 +158,5 @@ func TestReapAfterCrash(t *testing.T) {
 				t.Errorf("left behind after reap: %v", left)
 			}
 		})
-	}
-}
-
-// TestConfigGolden pins the OCI config a sandbox gets.
-func TestConfigGolden(t *testing.T) {
-	cfg, err := config(bundle{
-		Rootfs:         "/var/lib/corral/images/host/rootfs",
-		Mounts:         []runtime.Mount{{Source: "/usr", Destination: "/usr"}},
-		Limits:         runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1.5, Pids: 256, DiskBytes: 1 << 30},
-		DiskDir:        "/var/lib/corral/sandboxes/runc/sb-test/disk",
-		AgentBinary:    "/usr/local/bin/corral",
-		CgroupsPath:    "/corral/sb-test",
-		UID:            1000,
-		GID:            1000,
-		SwapAccounting: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := json.MarshalIndent(cfg, "", "\t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	golden := filepath.Join("testdata", "config.golden.json")
-	if *update {
-		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(strings.TrimSpace(string(want)), strings.TrimSpace(string(got))); diff != "" {
-		t.Errorf("config.json changed (-golden +got); if intended, go test -update:\n%s", diff)
-	}
-}
-
-// TestConfigPolicy checks the security properties the golden file pins, so
-// an -update cannot silently weaken them.
-func TestConfigPolicy(t *testing.T) {
-	cfg, err := config(bundle{Rootfs: "/r", DiskDir: "/d", AgentBinary: "/a", CgroupsPath: "/c", UID: 1000, GID: 1000,
-		Limits: runtime.Limits{MemoryBytes: 1 << 28, CPUCores: 1, Pids: 64}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cfg.Root.Readonly {
-		t.Error("root is writable")
-	}
-	if !cfg.Process.NoNewPrivileges {
-		t.Error("noNewPrivileges off")
-	}
-	if cfg.Process.User.UID == 0 {
-		t.Error("runs as root")
-	}
-	c := cfg.Process.Capabilities
-	if c == nil || len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
-		t.Errorf("capabilities: %+v", c)
-	}
-	ns := map[string]bool{}
-	for _, n := range cfg.Linux.Namespaces {
-		if n.Path != "" {
-			t.Errorf("namespace %s joins %s", n.Type, n.Path)
-		}
-		ns[string(n.Type)] = true
-	}
-	for _, want := range []string{"pid", "network", "ipc", "uts", "mount", "cgroup"} {
-		if !ns[want] {
-			t.Errorf("no %s namespace", want)
-		}
-	}
-	writable := map[string]bool{}
-	for _, m := range cfg.Mounts {
-		isRO := false
-		for _, o := range m.Options {
-			if o == "ro" {
-				isRO = true
-			}
-		}
-		if !isRO && (m.Type == "bind") {
-			writable[m.Destination] = true
-		}
-	}
-	if diff := cmp.Diff(map[string]bool{"/workspace": true, "/tmp": true}, writable); diff != "" {
-		t.Errorf("writable binds (-want +got):\n%s", diff)
-	}
-	denied := map[string]bool{}
-	for _, sc := range cfg.Linux.Seccomp.Syscalls {
-		for _, n := range sc.Names {
-			if sc.Action == "SCMP_ACT_ALLOW" {
-				for _, d := range deniedSyscalls {
-					if n == d {
-						t.Errorf("seccomp allows denied syscall %s", n)
-					}
-				}
-			} else {
-				denied[n] = true
-			}
-		}
-	}
-	for _, n := range []string{"mount", "unshare", "setns", "bpf", "keyctl", "io_uring_setup", "userfaultfd", "ptrace", "perf_event_open"} {
-		if !denied[n] {
-			t.Errorf("seccomp does not deny %s", n)
-		}
-	}
-	if cfg.Linux.Seccomp.DefaultAction != "SCMP_ACT_ERRNO" {
-		t.Errorf("seccomp default action %s", cfg.Linux.Seccomp.DefaultAction)
 	}
 }

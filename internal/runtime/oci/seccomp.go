@@ -42,8 +42,9 @@ var allowedSockets = []struct{ domain, protocol uint64 }{
 const anyProtocol = ^uint64(0)
 
 // seccompProfile derives the sandbox's filter from Docker's default profile,
-// evaluated for spec's (empty) capability sets.
-func seccompProfile(spec *specs.Spec) (*specs.LinuxSeccomp, error) {
+// evaluated for spec's (empty) capability sets. For gVisor, clone3 is
+// allowed (see bundle.GVisor).
+func seccompProfile(spec *specs.Spec, gvisor bool) (*specs.LinuxSeccomp, error) {
 	p, err := seccomp.GetDefaultProfile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("default seccomp profile: %w", err)
@@ -52,6 +53,9 @@ func seccompProfile(spec *specs.Spec) (*specs.LinuxSeccomp, error) {
 	for _, sc := range p.Syscalls {
 		if slices.Contains(sc.Names, "socket") && len(sc.Names) == 1 {
 			continue // replaced by allowedSockets
+		}
+		if gvisor && slices.Equal(sc.Names, []string{"clone3"}) && sc.Action == specs.ActErrno {
+			sc = specs.LinuxSyscall{Names: sc.Names, Action: specs.ActAllow}
 		}
 		names := slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool {
 			return slices.Contains(deniedSyscalls, n)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -13,6 +14,7 @@ import (
 // Paths inside every sandbox.
 const (
 	AgentPath     = "/.corral/agent"
+	CachePath     = "/.corral/cache"
 	WorkspacePath = "/workspace"
 	TmpPath       = "/tmp"
 	Hostname      = "sandbox"
@@ -30,7 +32,40 @@ type bundle struct {
 	UID, GID    uint32
 	// SwapAccounting says whether the memory+swap limit can be set.
 	SwapAccounting bool
+	// GVisor adapts the config to runsc:
+	//   - RLIMIT_NPROC is set to the pids limit: gVisor's kernel counts a
+	//     user's processes per sandbox, while its tasks never reach the
+	//     host's pids cgroup. (On the host kernel the count would be per
+	//     uid across all sandboxes, so runc relies on the cgroup.)
+	//   - the host pids limit leaves room for the sentry's own threads and
+	//     its per-task stubs (systrap), so reaching the limit inside never
+	//     kills the sentry itself.
+	//   - clone3 is allowed: runsc's seccomp ignores the ENOSYS errno that
+	//     makes glibc fall back to clone, so threads could not start.
+	//     Namespaces created through it are gVisor's own.
+	GVisor bool
 }
+
+// gvisorTaskMB is what one task may cost a gVisor sandbox in memory (sentry
+// state, stub process, page tables): a forking python measured 3.4 to 4.4
+// MB a task here.
+const gvisorTaskMB = 6
+
+// gvisorTasks is how many tasks a gVisor sandbox may run: the pids limit,
+// but no more than its memory can hold, so that a fork bomb meets the
+// process limit (a resource_limit) before it exhausts memory (an oom).
+func gvisorTasks(l runtime.Limits) int64 {
+	n := l.Pids
+	if l.MemoryBytes > 0 {
+		n = min(n, max(32, (l.MemoryBytes>>20)/gvisorTaskMB))
+	}
+	return n
+}
+
+// gvisorHostPids is the host pids limit for a gVisor sandbox whose programs
+// may run tasks tasks: the sentry's threads plus up to about three and a
+// half stub threads a task (measured here under a fork bomb).
+func gvisorHostPids(tasks int64) int64 { return 4*tasks + 128 }
 
 // shmBytes sizes /dev/shm; its pages count against the memory limit.
 const shmBytes = 64 << 20
@@ -78,7 +113,7 @@ func config(b bundle) (*specs.Spec, error) {
 				{Type: specs.CgroupNamespace},
 			},
 			CgroupsPath: b.CgroupsPath,
-			Resources:   resources(b.Limits, b.SwapAccounting),
+			Resources:   resources(hostLimits(b), b.SwapAccounting),
 			MaskedPaths: []string{
 				"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore",
 				"/proc/keys", "/proc/latency_stats", "/proc/timer_list",
@@ -92,7 +127,11 @@ func config(b bundle) (*specs.Spec, error) {
 			RootfsPropagation: "private",
 		},
 	}
-	sc, err := seccompProfile(s)
+	if b.GVisor && b.Limits.Pids > 0 {
+		n := uint64(gvisorTasks(b.Limits))
+		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
+	}
+	sc, err := seccompProfile(s, b.GVisor)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +140,7 @@ func config(b bundle) (*specs.Spec, error) {
 }
 
 func mounts(b bundle) []specs.Mount {
+	cacheRoot := false
 	m := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
@@ -110,8 +150,19 @@ func mounts(b bundle) []specs.Mount {
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 	}
 	for _, bm := range b.Mounts {
+		if strings.HasPrefix(bm.Destination, CachePath+"/") && !cacheRoot {
+			// A small tmpfs, so the runtime can create mount points for
+			// caches in an otherwise read-only root.
+			m = append(m, specs.Mount{Destination: CachePath, Type: "tmpfs", Source: "tmpfs",
+				Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=64k"}})
+			cacheRoot = true
+		}
+		mode := "ro"
+		if bm.Writable {
+			mode = "rw"
+		}
 		m = append(m, specs.Mount{Destination: bm.Destination, Type: "bind", Source: bm.Source,
-			Options: []string{"bind", "ro", "nosuid", "nodev"}})
+			Options: []string{"bind", mode, "nosuid", "nodev"}})
 	}
 	m = append(m,
 		specs.Mount{Destination: WorkspacePath, Type: "bind", Source: filepath.Join(b.DiskDir, "workspace"),
@@ -122,6 +173,15 @@ func mounts(b bundle) []specs.Mount {
 			Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	)
 	return m
+}
+
+// hostLimits are the limits the host cgroup enforces.
+func hostLimits(b bundle) runtime.Limits {
+	l := b.Limits
+	if b.GVisor && l.Pids > 0 {
+		l.Pids = gvisorHostPids(gvisorTasks(l))
+	}
+	return l
 }
 
 func resources(l runtime.Limits, swapAccounting bool) *specs.LinuxResources {

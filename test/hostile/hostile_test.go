@@ -92,8 +92,8 @@ print(json.dumps(out))
 
 type findings struct {
 	CapEff, CapPrm, NoNewPrivs, Seccomp string
-	UID                                 int `json:"uid"`
-	EUID                                int `json:"euid"`
+	UID                                 int               `json:"uid"`
+	EUID                                int               `json:"euid"`
 	ShadowExists                        bool              `json:"shadow_exists"`
 	InitEnviron                         string            `json:"init_environ"`
 	OwnEnviron                          string            `json:"own_environ"`

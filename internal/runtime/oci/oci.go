@@ -126,7 +126,7 @@ type Sandbox struct {
 	keep   bool // the disk is a session's and outlives the sandbox
 	client *agent.Client
 	limits atomic.Pointer[runtime.Limits] // in force
-	diag   *tail // the sandbox's stderr: runtime and agent diagnostics
+	diag   *tail                          // the sandbox's stderr: runtime and agent diagnostics
 	// initFD is a pidfd of the sandbox's init (runc: the agent; runsc: the
 	// sentry) on the host, so Kill needs no runtime invocation and cannot
 	// hit a reused pid.

@@ -26,13 +26,17 @@ const sandboxUID, sandboxGID = 1000, 1000
 
 // localFlags configure sandboxes on this machine; run and serve share them.
 type localFlags struct {
-	dataDir string
-	runc    string
-	runsc   string
+	dataDir      string
+	cacheDir     string
+	cgroupParent string
+	runc         string
+	runsc        string
 }
 
 func (f *localFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", "/var/lib/corral", "directory for sandboxes, images and local state")
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "directory for warmed language build caches (default DATA-DIR/cache)")
+	fs.StringVar(&f.cgroupParent, "cgroup-parent", "corral", "cgroup under which sandboxes are placed")
 	fs.StringVar(&f.runc, "runc", "", "runc binary (default: the pinned one in "+pinnedDir+"/bin, else PATH)")
 	fs.StringVar(&f.runsc, "runsc", "", "runsc binary for the gvisor tier (default: pinned, else PATH; \"off\" disables the tier)")
 }
@@ -74,7 +78,15 @@ func agentBinary() (string, error) {
 
 type local struct {
 	engine   *engine.Engine
-	runtimes []runtime.Runtime
+	runtimes []*oci.Runtime
+}
+
+// Close waits for teardowns and releases the runtimes.
+func (l *local) Close() {
+	l.engine.Close()
+	for _, rt := range l.runtimes {
+		rt.Close()
+	}
 }
 
 // newLocal prepares runtimes, images and an engine on this machine and
@@ -114,7 +126,7 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 	for _, t := range tiers {
 		rt, err := oci.New(oci.Config{
 			Tier: t.tier, Binary: t.bin, Flags: t.flags,
-			DataDir: f.dataDir, AgentBinary: agentPath,
+			DataDir: f.dataDir, AgentBinary: agentPath, CgroupParent: f.cgroupParent,
 			UID: sandboxUID, GID: sandboxGID, Log: log,
 		})
 		if err != nil {
@@ -131,11 +143,16 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 		l.runtimes = append(l.runtimes, rt)
 	}
 	store := images.NewStore(filepath.Join(f.dataDir, "images"), sandboxUID, sandboxGID)
+	cfg.CacheDir = f.cacheDir
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(f.dataDir, "cache")
 	}
 	cfg.UID, cfg.GID = sandboxUID, sandboxGID
-	l.engine, err = engine.New(cfg, l.runtimes, store, filepath.Join(f.dataDir, "engine"), log)
+	rts := make([]runtime.Runtime, len(l.runtimes))
+	for i, rt := range l.runtimes {
+		rts[i] = rt
+	}
+	l.engine, err = engine.New(cfg, rts, store, filepath.Join(f.dataDir, "engine"), log)
 	if err != nil {
 		return nil, err
 	}

@@ -126,7 +126,7 @@ func cmdRun(args []string) int {
 		fmt.Fprintln(os.Stderr, "corral run:", err)
 		return 70
 	}
-	defer loc.engine.Close()
+	defer loc.Close()
 	job, err := loc.engine.Prepare(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corral run:", err)

@@ -78,7 +78,15 @@ var ignoredSignals = func() []os.Signal {
 	return s
 }()
 
+// ErrNotInit reports an agent started outside a sandbox. The agent kills
+// every process it can see when a program ends; on a host that would be
+// every process of the machine.
+var ErrNotInit = errors.New("the agent runs only as PID 1 of a sandbox")
+
 func (a *Agent) serve() error {
+	if os.Getpid() != 1 {
+		return ErrNotInit
+	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("set non-dumpable: %w", err)
 	}

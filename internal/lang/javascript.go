@@ -18,8 +18,10 @@ try {
   vm.compileFunction(src, ['exports', 'require', 'module', '__filename', '__dirname'], { filename: file });
 } catch (e) {
   if (e instanceof SyntaxError) {
-    const pos = (e.stack || '').split('\n')[0];
-    process.stderr.write(pos.startsWith(file) ? e.stack + '\n' : file + '\n' + e.stack + '\n');
+    // The position and the message, without the wrapper's stack frames.
+    const lines = String(e.stack || e).split('\n');
+    const at = lines.findIndex((l) => l.startsWith('    at '));
+    process.stderr.write(lines.slice(0, at < 0 ? lines.length : at).join('\n') + '\n');
     fs.writeSync(3, 'compile_error');
     process.exit(1);
   }

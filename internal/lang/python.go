@@ -3,10 +3,18 @@ package lang
 // pythonWrapper compiles the code first, so a syntax error is reported as a
 // compile error by the same interpreter that would run it (no second start),
 // then runs it as __main__ in a fresh namespace with tracebacks that show the
-// user's lines and none of the wrapper's.
+// user's lines and none of the wrapper's. It imports nothing beyond what
+// the interpreter has already loaded.
 const pythonWrapper = `import sys, os
+class _CorralSource:
+    # linecache asks a module's __loader__ for source it cannot find on
+    # disk; tracebacks then show the user's lines without importing
+    # linecache (and tokenize, re) up front.
+    def __init__(self, src):
+        self.src = src
+    def get_source(self, name):
+        return self.src.decode('utf-8', 'replace')
 def _corral_load():
-    import builtins, linecache, types
     with open(sys.argv[1], 'rb') as f:
         src = f.read()
     try:
@@ -18,23 +26,28 @@ def _corral_load():
         os.write(3, b'compile_error')
         os._exit(1)
     os.close(3)
-    text = src.decode('utf-8', 'replace')
-    linecache.cache['main.py'] = (len(text), None, text.splitlines(True), 'main.py')
-    mod = types.ModuleType('__main__')
+    mod = type(sys)('__main__')
     mod.__file__ = 'main.py'
-    mod.__builtins__ = builtins
+    mod.__loader__ = _CorralSource(src)
+    mod.__builtins__ = __builtins__
     sys.modules['__main__'] = mod
     sys.argv = ['main.py']
     return code, mod.__dict__
 _corral_code, _corral_globals = _corral_load()
-del _corral_load
+del _corral_load, _CorralSource
 try:
     exec(_corral_code, _corral_globals)
 except SystemExit:
     raise
 except BaseException as e:
     e = e.with_traceback(e.__traceback__.tb_next)
-    sys.excepthook(type(e), e, e.__traceback__)
+    if sys.excepthook is sys.__excepthook__:
+        # The Python printer, unlike the C one, finds source lines through
+        # the module's __loader__.
+        import traceback
+        traceback.print_exception(type(e), e, e.__traceback__)
+    else:
+        sys.excepthook(type(e), e, e.__traceback__)
     sys.exit(1)
 `
 

@@ -73,6 +73,10 @@ var (
 // test process. It serves as the sandbox agent and as the CLI under test.
 func Corral(t testing.TB) string {
 	t.Helper()
+	// A helper process of a test reuses its parent's build.
+	if p := os.Getenv("CORRAL_TEST_BINARY"); p != "" {
+		return p
+	}
 	buildOnce.Do(func() {
 		root := ModuleRoot(t)
 		dir, err := os.MkdirTemp("", "corral-test-bin-")

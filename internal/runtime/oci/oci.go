@@ -80,6 +80,11 @@ func New(cfg Config) (*Runtime, error) {
 	if _, err := os.Stat(cfg.AgentBinary); err != nil {
 		return nil, fmt.Errorf("agent binary: %w", err)
 	}
+	// Sandbox processes outlive the runtime command that starts them; as a
+	// subreaper this process inherits and reaps them (see Sandbox.reap).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("become child subreaper: %w", err)
+	}
 	name := filepath.Base(cfg.Binary)
 	r := &Runtime{
 		cfg:       cfg,
@@ -131,6 +136,10 @@ type Sandbox struct {
 	// sentry) on the host, so Kill needs no runtime invocation and cannot
 	// hit a reused pid.
 	initFD int
+	// adopted are pidfds of the sandbox's host processes that outlive the
+	// runtime command and so become this process's children (it is a child
+	// subreaper): the init, and runsc's gofer. Destroy reaps them.
+	adopted []int
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -296,12 +305,59 @@ func (s *Sandbox) start(ctx context.Context) error {
 	// (the sentry): killing either ends every program of the sandbox.
 	if b, err := os.ReadFile(pidPath); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-				s.initFD = fd
-			}
+			s.initFD = s.adopt(pid)
 		}
 	}
+	if s.rt.cfg.Tier == runtime.TierGVisor {
+		s.adopt(s.rt.goferPid(s.id))
+	}
 	return nil
+}
+
+// adopt opens a pidfd for pid and remembers it for reaping; it returns the
+// fd or -1.
+func (s *Sandbox) adopt(pid int) int {
+	if pid <= 0 {
+		return -1
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1
+	}
+	s.adopted = append(s.adopted, fd)
+	return fd
+}
+
+// goferPid reads runsc's state for the gofer process of sandbox id.
+func (r *Runtime) goferPid(id string) int {
+	b, err := os.ReadFile(filepath.Join(r.state, id+"_sandbox:"+id+".state"))
+	if err != nil {
+		return 0
+	}
+	var st struct {
+		GoferPid int `json:"goferPid"`
+	}
+	if json.Unmarshal(b, &st) != nil {
+		return 0
+	}
+	return st.GoferPid
+}
+
+// reap waits up to a second for the process behind pidfd to exit and
+// collects it, so no zombie waits for the host's init (which, in a container
+// or under a lazy init, may take seconds, holding the cgroup busy).
+func reap(pidfd int) {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		n, err := unix.Poll(fds, 100)
+		if n > 0 || (err != nil && err != unix.EINTR) {
+			break
+		}
+	}
+	var info unix.Siginfo
+	// ECHILD: not our child (we were not its subreaper); its parent reaps,
+	// or it was reaped already.
+	_ = unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG, nil)
 }
 
 // ID returns the sandbox's id.
@@ -397,9 +453,20 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		if s.client != nil {
 			s.client.Close()
 		}
+		// Kill and reap ourselves: a zombie keeps the cgroup busy, and the
+		// runtime's delete then retries for a while.
+		if s.initFD >= 0 {
+			_ = unix.PidfdSendSignal(s.initFD, unix.SIGKILL, nil, 0)
+			reap(s.initFD)
+		}
 		if err := s.rt.deleteContainer(ctx, s.id); err != nil {
 			errs = append(errs, err)
 		}
+		for _, fd := range s.adopted {
+			reap(fd)
+			unix.Close(fd)
+		}
+		s.adopted, s.initFD = nil, -1
 		overlays, _ := filepath.Glob(filepath.Join(s.dir, "overlay*"))
 		for _, o := range overlays {
 			if err := disk.Unmount(o); err != nil {
@@ -420,19 +487,25 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		if s.lock != nil {
 			s.lock.Close()
 		}
-		if s.initFD >= 0 {
-			unix.Close(s.initFD)
-		}
 		s.destroyErr = errors.Join(errs...)
 	})
 	return s.destroyErr
 }
 
-// deleteContainer removes a container from the runtime's state, killing it
-// first. A container the runtime does not know is not an error.
+// deleteContainer removes a container from the runtime's state. For runc, a
+// plain delete of a stopped container is immediate while --force (for one
+// still running) polls in 100 ms steps, so --force is the fallback; runsc
+// needs --force once its sandbox process is gone. A container the runtime
+// does not know is not an error.
 func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 	var out []byte
 	var err error
+	if r.cfg.Tier == runtime.TierContainer {
+		out, err = r.command(ctx, "delete", id).CombinedOutput()
+		if err == nil || notExist(out) {
+			return nil
+		}
+	}
 	for attempt := 0; attempt < 5; attempt++ {
 		out, err = r.command(ctx, "delete", "--force", id).CombinedOutput()
 		if err == nil || notExist(out) {

@@ -118,7 +118,8 @@ func TestReapAfterCrash(t *testing.T) {
 			dir := t.TempDir()
 			f := newFixture(t, tier, dir)
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "CORRAL_TEST_HANG_TIER="+string(tier), "CORRAL_TEST_HANG_DIR="+dir)
+			cmd.Env = append(os.Environ(), "CORRAL_TEST_HANG_TIER="+string(tier), "CORRAL_TEST_HANG_DIR="+dir,
+				"CORRAL_TEST_BINARY="+testenv.Corral(t))
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -131,12 +132,28 @@ func config(b bundle) (*specs.Spec, error) {
 		n := uint64(gvisorTasks(b.Limits))
 		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
-	sc, err := seccompProfile(s, b.GVisor)
+	sc, err := cachedSeccomp(b.GVisor)
 	if err != nil {
 		return nil, err
 	}
 	s.Linux.Seccomp = sc
 	return s, nil
+}
+
+// The profile depends only on the tier (capabilities are always empty), so
+// it is derived once per process.
+var seccompProfiles = [2]func() (*specs.LinuxSeccomp, error){
+	sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(noCaps, false) }),
+	sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(noCaps, true) }),
+}
+
+var noCaps = &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+
+func cachedSeccomp(gvisor bool) (*specs.LinuxSeccomp, error) {
+	if gvisor {
+		return seccompProfiles[1]()
+	}
+	return seccompProfiles[0]()
 }
 
 func mounts(b bundle) []specs.Mount {

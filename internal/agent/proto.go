@@ -1,3 +1,6 @@
+// Package agent is Corral's process inside every sandbox (PID 1) and the
+// host's client for it: start processes, stream their output, report how
+// they ended, reap and kill what they leave behind, place files.
 package agent
 
 import (

@@ -46,7 +46,7 @@ func handBundle(dir string, argv []string, cgroup string) (string, error) {
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "size=65536k"}},
 		},
 		Linux: &specs.Linux{
-			Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "cgroup"}},
+			Namespaces:  []specs.LinuxNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "cgroup"}},
 			CgroupsPath: cgroup,
 			Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &mem},

@@ -1,0 +1,135 @@
+// Package store keeps the final and durable records of the service:
+// executions (with the request that created them, for idempotency and for
+// running queued work after a restart), callback deliveries, and the
+// indexes the query API needs. Implementations: sqlite (embedded default)
+// and postgres; both pass storetest.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Errors.
+var (
+	// ErrNotFound: no such record for this tenant.
+	ErrNotFound = errors.New("not found")
+	// ErrStale: a conditional update found the record in another state.
+	ErrStale = errors.New("record changed")
+)
+
+// Execution is a stored execution.
+type Execution struct {
+	Tenant string
+	// ID is the execution id (Record.ExecutionID); unique per tenant.
+	ID string
+	// RequestHash identifies the request's content, so the same id with a
+	// different body can be refused (409).
+	RequestHash string
+	// Request is the normalized request as JSON.
+	Request []byte
+	// Record is the execution record of DESIGN §2. Its Status, Error.Type,
+	// ExitCode, SessionID, Language, DurationMS, CreatedAt and FinishedAt
+	// are indexed for Query.
+	Record sandbox.Result
+	// Node is the node that runs or ran it, if any.
+	Node string
+}
+
+// Query filters and orders ListExecutions. Zero fields do not filter.
+type Query struct {
+	SessionID string
+	Status    sandbox.Status
+	ErrorType sandbox.ErrorType
+	Language  string
+	// ExitCodeNe keeps executions whose exit code is set and differs.
+	ExitCodeNe *int
+	// Sort is one of "created_at", "-created_at" (the default, newest
+	// first), "duration_ms", "-duration_ms".
+	Sort string
+	// Limit caps the page (1..1000; 0 means 50).
+	Limit int
+	// Cursor continues a previous page; opaque to callers.
+	Cursor string
+	// Since and Until bound created_at when set.
+	Since, Until time.Time
+}
+
+// Delivery kinds.
+const (
+	KindCallback = "callback"
+	KindMemory   = "memory"
+)
+
+// Delivery states.
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryFailed    = "failed" // gave up
+)
+
+// Delivery is one outgoing signed POST (a callback, or a summary for a
+// memory service), persisted so that a restart loses none.
+type Delivery struct {
+	ID          string // Corral-Delivery-Id; unique
+	Tenant      string
+	ExecutionID string
+	Kind        string
+	URL         string
+	// Body is the exact payload to POST.
+	Body        []byte
+	State       string
+	Attempts    int
+	NextAttempt time.Time
+	// LeaseUntil is set while a node is sending it.
+	LeaseUntil time.Time
+	LastStatus int    // HTTP status of the last attempt, 0 if none
+	LastError  string // why the last attempt failed
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// Store is implemented by sqlite.DB and postgres.DB. Methods are safe for
+// concurrent use; times are stored with microsecond precision in UTC.
+type Store interface {
+	// CreateExecution inserts e unless (e.Tenant, e.ID) exists. It returns
+	// the stored execution — e, or the existing one — and whether it was
+	// created. The caller compares RequestHash to detect a conflict.
+	CreateExecution(ctx context.Context, e *Execution) (*Execution, bool, error)
+	// UpdateExecution replaces the record of (e.Tenant, e.ID) and its
+	// Node, but only while its current status is one of from (any status
+	// when from is empty); otherwise ErrStale. ErrNotFound if absent.
+	UpdateExecution(ctx context.Context, e *Execution, from ...sandbox.Status) error
+	// FinishExecution is UpdateExecution that also inserts deliveries, in
+	// one transaction: a final record is never stored without its
+	// callbacks.
+	FinishExecution(ctx context.Context, e *Execution, deliveries []Delivery, from ...sandbox.Status) error
+	// GetExecution returns one execution of a tenant, or ErrNotFound.
+	GetExecution(ctx context.Context, tenant, id string) (*Execution, error)
+	// ListExecutions returns a tenant's executions matching q and a cursor
+	// for the next page ("" when there is none).
+	ListExecutions(ctx context.Context, tenant string, q Query) ([]*Execution, string, error)
+	// ExecutionsInStatus returns executions of every tenant in status,
+	// created before before, oldest first, at most limit. Recovery uses it
+	// for queued work after a restart.
+	ExecutionsInStatus(ctx context.Context, status sandbox.Status, before time.Time, limit int) ([]*Execution, error)
+	// CountExecutions counts a tenant's executions ("" for all tenants).
+	CountExecutions(ctx context.Context, tenant string) (int64, error)
+
+	// ClaimDeliveries leases up to limit pending deliveries that are due at
+	// now and not leased by another node, until now+lease.
+	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Delivery, error)
+	// UpdateDelivery stores the outcome of an attempt (State, Attempts,
+	// NextAttempt, LeaseUntil, LastStatus, LastError, UpdatedAt).
+	UpdateDelivery(ctx context.Context, d Delivery) error
+	// Deliveries lists the deliveries of one execution of a tenant, oldest
+	// first.
+	Deliveries(ctx context.Context, tenant, executionID string) ([]Delivery, error)
+
+	// Ping checks the connection (readiness).
+	Ping(ctx context.Context) error
+	Close() error
+}

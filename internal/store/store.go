@@ -19,6 +19,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrStale: a conditional update found the record in another state.
 	ErrStale = errors.New("record changed")
+	// ErrInvalid: the store refuses an argument (a cursor it did not hand
+	// out, text it cannot hold); the caller's input is at fault.
+	ErrInvalid = errors.New("invalid argument")
 )
 
 // Execution is a stored execution.

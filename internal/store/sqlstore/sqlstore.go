@@ -1,0 +1,381 @@
+// Package sqlstore holds what the sqlite and postgres stores share, so that
+// they differ only in how they talk to their database: how executions and
+// deliveries map to columns, every statement (placeholders are $N, which
+// both drivers bind by position), the list query with its opaque cursor,
+// and the checks that keep text PostgreSQL would refuse (invalid UTF-8, NUL
+// bytes) out of both, so the two behave alike.
+package sqlstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Micros encodes t as unix microseconds. The zero time encodes to its own
+// (negative) value, so it round-trips and sorts before every real time.
+func Micros(t time.Time) int64 { return t.UnixMicro() }
+
+// Time decodes Micros, in UTC.
+func Time(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// normTime is t as stored: microsecond precision, UTC.
+func normTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.Truncate(time.Microsecond).UTC()
+}
+
+// ErrText reports text a store refuses: PostgreSQL's TEXT holds neither
+// invalid UTF-8 nor NUL bytes, and SQLite refuses the same so that both
+// stores accept exactly the same input.
+var ErrText = fmt.Errorf("%w: not UTF-8 text without NUL bytes", store.ErrInvalid)
+
+// Text reports whether s can be stored as TEXT.
+func Text(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// MaxKey is the longest tenant, id, session id or language, in bytes.
+// Indexes hold them, and PostgreSQL refuses an index entry of more than
+// about 2.7 KB; a bound that both stores share keeps them alike.
+const MaxKey = 512
+
+func checkText(field, s string) error {
+	if !Text(s) {
+		return fmt.Errorf("%s: %w", field, ErrText)
+	}
+	return nil
+}
+
+func checkKey(field, s string) error {
+	if len(s) > MaxKey {
+		return fmt.Errorf("%s: %d bytes, longer than %d", field, len(s), MaxKey)
+	}
+	return checkText(field, s)
+}
+
+// ---- executions ----
+
+// executionColumns are what every SELECT of executions returns, in the
+// order ScanExecution reads them.
+const executionColumns = "tenant, id, request_hash, request, record, node"
+
+// Statements on executions.
+const (
+	InsertExecution = `INSERT INTO executions (tenant, id, request_hash, request, record, node,
+    session_id, language, status, error_type, exit_code, duration_ms, created_at, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+ON CONFLICT (tenant, id) DO NOTHING`
+	GetExecution    = `SELECT ` + executionColumns + ` FROM executions WHERE tenant = $1 AND id = $2`
+	ExecutionStatus = `SELECT status FROM executions WHERE tenant = $1 AND id = $2`
+	// ExecutionsInStatus takes status, Micros(before), limit.
+	ExecutionsInStatus = `SELECT ` + executionColumns + ` FROM executions
+WHERE status = $1 AND created_at < $2 ORDER BY created_at, tenant, id LIMIT $3`
+	CountAll    = `SELECT COUNT(*) FROM executions`
+	CountTenant = `SELECT COUNT(*) FROM executions WHERE tenant = $1`
+)
+
+// Row is an execution ready to be written.
+type Row struct {
+	// Execution is what the store holds once the row is written: the
+	// input with times at microsecond precision in UTC, sharing no memory
+	// with it.
+	Execution *store.Execution
+	record    string
+	exitCode  any // nil or int64
+}
+
+// NewRow checks e and encodes it.
+func NewRow(e *store.Execution) (*Row, error) {
+	if e == nil {
+		return nil, errors.New("execution: nil")
+	}
+	if e.Tenant == "" || e.ID == "" {
+		return nil, fmt.Errorf("execution %q of tenant %q: tenant and id are required", e.ID, e.Tenant)
+	}
+	// Keys are checked as given: JSON would quietly replace invalid UTF-8.
+	for _, f := range []struct{ name, value string }{
+		{"tenant", e.Tenant}, {"execution id", e.ID}, {"session id", e.Record.SessionID},
+		{"language", e.Record.Language}, {"status", string(e.Record.Status)},
+		{"error type", string(errorType(&e.Record))},
+	} {
+		if err := checkKey(f.name, f.value); err != nil {
+			return nil, fmt.Errorf("execution %q: %w", e.ID, err)
+		}
+	}
+	// A JSON round trip copies the record deeply (the returned execution
+	// shares nothing with e) in the form it is stored in.
+	raw, err := json.Marshal(&e.Record)
+	if err != nil {
+		return nil, fmt.Errorf("execution %q: encode record: %w", e.ID, err)
+	}
+	var r sandbox.Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("execution %q: copy record: %w", e.ID, err)
+	}
+	normTimes(reflect.ValueOf(&r).Elem())
+	if r.ExecutionID == "" {
+		r.ExecutionID = e.ID
+	}
+	if r.ExecutionID != e.ID {
+		return nil, fmt.Errorf("execution %q: record is of execution %q", e.ID, r.ExecutionID)
+	}
+	for _, f := range []struct{ name, value string }{
+		{"request hash", e.RequestHash}, {"request", string(e.Request)}, {"node", e.Node},
+	} {
+		if err := checkText(f.name, f.value); err != nil {
+			return nil, fmt.Errorf("execution %q: %w", e.ID, err)
+		}
+	}
+	var exit any
+	if r.ExitCode != nil {
+		if *r.ExitCode < math.MinInt32 || *r.ExitCode > math.MaxInt32 {
+			return nil, fmt.Errorf("execution %q: exit code %d out of range", e.ID, *r.ExitCode)
+		}
+		exit = int64(*r.ExitCode)
+	}
+	rec, err := json.Marshal(&r)
+	if err != nil {
+		return nil, fmt.Errorf("execution %q: encode record: %w", e.ID, err)
+	}
+	stored := &store.Execution{Tenant: e.Tenant, ID: e.ID, RequestHash: e.RequestHash, Record: r, Node: e.Node}
+	if len(e.Request) > 0 {
+		stored.Request = bytes.Clone(e.Request)
+	}
+	return &Row{Execution: stored, record: string(rec), exitCode: exit}, nil
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// normTimes sets every time in v, however deep (maps aside: the record has
+// none), to microsecond precision in UTC, so that fields added to the
+// record later are stored alike.
+func normTimes(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			normTimes(v.Elem())
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			normTimes(v.Index(i))
+		}
+	case reflect.Struct:
+		if v.Type() == timeType {
+			v.Set(reflect.ValueOf(normTime(v.Interface().(time.Time))))
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				normTimes(v.Field(i))
+			}
+		}
+	}
+}
+
+func errorType(r *sandbox.Result) sandbox.ErrorType {
+	if r.Error == nil {
+		return ""
+	}
+	return r.Error.Type
+}
+
+// InsertArgs are the arguments of InsertExecution.
+func (r *Row) InsertArgs() []any {
+	e := r.Execution
+	return append([]any{e.Tenant, e.ID, e.RequestHash, string(e.Request), r.record, e.Node}, r.derived()...)
+}
+
+// derived are the indexed columns taken from the record, in table order.
+func (r *Row) derived() []any {
+	rec := &r.Execution.Record
+	return []any{rec.SessionID, rec.Language, string(rec.Status), string(errorType(rec)), r.exitCode,
+		rec.DurationMS, Micros(rec.CreatedAt), Micros(rec.FinishedAt)}
+}
+
+// Update returns the statement and arguments that replace the record and
+// node of r's execution while its status is one of from (any when from is
+// empty). It changes one row, or none when the execution is absent or in
+// another status.
+func (r *Row) Update(from []sandbox.Status) (string, []any) {
+	e := r.Execution
+	args := append([]any{e.Tenant, e.ID, r.record, e.Node}, r.derived()...)
+	var b strings.Builder
+	b.WriteString(`UPDATE executions SET record = $3, node = $4, session_id = $5, language = $6,
+    status = $7, error_type = $8, exit_code = $9, duration_ms = $10, created_at = $11, finished_at = $12
+WHERE tenant = $1 AND id = $2`)
+	if len(from) > 0 {
+		b.WriteString(" AND status IN (")
+		for i, s := range from {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			args = append(args, string(s))
+			b.WriteString("$" + strconv.Itoa(len(args)))
+		}
+		b.WriteString(")")
+	}
+	return b.String(), args
+}
+
+// ScanExecution reads the columns of a SELECT of executions.
+func ScanExecution(scan func(dest ...any) error) (*store.Execution, error) {
+	var tenant, id, hash, req, rec, node string
+	if err := scan(&tenant, &id, &hash, &req, &rec, &node); err != nil {
+		return nil, err
+	}
+	return decodeExecution(tenant, id, hash, req, rec, node)
+}
+
+func decodeExecution(tenant, id, hash, req, rec, node string) (*store.Execution, error) {
+	e := &store.Execution{Tenant: tenant, ID: id, RequestHash: hash, Node: node}
+	if req != "" {
+		e.Request = []byte(req)
+	}
+	if err := json.Unmarshal([]byte(rec), &e.Record); err != nil {
+		return nil, fmt.Errorf("execution %q of tenant %q: decode record: %w", id, tenant, err)
+	}
+	return e, nil
+}
+
+// ---- deliveries ----
+
+const deliveryColumns = `id, tenant, execution_id, kind, url, body, state, attempts,
+    next_attempt, lease_until, last_status, last_error, created_at, updated_at`
+
+// Statements on deliveries.
+const (
+	InsertDelivery = `INSERT INTO deliveries (` + deliveryColumns + `)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+	// UpdateDelivery takes the arguments of UpdateDeliveryArgs.
+	UpdateDelivery = `UPDATE deliveries SET state = $2, attempts = $3, next_attempt = $4,
+    lease_until = $5, last_status = $6, last_error = $7, updated_at = $8 WHERE id = $1`
+	ListDeliveries = `SELECT ` + deliveryColumns + ` FROM deliveries
+WHERE tenant = $1 AND execution_id = $2 ORDER BY created_at, id`
+)
+
+// ClaimDeliveries is the statement that leases due deliveries; it takes
+// the arguments of ClaimArgs. With skipLocked (PostgreSQL) concurrent
+// claimers pass over each other's rows instead of waiting for them; SQLite
+// has one writer at a time and needs no row locks.
+func ClaimDeliveries(skipLocked bool) string {
+	lock := ""
+	if skipLocked {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	return `UPDATE deliveries SET lease_until = $1
+WHERE id IN (SELECT id FROM deliveries
+    WHERE state = '` + store.DeliveryPending + `' AND next_attempt <= $2 AND lease_until <= $2
+    ORDER BY next_attempt, id LIMIT $3` + lock + `)
+RETURNING ` + deliveryColumns
+}
+
+// ClaimArgs checks a claim and returns its arguments.
+func ClaimArgs(now time.Time, lease time.Duration, limit int) ([]any, error) {
+	if lease <= 0 || limit <= 0 {
+		return nil, fmt.Errorf("claim deliveries: lease %v and limit %d must be positive", lease, limit)
+	}
+	return []any{Micros(now.Add(lease)), Micros(now), int64(limit)}, nil
+}
+
+func checkState(s string) error {
+	switch s {
+	case store.DeliveryPending, store.DeliveryDelivered, store.DeliveryFailed:
+		return nil
+	}
+	return fmt.Errorf("delivery state %q unknown", s)
+}
+
+// DeliveryArgs checks the deliveries of execution e and returns the
+// arguments of InsertDelivery for each. Tenant and ExecutionID default to
+// e's and must match it; State defaults to pending.
+func DeliveryArgs(e *store.Execution, ds []store.Delivery) ([][]any, error) {
+	out := make([][]any, 0, len(ds))
+	for _, d := range ds {
+		if d.Tenant == "" {
+			d.Tenant = e.Tenant
+		}
+		if d.ExecutionID == "" {
+			d.ExecutionID = e.ID
+		}
+		if d.State == "" {
+			d.State = store.DeliveryPending
+		}
+		if d.ID == "" {
+			return nil, fmt.Errorf("delivery of execution %q: id is required", e.ID)
+		}
+		if d.Tenant != e.Tenant || d.ExecutionID != e.ID {
+			return nil, fmt.Errorf("delivery %q: belongs to execution %q of tenant %q, not %q of %q",
+				d.ID, d.ExecutionID, d.Tenant, e.ID, e.Tenant)
+		}
+		if err := checkState(d.State); err != nil {
+			return nil, fmt.Errorf("delivery %q: %w", d.ID, err)
+		}
+		if err := checkKey("id", d.ID); err != nil {
+			return nil, fmt.Errorf("delivery %q: %w", d.ID, err)
+		}
+		for _, f := range []struct{ name, value string }{
+			{"kind", d.Kind}, {"url", d.URL}, {"body", string(d.Body)},
+		} {
+			if err := checkText(f.name, f.value); err != nil {
+				return nil, fmt.Errorf("delivery %q: %w", d.ID, err)
+			}
+		}
+		out = append(out, []any{d.ID, d.Tenant, d.ExecutionID, d.Kind, d.URL, string(d.Body), d.State,
+			int64(d.Attempts), Micros(d.NextAttempt), Micros(d.LeaseUntil), int64(d.LastStatus),
+			errorText(d.LastError), Micros(d.CreatedAt), Micros(d.UpdatedAt)})
+	}
+	return out, nil
+}
+
+// UpdateDeliveryArgs checks d and returns the arguments of UpdateDelivery.
+// An id that cannot be stored cannot exist: store.ErrNotFound.
+func UpdateDeliveryArgs(d store.Delivery) ([]any, error) {
+	if !Text(d.ID) {
+		return nil, fmt.Errorf("delivery %q: %w", d.ID, store.ErrNotFound)
+	}
+	if err := checkState(d.State); err != nil {
+		return nil, fmt.Errorf("delivery %q: %w", d.ID, err)
+	}
+	return []any{d.ID, d.State, int64(d.Attempts), Micros(d.NextAttempt), Micros(d.LeaseUntil),
+		int64(d.LastStatus), errorText(d.LastError), Micros(d.UpdatedAt)}, nil
+}
+
+// errorText makes an error message storable rather than refuse it: losing
+// the outcome of an attempt over a stray byte would be worse.
+func errorText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// ScanDelivery reads the columns of a SELECT (or RETURNING) of deliveries.
+func ScanDelivery(scan func(dest ...any) error) (store.Delivery, error) {
+	var (
+		d                                 store.Delivery
+		body                              string
+		attempts, lastStatus              int64
+		next, lease, createdAt, updatedAt int64
+	)
+	if err := scan(&d.ID, &d.Tenant, &d.ExecutionID, &d.Kind, &d.URL, &body, &d.State, &attempts,
+		&next, &lease, &lastStatus, &d.LastError, &createdAt, &updatedAt); err != nil {
+		return store.Delivery{}, err
+	}
+	if body != "" {
+		d.Body = []byte(body)
+	}
+	d.Attempts, d.LastStatus = int(attempts), int(lastStatus)
+	d.NextAttempt, d.LeaseUntil = Time(next), Time(lease)
+	d.CreatedAt, d.UpdatedAt = Time(createdAt), Time(updatedAt)
+	return d, nil
+}

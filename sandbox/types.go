@@ -139,8 +139,22 @@ type Result struct {
 
 	Limits    Limits     `json:"limits,omitzero"`
 	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// Callback is the delivery state of the request's callback_url.
+	Callback *CallbackState `json:"callback,omitempty"`
 
 	CreatedAt  time.Time `json:"created_at,omitzero"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+}
+
+// CallbackState is how the delivery of an execution's callback went.
+type CallbackState struct {
+	URL        string `json:"url"`
+	DeliveryID string `json:"delivery_id"`
+	// State is pending (being retried), delivered or failed (given up).
+	State       string    `json:"state"`
+	Attempts    int       `json:"attempts"`
+	LastStatus  int       `json:"last_status,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
 }

@@ -1,6 +1,25 @@
 #!/usr/bin/env bash
-# run.sh starts the server for local use. Until `corral serve` exists it runs
-# a demo execution with `corral run`.
+# run.sh starts corral serve on 127.0.0.1:8080 with the embedded defaults
+# (SQLite, in-process state, local blobs under /var/lib/corral) and a
+# development API key, printed with a working curl line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-printf 'print(sum(range(100)))\n' | ./bin/corral run --lang python -
+data=${CORRAL_DATA_DIR:-/var/lib/corral}
+listen=${CORRAL_LISTEN:-127.0.0.1:8080}
+mkdir -p "$data"
+keyfile="$data/dev-api-key"
+if [ ! -s "$keyfile" ]; then
+	(umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$keyfile")
+fi
+key=$(cat "$keyfile")
+cat <<MSG
+
+  corral serve on http://$listen  (development key in $keyfile)
+
+  curl -s -H 'Authorization: Bearer $key' \\
+       -d '{"language":"python","code":"print(sum(range(100)))"}' \\
+       'http://$listen/v1/executions?wait=true'
+
+MSG
+export CORRAL_API_KEY="$key"
+exec ./bin/corral serve --listen "$listen" --data-dir "$data"

@@ -26,7 +26,7 @@ func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	var lf localFlags
 	lf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	checks := doctorChecks(lf)

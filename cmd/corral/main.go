@@ -17,6 +17,7 @@ var commands []command
 
 func init() {
 	commands = []command{
+		{"serve", "serve the HTTP API and run executions", cmdServe},
 		{"run", "run one program locally in a sandbox, no server needed", cmdRun},
 		{"doctor", "check that this machine can run sandboxes", cmdDoctor},
 		{"agent", "the in-sandbox agent (started by the runtime, not by hand)", cmdAgent},

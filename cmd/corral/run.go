@@ -105,7 +105,7 @@ func cmdRun(args []string) int {
 	lf.register(fs)
 	rf.register(fs)
 	verbose := fs.Bool("v", false, "log what corral does")
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := parseFlags(fs, args); err != nil {
 		return 4
 	}
 	req, err := rf.request(fs.Args())

@@ -76,6 +76,12 @@ type Sink interface {
 	Stderr(p []byte)
 }
 
+// SandboxObserver is a Sink that wants to know which sandbox runs the
+// execution, once it exists (a server records it with the live state).
+type SandboxObserver interface {
+	Sandbox(id string)
+}
+
 // Engine runs executions. It is safe for concurrent use.
 type Engine struct {
 	cfg      Config
@@ -86,6 +92,16 @@ type Engine struct {
 	emptyDir string // an empty directory, the lower layer of a cold cache
 
 	teardown sync.WaitGroup
+
+	// mu guards live: every sandbox this engine created and has not yet
+	// destroyed, for the sweeper.
+	mu   sync.Mutex
+	live map[string]liveSandbox
+}
+
+type liveSandbox struct {
+	sb      runtime.Sandbox
+	created time.Time
 }
 
 // New returns an engine over the given runtimes (at most one per tier).
@@ -98,7 +114,8 @@ func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, 
 	for _, rt := range rts {
 		m[rt.Tier()] = rt
 	}
-	e := &Engine{cfg: cfg, runtimes: m, images: imgs, log: log, emptyDir: filepath.Join(scratch, "empty")}
+	e := &Engine{cfg: cfg, runtimes: m, images: imgs, log: log, emptyDir: filepath.Join(scratch, "empty"),
+		live: map[string]liveSandbox{}}
 	if err := os.MkdirAll(e.emptyDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create engine dir: %w", err)
 	}
@@ -110,6 +127,27 @@ func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, 
 
 // Close waits for sandboxes being torn down.
 func (e *Engine) Close() { e.teardown.Wait() }
+
+// Sweep destroys sandboxes older than minAge that keep does not claim: a
+// safety net for sandboxes whose execution is gone (DESIGN: the sweeper).
+// It returns how many it destroyed.
+func (e *Engine) Sweep(ctx context.Context, minAge time.Duration, keep func(sandboxID string) bool) int {
+	var doomed []runtime.Sandbox
+	e.mu.Lock()
+	for id, l := range e.live {
+		if time.Since(l.created) >= minAge && !keep(id) {
+			doomed = append(doomed, l.sb)
+			delete(e.live, id)
+		}
+	}
+	e.mu.Unlock()
+	for _, sb := range doomed {
+		if err := sb.Destroy(ctx); err != nil {
+			e.log.Error("sweep sandbox", "sandbox", sb.ID(), "err", err)
+		}
+	}
+	return len(doomed)
+}
 
 // Config returns the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
@@ -239,6 +277,12 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	if err != nil {
 		return facts, nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	e.mu.Lock()
+	e.live[sb.ID()] = liveSandbox{sb: sb, created: time.Now()}
+	e.mu.Unlock()
+	if o, ok := out.sink.(SandboxObserver); ok {
+		o.Sandbox(sb.ID())
+	}
 
 	plan := job.Runner.Plan(req.Code)
 	client := sb.Agent()
@@ -299,6 +343,9 @@ func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts coll
 }
 
 func (e *Engine) destroy(sb runtime.Sandbox) {
+	e.mu.Lock()
+	delete(e.live, sb.ID())
+	e.mu.Unlock()
 	do := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

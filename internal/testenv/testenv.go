@@ -96,11 +96,14 @@ func Corral(t testing.TB) string {
 	return buildPath
 }
 
-// Cleanup removes the binary Corral built; call it from TestMain.
+// Cleanup removes the binary Corral built and stops the PostgreSQL and
+// Redis servers tests started; call it from TestMain.
 func Cleanup() {
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
 	}
+	StopPostgres()
+	StopRedis()
 }
 
 // Mounts returns the lines of /proc/self/mountinfo that mention s.

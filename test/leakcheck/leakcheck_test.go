@@ -70,9 +70,10 @@ func leftovers() []string {
 			left = append(left, "loop device "+strings.Split(l, "/")[3]+" backed by "+s)
 		}
 	}
-	bins, _ := filepath.Glob(filepath.Join(tmp, "corral-test-bin-*"))
-	for _, b := range bins {
-		left = append(left, "test binary dir "+b)
+	// Test binaries and throwaway PostgreSQL and Redis servers.
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "corral-test-*"))
+	for _, d := range dirs {
+		left = append(left, "test directory "+d)
 	}
 	return left
 }

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/config"
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/metrics"
+	"github.com/corralhq/corral/internal/netpolicy"
+	"github.com/corralhq/corral/internal/node"
+	"github.com/corralhq/corral/internal/notify"
+	"github.com/corralhq/corral/internal/state"
+	"github.com/corralhq/corral/internal/state/memory"
+	"github.com/corralhq/corral/internal/state/redis"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/store/postgres"
+	"github.com/corralhq/corral/internal/store/sqlite"
+)
+
+// cmdServe runs the HTTP API and this node's share of the work.
+func cmdServe(args []string) int {
+	cfg, err := loadServeConfig(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "corral serve:", err)
+		return 2
+	}
+	log := newLogger(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("corral serve stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(cfg config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// loadServeConfig applies, in increasing precedence: defaults, the config
+// file, CORRAL_* variables and flags.
+func loadServeConfig(args []string) (config.Config, error) {
+	cfg := config.Default()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var (
+		listen, storeURL, stateURL, blobURL, file, apiKey, nodeID string
+		maxConc, queueBound                                       int
+		lf                                                        localFlags
+	)
+	fs.StringVar(&listen, "listen", cfg.Listen, "address to listen on")
+	fs.StringVar(&file, "config", "", "TOML configuration file")
+	fs.StringVar(&storeURL, "store", "", "records store: a SQLite path or sqlite:// URL, or a postgres:// URL (default: SQLite in the data dir)")
+	fs.StringVar(&stateURL, "state", "", "live state: memory (default) or a redis:// URL (?prefix= scopes keys)")
+	fs.StringVar(&blobURL, "blob", "", "artifact storage (default: a directory in the data dir)")
+	fs.StringVar(&apiKey, "api-key", "", "an API key for the tenant \"default\" (development; production keys go in the config file, hashed)")
+	fs.StringVar(&nodeID, "node-id", "", "this node's name in shared state (default: hostname/listen address)")
+	fs.IntVar(&maxConc, "max-concurrency", 0, "executions this node runs at once (default: from memory)")
+	fs.IntVar(&queueBound, "queue-bound", 0, "maximum queued executions before 429 (default: 4 × max-concurrency)")
+	lf.register(fs)
+	set, err := parseFlags(fs, args)
+	if err != nil {
+		return cfg, err
+	}
+	if file != "" {
+		if err := config.Load(file, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	apply := func(name string, f func()) {
+		if set[name] {
+			f()
+		}
+	}
+	apply("listen", func() { cfg.Listen = listen })
+	apply("data-dir", func() { cfg.DataDir = lf.dataDir })
+	apply("store", func() { cfg.Store = storeURL })
+	apply("state", func() { cfg.State = stateURL })
+	apply("blob", func() { cfg.Blob = blobURL })
+	apply("node-id", func() { cfg.NodeID = nodeID })
+	apply("max-concurrency", func() { cfg.MaxConcurrency = maxConc })
+	apply("queue-bound", func() { cfg.QueueBound = queueBound })
+	apply("cache-dir", func() { cfg.CacheDir = lf.cacheDir })
+	apply("cgroup-parent", func() { cfg.CgroupParent = lf.cgroupParent })
+	apply("runc", func() { cfg.Runc = lf.runc })
+	apply("runsc", func() { cfg.Runsc = lf.runsc })
+	cfg.APIKey = apiKey
+	cfg.CallbackSecret = os.Getenv("CORRAL_CALLBACK_SECRET")
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	return cfg, cfg.Validate()
+}
+
+func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
+	u := cfg.Store
+	switch {
+	case strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://"):
+		return postgres.Open(ctx, u)
+	case u == "":
+		u = filepath.Join(cfg.DataDir, "corral.db")
+	}
+	return sqlite.Open(ctx, u)
+}
+
+func openState(ctx context.Context, cfg config.Config, log *slog.Logger) (state.State, bool, error) {
+	switch u := cfg.State; {
+	case u == "" || u == "memory" || u == "memory://":
+		return memory.New(log), true, nil
+	case strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://"):
+		// Blocking reads (the dispatcher's dequeue, each event stream a
+		// client follows) hold a connection each: size the pool for them
+		// unless the URL does.
+		if !strings.Contains(u, "pool_size=") {
+			sep := "?"
+			if strings.Contains(u, "?") {
+				sep = "&"
+			}
+			u += sep + "pool_size=" + strconv.Itoa(max(256, 4*cfg.MaxConcurrency))
+		}
+		s, err := redis.Open(ctx, u, log)
+		return s, false, err
+	default:
+		return nil, false, fmt.Errorf("state %q: use memory or a redis:// URL", u)
+	}
+}
+
+func tenants(cfg config.Config) []api.Tenant {
+	var ts []api.Tenant
+	for _, t := range cfg.Tenants {
+		ts = append(ts, api.Tenant{Name: t.Name, KeyHashes: t.APIKeySHA256, CallbackSecret: []byte(t.CallbackSecret)})
+	}
+	if cfg.APIKey != "" {
+		secret := cfg.CallbackSecret
+		if secret == "" {
+			secret = cfg.APIKey
+		}
+		found := false
+		for i := range ts {
+			if ts[i].Name == "default" {
+				ts[i].KeyHashes = append(ts[i].KeyHashes, api.HashKey(cfg.APIKey))
+				found = true
+			}
+		}
+		if !found {
+			ts = append(ts, api.Tenant{Name: "default", KeyHashes: []string{api.HashKey(cfg.APIKey)}, CallbackSecret: []byte(secret)})
+		}
+	}
+	return ts
+}
+
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	auth, err := api.NewAuth(tenants(cfg))
+	if err != nil {
+		return err
+	}
+	ecfg := engine.DefaultConfig()
+	ecfg.Default, ecfg.Max = cfg.Limits.Limits.Sandbox(), cfg.Limits.Max.Sandbox()
+	ecfg.Pids = cfg.Pids
+	ecfg.DestroyAsync = true
+	loc, err := newLocal(ctx, localFlags{dataDir: cfg.DataDir, cacheDir: cfg.CacheDir, cgroupParent: cfg.CgroupParent,
+		runc: cfg.Runc, runsc: cfg.Runsc}, ecfg, log)
+	if err != nil {
+		return err
+	}
+	defer loc.Close()
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	ls, local, err := openState(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("open state: %w", err)
+	}
+	defer ls.Close()
+
+	m := metrics.New()
+	ncfg := notify.DefaultConfig()
+	ncfg.MaxAttempts = cfg.Callbacks.MaxAttempts
+	ncfg.BaseDelay, _ = time.ParseDuration(cfg.Callbacks.BaseDelay) // validated
+	notifier := notify.New(ncfg, st, netpolicy.Guard{AllowPrivate: cfg.Callbacks.AllowPrivate}.Client(ncfg.Timeout),
+		auth.Secret, log.With("component", "notify"))
+	notifier.OnAttempt = func(kind string, delivered bool) {
+		outcome := "retry"
+		if delivered {
+			outcome = "delivered"
+		}
+		m.Deliveries.WithLabelValues(kind, outcome).Inc()
+	}
+	nc := node.DefaultConfig()
+	nc.ID, nc.MaxConcurrency, nc.QueueBound, nc.LocalState = cfg.NodeID, cfg.MaxConcurrency, cfg.QueueBound, local
+	n := node.New(nc, loc.engine, st, ls, notifier, m, log.With("node", cfg.NodeID))
+	srv := api.New(api.Config{MaxBodyBytes: cfg.MaxBodyBytes}, n, auth, m, log, st, ls)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := n.Run(workCtx); err != nil {
+			log.Error("node stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		notifier.Run(workCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		loc.engine.Warm(workCtx, images.HostName)
+	}()
+	log.Info("corral serving", "listen", ln.Addr().String(), "node", cfg.NodeID, "store", storeKind(cfg.Store),
+		"state", stateKind(cfg.State), "max_concurrency", cfg.MaxConcurrency, "queue_bound", cfg.QueueBound)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	stopWork()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func storeKind(u string) string {
+	if strings.HasPrefix(u, "postgres") {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+func stateKind(u string) string {
+	if strings.HasPrefix(u, "redis") {
+		return "redis"
+	}
+	return "memory"
+}

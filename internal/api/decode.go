@@ -1,0 +1,87 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/corralhq/corral/sandbox"
+)
+
+// decodeExecuteRequest reads one JSON request object of at most max bytes.
+// Unknown fields are refused (a misspelt "limit" silently ignored would
+// run with the defaults); every error is a 4xx *Error naming the field
+// where one is known.
+func decodeExecuteRequest(r io.Reader, max int64) (sandbox.ExecuteRequest, *Error) {
+	var req sandbox.ExecuteRequest
+	body, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return req, tooLarge(max)
+		}
+		return req, errorf(http.StatusBadRequest, "invalid_json", "", "could not read the request body")
+	}
+	if int64(len(body)) > max {
+		return req, tooLarge(max)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, errorf(http.StatusBadRequest, "invalid_json", "", "the request body is empty; send a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, jsonError(err)
+	}
+	if dec.More() {
+		return req, errorf(http.StatusBadRequest, "invalid_json", "", "the body holds more than one JSON value")
+	}
+	if err := checkFields(&req); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+func tooLarge(max int64) *Error {
+	return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "",
+		fmt.Sprintf("the request body is larger than %d bytes", max))
+}
+
+func jsonError(err error) *Error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return errorf(http.StatusBadRequest, "invalid_json", "", fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se))
+	case errors.As(err, &te):
+		field := te.Field
+		return errorf(http.StatusBadRequest, "invalid_request", field, fmt.Sprintf("%s must be %s, not %s", field, te.Type, te.Value))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(http.StatusBadRequest, "invalid_json", "", "the JSON body ends too early")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return errorf(http.StatusBadRequest, "invalid_request", field, fmt.Sprintf("unknown field %q", field))
+	default:
+		return errorf(http.StatusBadRequest, "invalid_json", "", "the body is not a valid request object: "+err.Error())
+	}
+}
+
+// checkFields validates what the engine does not: the parts of a request
+// that are about the service rather than the program.
+func checkFields(req *sandbox.ExecuteRequest) *Error {
+	if req.CallbackURL != "" {
+		if len(req.CallbackURL) > 2048 {
+			return errorf(http.StatusBadRequest, "invalid_request", "callback_url", "is longer than 2048 characters")
+		}
+		u, err := url.Parse(req.CallbackURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return errorf(http.StatusBadRequest, "invalid_request", "callback_url", "must be an absolute http or https URL without credentials")
+		}
+	}
+	return nil
+}

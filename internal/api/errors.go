@@ -1,0 +1,78 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/node"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Error is what every failed API call answers: {"error": {...}}. The
+// message is written for the caller (often a model): what is wrong and,
+// where it helps, what to do.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	// RetryAfter, when set, becomes a Retry-After header (seconds).
+	RetryAfter int `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(status int, code, field, msg string) *Error {
+	return &Error{Status: status, Code: code, Field: field, Message: msg}
+}
+
+// asError maps any error to the API's answer. This is the only place where
+// internal errors become HTTP statuses; internal detail is logged, never
+// sent.
+func asError(err error, log *slog.Logger) *Error {
+	var ae *Error
+	var ie *engine.InputError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ie):
+		return errorf(http.StatusBadRequest, "invalid_request", ie.Field, ie.Error())
+	case errors.Is(err, node.ErrNotFound):
+		return errorf(http.StatusNotFound, "not_found", "", "no such execution")
+	case errors.Is(err, node.ErrConflict):
+		return errorf(http.StatusConflict, "conflict", "execution_id",
+			"this execution_id was already used with a different request; use a new id or resend the same request")
+	case errors.Is(err, store.ErrInvalid):
+		return errorf(http.StatusBadRequest, "invalid_request", "", err.Error())
+	case errors.Is(err, node.ErrQueueFull):
+		e := errorf(http.StatusTooManyRequests, "queue_full", "", "the server's queue is full; retry after the delay in Retry-After")
+		e.RetryAfter = 1
+		return e
+	default:
+		log.Error("internal error", "err", err)
+		return errorf(http.StatusInternalServerError, "internal", "", "internal error; retry")
+	}
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="corral"`)
+	}
+	writeJSON(w, e.Status, map[string]*Error{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

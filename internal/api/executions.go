@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// submitted is the answer to an asynchronous submit.
+type submitted struct {
+	ExecutionID string         `json:"execution_id"`
+	Status      sandbox.Status `json:"status"`
+}
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	req, derr := decodeExecuteRequest(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), s.cfg.MaxBodyBytes)
+	if derr != nil {
+		writeError(w, derr)
+		return
+	}
+	if req.CallbackURL != "" && len(t.CallbackSecret) == 0 {
+		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "callback_url",
+			"callbacks need a callback secret configured for this tenant"))
+		return
+	}
+	wait := false
+	switch v := r.URL.Query().Get("wait"); v {
+	case "", "false", "0":
+	case "true", "1":
+		wait = true
+	default:
+		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "wait", "must be true or false"))
+		return
+	}
+	sub, err := s.node.Submit(r.Context(), t.Name, req)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	rec := sub.Execution.Record
+	if !wait || rec.Status.Final() {
+		if wait {
+			s.writeRecord(w, r, t, rec.ExecutionID)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, submitted{ExecutionID: rec.ExecutionID, Status: rec.Status})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.node.WaitDeadline(rec.Limits))
+	defer cancel()
+	res, err := s.node.Wait(ctx, t.Name, rec.ExecutionID)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	if !res.Status.Final() {
+		// The client's patience or ours ran out first: the execution goes
+		// on and can be fetched later.
+		writeJSON(w, http.StatusAccepted, submitted{ExecutionID: res.ExecutionID, Status: res.Status})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) writeRecord(w http.ResponseWriter, r *http.Request, t *Tenant, id string) {
+	res, err := s.node.Get(r.Context(), t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id := r.PathValue("id")
+	if !engine.ValidID(id) {
+		writeError(w, asError(errNotFound(), s.log))
+		return
+	}
+	s.writeRecord(w, r, t, id)
+}
+
+func errNotFound() *Error { return errorf(http.StatusNotFound, "not_found", "", "no such execution") }
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id := r.PathValue("id")
+	if !engine.ValidID(id) {
+		writeError(w, errNotFound())
+		return
+	}
+	res, err := s.node.Cancel(r.Context(), t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// listed is the answer of the query endpoint.
+type listed struct {
+	Executions []sandbox.Result `json:"executions"`
+	NextCursor string           `json:"next_cursor,omitempty"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	q, qerr := parseQuery(r)
+	if qerr != nil {
+		writeError(w, qerr)
+		return
+	}
+	res, next, err := s.node.List(r.Context(), t.Name, q)
+	if errors.Is(err, store.ErrInvalid) {
+		// The only input the store judges here is the cursor.
+		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "cursor", "is not a cursor this server handed out for this sort"))
+		return
+	}
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	if res == nil {
+		res = []sandbox.Result{}
+	}
+	writeJSON(w, http.StatusOK, listed{Executions: res, NextCursor: next})
+}
+
+var (
+	statuses = map[sandbox.Status]bool{sandbox.StatusQueued: true, sandbox.StatusRunning: true,
+		sandbox.StatusSuccess: true, sandbox.StatusFailed: true, sandbox.StatusCancelled: true}
+	errorTypes = map[sandbox.ErrorType]bool{sandbox.ErrCompile: true, sandbox.ErrRuntime: true, sandbox.ErrTimeout: true,
+		sandbox.ErrOOM: true, sandbox.ErrResourceLimit: true, sandbox.ErrInternal: true, sandbox.ErrInput: true, sandbox.ErrCancelled: true}
+	sorts = map[string]bool{"created_at": true, "-created_at": true, "duration_ms": true, "-duration_ms": true}
+)
+
+func parseQuery(r *http.Request) (store.Query, *Error) {
+	v := r.URL.Query()
+	bad := func(field, msg string) (store.Query, *Error) {
+		return store.Query{}, errorf(http.StatusBadRequest, "invalid_request", field, msg)
+	}
+	q := store.Query{
+		SessionID: v.Get("session_id"),
+		Status:    sandbox.Status(v.Get("status")),
+		ErrorType: sandbox.ErrorType(v.Get("error_type")),
+		Language:  v.Get("language"),
+		Sort:      v.Get("sort"),
+		Cursor:    v.Get("cursor"),
+	}
+	if q.SessionID != "" && !engine.ValidID(q.SessionID) {
+		return bad("session_id", "is not a valid session id")
+	}
+	if q.Status != "" && !statuses[q.Status] {
+		return bad("status", "must be queued, running, success, failed or cancelled")
+	}
+	if q.ErrorType != "" && !errorTypes[q.ErrorType] {
+		return bad("error_type", "is not an error type")
+	}
+	if q.Sort != "" && !sorts[q.Sort] {
+		return bad("sort", "must be created_at, -created_at, duration_ms or -duration_ms")
+	}
+	if len(q.Cursor) > 512 || len(q.Language) > 64 {
+		return bad("cursor", "is too long")
+	}
+	if s := v.Get("exit_code_ne"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return bad("exit_code_ne", "must be an integer")
+		}
+		q.ExitCodeNe = &n
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return bad("limit", "must be an integer from 1 to 1000")
+		}
+		q.Limit = n
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &q.Since}, {"until", &q.Until}} {
+		if s := v.Get(f.name); s != "" {
+			ts, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return bad(f.name, "must be an RFC 3339 time")
+			}
+			*f.dst = ts
+		}
+	}
+	return q, nil
+}

@@ -1,0 +1,142 @@
+// Package api is Corral's HTTP interface (/v1, DESIGN §2): authentication
+// and tenants, request decoding and validation, JSON errors, executions
+// (submit, wait, get, list, cancel), Server-Sent Events, health and
+// metrics. It holds no execution logic: that is the node's.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/corralhq/corral/internal/metrics"
+	"github.com/corralhq/corral/internal/node"
+)
+
+// Config configures the API.
+type Config struct {
+	// MaxBodyBytes caps a request body (413 beyond).
+	MaxBodyBytes int64
+}
+
+// Pinger is a backend that readiness checks.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Server serves the API.
+type Server struct {
+	cfg     Config
+	node    *node.Node
+	auth    *Auth
+	metrics *metrics.Metrics
+	ready   []Pinger
+	log     *slog.Logger
+}
+
+// New returns a server; ready lists what /readyz checks.
+func New(cfg Config, n *node.Node, auth *Auth, m *metrics.Metrics, log *slog.Logger, ready ...Pinger) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 10 << 20
+	}
+	return &Server{cfg: cfg, node: n, auth: auth, metrics: m, ready: ready, log: log}
+}
+
+// authed is a handler that knows its tenant.
+type authed func(w http.ResponseWriter, r *http.Request, t *Tenant)
+
+// Handler returns the API's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.instrument(pattern, h))
+	}
+	route("POST /v1/executions", s.withTenant(s.submit))
+	route("GET /v1/executions", s.withTenant(s.list))
+	route("GET /v1/executions/{id}", s.withTenant(s.get))
+	route("POST /v1/executions/{id}/cancel", s.withTenant(s.cancel))
+	route("GET /v1/executions/{id}/events", s.withTenant(s.events))
+	route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	route("GET /readyz", s.readyz)
+	route("GET /metrics", s.metrics.Handler().ServeHTTP)
+	route("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such endpoint: "+r.Method+" "+r.URL.Path))
+	})
+	return mux
+}
+
+func (s *Server) withTenant(h authed) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, err := s.auth.Authenticate(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		h(w, r, t)
+	}
+}
+
+// statusWriter remembers the status for metrics; it passes Flush through
+// for SSE.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// instrument counts requests and turns panics into 500s.
+func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("panic in handler", "route", route, "panic", p, "stack", string(debug.Stack()))
+				if sw.status == 0 {
+					writeError(sw, errorf(http.StatusInternalServerError, "internal", "", "internal error; retry"))
+				}
+			}
+			code := sw.status
+			if code == 0 {
+				code = http.StatusOK
+			}
+			s.metrics.HTTPRequests.WithLabelValues(route, http.StatusText(code)).Inc()
+			s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "status", code, "duration_ms", time.Since(start).Milliseconds())
+		}()
+		h(sw, r)
+	})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	for _, p := range s.ready {
+		if err := p.Ping(ctx); err != nil {
+			s.log.Warn("not ready", "err", err)
+			writeError(w, errorf(http.StatusServiceUnavailable, "not_ready", "", "a backend is unreachable"))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

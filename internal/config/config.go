@@ -1,0 +1,207 @@
+// Package config is corral serve's configuration: one typed struct with
+// defaults, loaded from an optional TOML file and overridden by flags and
+// CORRAL_* environment variables (in main), then validated.
+package config
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Limits are execution limits in the file's units.
+type Limits struct {
+	TimeoutMS int64   `toml:"timeout_ms"`
+	MemoryMB  int64   `toml:"memory_mb"`
+	CPUCores  float64 `toml:"cpu_cores"`
+	DiskMB    int64   `toml:"disk_mb"`
+}
+
+// Sandbox converts to the wire type.
+func (l Limits) Sandbox() sandbox.Limits {
+	return sandbox.Limits{TimeoutMS: l.TimeoutMS, MemoryMB: l.MemoryMB, CPUCores: l.CPUCores, DiskMB: l.DiskMB}
+}
+
+// Tenant is a customer with its API keys (SHA-256 hashes, hex) and its
+// callback signing secret.
+type Tenant struct {
+	Name           string   `toml:"name"`
+	APIKeySHA256   []string `toml:"api_key_sha256"`
+	CallbackSecret string   `toml:"callback_secret"`
+}
+
+// Config is everything corral serve needs.
+type Config struct {
+	Listen       string `toml:"listen"`
+	DataDir      string `toml:"data_dir"`
+	Store        string `toml:"store"` // sqlite path/URL or postgres:// URL; default sqlite in DataDir
+	State        string `toml:"state"` // "memory" or redis:// URL
+	Blob         string `toml:"blob"`
+	NodeID       string `toml:"node_id"`
+	CacheDir     string `toml:"cache_dir"`
+	CgroupParent string `toml:"cgroup_parent"`
+	Runc         string `toml:"runc"`
+	Runsc        string `toml:"runsc"`
+
+	// MaxConcurrency is how many executions this node runs at once; 0
+	// derives it from memory (see DeriveConcurrency).
+	MaxConcurrency int `toml:"max_concurrency"`
+	// QueueBound caps the shared queue; 0 means 4 × MaxConcurrency.
+	QueueBound   int   `toml:"queue_bound"`
+	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	Pids         int64 `toml:"pids"`
+
+	Limits struct {
+		Limits
+		Max Limits `toml:"max"`
+	} `toml:"limits"`
+
+	Tenants []Tenant `toml:"tenants"`
+
+	Callbacks struct {
+		// AllowPrivate lets callbacks reach private and loopback
+		// addresses (tests, in-cluster receivers).
+		AllowPrivate bool `toml:"allow_private"`
+		MaxAttempts  int  `toml:"max_attempts"`
+		// BaseDelay is the first retry's delay (Go duration); each retry
+		// doubles it.
+		BaseDelay string `toml:"base_delay"`
+	} `toml:"callbacks"`
+
+	Log struct {
+		Level  string `toml:"level"`  // debug, info, warn, error
+		Format string `toml:"format"` // json or text
+	} `toml:"log"`
+
+	// APIKey adds one key for the tenant "default" (flag or environment
+	// only, never the file); CallbackSecret signs that tenant's callbacks
+	// (default: the API key itself).
+	APIKey         string `toml:"-"`
+	CallbackSecret string `toml:"-"`
+}
+
+// Default returns the embedded defaults: SQLite, in-process state and local
+// blobs under /var/lib/corral, listening on loopback.
+func Default() Config {
+	var c Config
+	c.Listen = "127.0.0.1:8080"
+	c.DataDir = "/var/lib/corral"
+	c.State = "memory"
+	c.CgroupParent = "corral"
+	c.MaxBodyBytes = 10 << 20
+	c.Pids = 256
+	c.Limits.Limits = Limits{TimeoutMS: 30_000, MemoryMB: 512, CPUCores: 1, DiskMB: 1024}
+	c.Limits.Max = Limits{TimeoutMS: 15 * 60_000, MemoryMB: 8192, CPUCores: float64(runtime.NumCPU()), DiskMB: 10240}
+	c.Callbacks.MaxAttempts = 12
+	c.Callbacks.BaseDelay = "1s"
+	c.Log.Level = "info"
+	c.Log.Format = "json"
+	return c
+}
+
+// Load decodes a TOML file over c. Unknown keys are an error: a misspelt
+// setting must not be silently ignored.
+func Load(path string, c *Config) error {
+	md, err := toml.DecodeFile(path, c)
+	if err != nil {
+		return fmt.Errorf("read config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return fmt.Errorf("config %s: unknown settings %s", path, strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+// DeriveConcurrency applies the article's rule of thumb (§5.6): a node runs
+// about memory × 0.8 / default memory limit executions at once, keeping 20%
+// for bursts. 24 GiB and 512 MB give 38.
+func DeriveConcurrency(memTotalBytes int64, defaultMemoryMB int64) int {
+	if defaultMemoryMB <= 0 {
+		return 1
+	}
+	return max(1, int(float64(memTotalBytes)*0.8/float64(defaultMemoryMB<<20)))
+}
+
+// MemTotal reads the machine's memory from /proc/meminfo.
+func MemTotal() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("read meminfo: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse meminfo: %w", err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("no MemTotal in /proc/meminfo")
+}
+
+// Validate checks c and fills derived values.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen %q: %v", c.Listen, err)
+	}
+	if c.DataDir == "" {
+		bad("data_dir is empty")
+	}
+	if c.MaxConcurrency < 0 || c.QueueBound < 0 || c.MaxBodyBytes < 0 || c.Pids < 0 {
+		bad("max_concurrency, queue_bound, max_body_bytes and pids must not be negative")
+	}
+	d, m := c.Limits.Limits, c.Limits.Max
+	if d.TimeoutMS <= 0 || d.MemoryMB <= 0 || d.CPUCores <= 0 || d.DiskMB <= 0 {
+		bad("every default limit must be positive")
+	}
+	if d.TimeoutMS > m.TimeoutMS || d.MemoryMB > m.MemoryMB || d.CPUCores > m.CPUCores || d.DiskMB > m.DiskMB {
+		bad("default limits exceed the maximums")
+	}
+	if d, err := time.ParseDuration(c.Callbacks.BaseDelay); err != nil || d <= 0 {
+		bad("callbacks.base_delay %q: a positive duration such as 1s", c.Callbacks.BaseDelay)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level %q: use debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		bad("log.format %q: use json or text", c.Log.Format)
+	}
+	if c.MaxConcurrency == 0 {
+		mem, err := MemTotal()
+		if err != nil {
+			bad("derive max_concurrency: %v", err)
+		}
+		c.MaxConcurrency = DeriveConcurrency(mem, d.MemoryMB)
+	}
+	if c.QueueBound == 0 {
+		c.QueueBound = 4 * c.MaxConcurrency
+	}
+	if c.NodeID == "" {
+		host, _ := os.Hostname()
+		c.NodeID = host + "/" + c.Listen
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,102 @@
+// Package metrics defines Corral's Prometheus metrics in one registry, so
+// the /metrics endpoint and (later) the dashboard read the same numbers.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Metrics holds the collectors. The zero value is not usable; use New.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Executions    *prometheus.CounterVec   // language, status, error_type, tier
+	Duration      *prometheus.HistogramVec // language, tier: program run time
+	Latency       *prometheus.HistogramVec // language, tier: submit to final record
+	QueueWait     prometheus.Histogram
+	PeakMemory    *prometheus.HistogramVec // language
+	InFlight      prometheus.Gauge
+	Queued        prometheus.Gauge
+	Rejected      *prometheus.CounterVec // reason: queue_full, invalid
+	Deliveries    *prometheus.CounterVec // kind, outcome: delivered, retry
+	Orphans       prometheus.Counter
+	SweptSandbox  prometheus.Counter
+	HTTPRequests  *prometheus.CounterVec // route, code
+	CancelledRuns prometheus.Counter
+}
+
+var latencyBuckets = []float64{0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 120, 300}
+
+// New registers every collector on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
+	m.Executions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_executions_total", Help: "Finished executions by language, status, error type and tier.",
+	}, []string{"language", "status", "error_type", "tier"})
+	m.Duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "corral_execution_duration_seconds", Help: "How long programs ran.", Buckets: latencyBuckets,
+	}, []string{"language", "tier"})
+	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "corral_execution_latency_seconds", Help: "From accepted request to final record.", Buckets: latencyBuckets,
+	}, []string{"language", "tier"})
+	m.QueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "corral_queue_wait_seconds", Help: "Time executions waited in the queue.", Buckets: latencyBuckets,
+	})
+	m.PeakMemory = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "corral_execution_peak_memory_bytes", Help: "Peak memory of executions.",
+		Buckets: prometheus.ExponentialBuckets(4<<20, 2, 12),
+	}, []string{"language"})
+	m.InFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "corral_executions_in_flight", Help: "Executions running on this node."})
+	m.Queued = prometheus.NewGauge(prometheus.GaugeOpts{Name: "corral_queue_length", Help: "Executions waiting in the shared queue."})
+	m.Rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_requests_rejected_total", Help: "Execution requests refused, by reason.",
+	}, []string{"reason"})
+	m.Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_deliveries_total", Help: "Callback and memory-service delivery attempts by outcome.",
+	}, []string{"kind", "outcome"})
+	m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_orphans_total", Help: "Executions whose node stopped heartbeating, marked internal_error."})
+	m.SweptSandbox = prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_sandboxes_swept_total", Help: "Sandboxes the sweeper destroyed."})
+	m.CancelledRuns = prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_cancellations_total", Help: "Executions cancelled by clients."})
+	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_http_requests_total", Help: "API requests by route and status code.",
+	}, []string{"route", "code"})
+	for _, c := range []prometheus.Collector{m.Executions, m.Duration, m.Latency, m.QueueWait, m.PeakMemory,
+		m.InFlight, m.Queued, m.Rejected, m.Deliveries, m.Orphans, m.SweptSandbox, m.CancelledRuns, m.HTTPRequests,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	return m
+}
+
+// Finished records a final execution.
+func (m *Metrics) Finished(r *sandbox.Result) {
+	et := ""
+	if r.Error != nil {
+		et = string(r.Error.Type)
+	}
+	m.Executions.WithLabelValues(r.Language, string(r.Status), et, r.Tier).Inc()
+	if r.Status == sandbox.StatusCancelled {
+		m.CancelledRuns.Inc()
+	}
+	if r.DurationMS > 0 {
+		m.Duration.WithLabelValues(r.Language, r.Tier).Observe(float64(r.DurationMS) / 1000)
+	}
+	if !r.CreatedAt.IsZero() && !r.FinishedAt.IsZero() {
+		m.Latency.WithLabelValues(r.Language, r.Tier).Observe(r.FinishedAt.Sub(r.CreatedAt).Seconds())
+	}
+	if r.PeakMemoryMB > 0 {
+		m.PeakMemory.WithLabelValues(r.Language).Observe(float64(r.PeakMemoryMB << 20))
+	}
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,390 @@
+// Package node is the work loop of one corral serve process: it admits
+// executions into the shared queue, pulls work when it has capacity, runs it
+// through the engine with a live entry and heartbeats, writes the final
+// record (and its callbacks) to the store, streams events, cancels across
+// nodes, turns executions of lost nodes into retryable internal errors,
+// recovers after a restart and sweeps stray sandboxes.
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/metrics"
+	"github.com/corralhq/corral/internal/notify"
+	"github.com/corralhq/corral/internal/state"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Errors callers map to HTTP statuses.
+var (
+	// ErrConflict: the execution id exists with a different request.
+	ErrConflict = errors.New("execution id already used for a different request")
+	// ErrNotFound: no such execution for this tenant.
+	ErrNotFound = errors.New("execution not found")
+	// ErrQueueFull: the shared queue is at its bound; retry later.
+	ErrQueueFull = errors.New("queue full")
+)
+
+// Config configures a node.
+type Config struct {
+	// ID names the node in live state; stable across restarts of the same
+	// node so that it recognises what it left.
+	ID string
+	// MaxConcurrency is how many executions this node runs at once.
+	MaxConcurrency int
+	// QueueBound caps the shared queue; beyond it submissions get
+	// ErrQueueFull.
+	QueueBound int
+	// HeartbeatInterval refreshes live entries; OrphanAfter is the age of
+	// a heartbeat after which any node declares the execution lost.
+	HeartbeatInterval, OrphanAfter time.Duration
+	// ReapInterval is how often live entries are checked for orphans.
+	ReapInterval time.Duration
+	// SweepInterval is how often stray sandboxes are looked for.
+	SweepInterval time.Duration
+	// EventTTL keeps an execution's event log after it finished.
+	EventTTL time.Duration
+	// LiveOutputBytes caps what is streamed live per output stream; the
+	// record still gets head and tail of everything.
+	LiveOutputBytes int64
+	// WaitMargin is added to an execution's limits when a client waits.
+	WaitMargin time.Duration
+	// LocalState is true when the state lives in this process (memory):
+	// after a restart nothing of it survived, so queued work is put back in
+	// the queue from the store.
+	LocalState bool
+}
+
+// DefaultConfig fills everything but ID, MaxConcurrency and QueueBound.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatInterval: 5 * time.Second,
+		OrphanAfter:       30 * time.Second,
+		ReapInterval:      2 * time.Second,
+		SweepInterval:     5 * time.Minute,
+		EventTTL:          time.Hour,
+		LiveOutputBytes:   4 << 20,
+		WaitMargin:        30 * time.Second,
+	}
+}
+
+// Node runs executions. Create it with New, start it with Run.
+type Node struct {
+	cfg      Config
+	engine   *engine.Engine
+	store    store.Store
+	state    state.State
+	notifier *notify.Notifier
+	metrics  *metrics.Metrics
+	log      *slog.Logger
+
+	// ctx is Run's context: executions belong to the node, not to the
+	// request that submitted them.
+	ctx context.Context
+
+	mu      sync.Mutex
+	running map[string]*run            // by key
+	waiters map[string][]chan struct{} // by key
+}
+
+type run struct {
+	cancel    context.CancelCauseFunc
+	sandboxID string
+	started   time.Time
+	timeout   time.Duration
+}
+
+// New returns a node. notifier may be nil (no callbacks).
+func New(cfg Config, eng *engine.Engine, st store.Store, ls state.State, notifier *notify.Notifier, m *metrics.Metrics, log *slog.Logger) *Node {
+	return &Node{cfg: cfg, engine: eng, store: st, state: ls, notifier: notifier, metrics: m, log: log,
+		ctx: context.Background(), running: map[string]*run{}, waiters: map[string][]chan struct{}{}}
+}
+
+// key names an execution in the shared state: ids are unique per tenant.
+func key(tenant, id string) string { return tenant + "/" + id }
+
+func splitKey(k string) (tenant, id string) {
+	tenant, id, _ = strings.Cut(k, "/")
+	return tenant, id
+}
+
+// Submission is the outcome of Submit.
+type Submission struct {
+	Execution *store.Execution
+	// Created is false when the id existed with the same request: nothing
+	// new was queued.
+	Created bool
+}
+
+// Submit validates req, and unless the same request was already submitted
+// under its id, stores it as queued and puts it in the shared queue.
+// Errors: *engine.InputError, ErrConflict, ErrQueueFull, or internal.
+func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteRequest) (Submission, error) {
+	job, err := n.engine.Prepare(req)
+	if err != nil {
+		n.metrics.Rejected.WithLabelValues("invalid").Inc()
+		return Submission{}, err
+	}
+	body, err := json.Marshal(job.Req)
+	if err != nil {
+		return Submission{}, fmt.Errorf("encode request: %w", err)
+	}
+	hash := sha256.Sum256(body)
+	ex := &store.Execution{
+		Tenant:      tenant,
+		ID:          job.Req.ExecutionID,
+		RequestHash: hex.EncodeToString(hash[:]),
+		Request:     body,
+		Record: sandbox.Result{
+			ExecutionID: job.Req.ExecutionID,
+			SessionID:   job.Req.SessionID,
+			Language:    job.Req.Language,
+			Status:      sandbox.StatusQueued,
+			Tier:        string(job.Tier),
+			TierReason:  job.TierReason,
+			Image:       job.Image.Name,
+			ImageDigest: job.Image.Digest,
+			Limits:      job.Req.Limits,
+			CreatedAt:   time.Now().UTC(),
+		},
+	}
+	if prev, err := n.store.GetExecution(ctx, tenant, ex.ID); err == nil {
+		return n.existing(prev, ex)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return Submission{}, fmt.Errorf("look up execution: %w", err)
+	}
+	k := key(tenant, ex.ID)
+	// Queue first: the bound is checked atomically there, and a refused
+	// request leaves no record. A worker that pulls the id before the
+	// record exists waits for it.
+	if err := n.state.Enqueue(ctx, k, n.cfg.QueueBound); err != nil {
+		if errors.Is(err, state.ErrQueueFull) {
+			n.metrics.Rejected.WithLabelValues("queue_full").Inc()
+			return Submission{}, ErrQueueFull
+		}
+		return Submission{}, fmt.Errorf("enqueue: %w", err)
+	}
+	stored, created, err := n.store.CreateExecution(ctx, ex)
+	if err != nil {
+		_, _ = n.state.RemoveQueued(context.WithoutCancel(ctx), k)
+		return Submission{}, fmt.Errorf("store execution: %w", err)
+	}
+	if !created {
+		// A concurrent duplicate won; the extra queue entry is skipped by
+		// the worker that pulls it.
+		return n.existing(stored, ex)
+	}
+	if _, err := n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusQueued)); err != nil {
+		n.log.Warn("append event", "execution_id", ex.ID, "err", err)
+	}
+	return Submission{Execution: stored, Created: true}, nil
+}
+
+func (n *Node) existing(prev, ex *store.Execution) (Submission, error) {
+	if prev.RequestHash != ex.RequestHash {
+		return Submission{}, ErrConflict
+	}
+	return Submission{Execution: prev}, nil
+}
+
+// Get returns a tenant's execution record, with its callback's delivery
+// state.
+func (n *Node) Get(ctx context.Context, tenant, id string) (*sandbox.Result, error) {
+	ex, err := n.store.GetExecution(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get execution: %w", err)
+	}
+	rec := ex.Record
+	if ds, err := n.store.Deliveries(ctx, tenant, id); err == nil {
+		for _, d := range ds {
+			if d.Kind == store.KindCallback {
+				rec.Callback = &sandbox.CallbackState{URL: d.URL, State: d.State, Attempts: d.Attempts,
+					LastStatus: d.LastStatus, LastError: d.LastError, DeliveryID: d.ID}
+				if !d.NextAttempt.IsZero() && d.State == store.DeliveryPending {
+					rec.Callback.NextAttempt = d.NextAttempt.UTC()
+				}
+			}
+		}
+	}
+	return &rec, nil
+}
+
+// List returns a tenant's executions matching q.
+func (n *Node) List(ctx context.Context, tenant string, q store.Query) ([]sandbox.Result, string, error) {
+	exs, next, err := n.store.ListExecutions(ctx, tenant, q)
+	if err != nil {
+		return nil, "", fmt.Errorf("list executions: %w", err)
+	}
+	out := make([]sandbox.Result, len(exs))
+	for i, ex := range exs {
+		out[i] = ex.Record
+	}
+	return out, next, nil
+}
+
+// Wait blocks until the execution is final or ctx ends, and returns its
+// record as it is then.
+func (n *Node) Wait(ctx context.Context, tenant, id string) (*sandbox.Result, error) {
+	k := key(tenant, id)
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	n.waiters[k] = append(n.waiters[k], ch)
+	n.mu.Unlock()
+	defer n.unwait(k, ch)
+	// Messages can be missed (a Redis reconnect): poll as a fallback.
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	for {
+		rec, err := n.Get(context.WithoutCancel(ctx), tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		if rec.Status.Final() || ctx.Err() != nil {
+			return rec, nil
+		}
+		select {
+		case <-ch:
+		case <-poll.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// WaitDeadline is how long a client waiting for req should be held at most.
+func (n *Node) WaitDeadline(l sandbox.Limits) time.Duration {
+	return time.Duration(l.TimeoutMS)*time.Millisecond + n.engine.Config().CompileTimeout + n.cfg.WaitMargin
+}
+
+func (n *Node) unwait(k string, ch chan struct{}) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ws := n.waiters[k]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(n.waiters, k)
+	} else {
+		n.waiters[k] = ws
+	}
+}
+
+// wakeWaiters tells local waiters of k to look again.
+func (n *Node) wakeWaiters(k string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.waiters[k] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Cancel stops an execution: a queued one never runs, a running one is
+// killed on whichever node runs it. It waits briefly for the final record.
+func (n *Node) Cancel(ctx context.Context, tenant, id string) (*sandbox.Result, error) {
+	ex, err := n.store.GetExecution(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get execution: %w", err)
+	}
+	k := key(tenant, id)
+	if ex.Record.Status == sandbox.StatusQueued {
+		_, _ = n.state.RemoveQueued(ctx, k)
+		rec := ex.Record
+		rec.Status = sandbox.StatusCancelled
+		rec.Error = &sandbox.Failure{Type: sandbox.ErrCancelled, Message: "the execution was cancelled before it started"}
+		rec.FinishedAt = time.Now().UTC()
+		if err := n.finish(ctx, ex, rec, sandbox.StatusQueued); err == nil {
+			return n.Get(ctx, tenant, id)
+		} else if !errors.Is(err, store.ErrStale) {
+			return nil, err
+		}
+		// It started meanwhile: cancel the run.
+	}
+	if !ex.Record.Status.Final() {
+		if err := n.state.Notify(ctx, state.ChannelCancel, k); err != nil {
+			return nil, fmt.Errorf("signal cancel: %w", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		return n.Wait(wctx, tenant, id)
+	}
+	return n.Get(ctx, tenant, id)
+}
+
+// Events returns an execution's events after the given id, waiting for new
+// ones when wait is set. ok is false when the tenant has no such execution.
+func (n *Node) Events(ctx context.Context, tenant, id string, after uint64, wait bool) ([]state.Event, error) {
+	return n.state.Events(ctx, key(tenant, id), after, wait)
+}
+
+// finish stores rec as ex's final record (with its callback) if ex is
+// still in one of from, then tells everyone.
+func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Result, from ...sandbox.Status) error {
+	ctx = context.WithoutCancel(ctx)
+	ex.Record = rec
+	var deliveries []store.Delivery
+	var req sandbox.ExecuteRequest
+	if err := json.Unmarshal(ex.Request, &req); err == nil && req.CallbackURL != "" {
+		body, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("encode callback: %w", err)
+		}
+		now := time.Now().UTC()
+		deliveries = append(deliveries, store.Delivery{
+			ID: newDeliveryID(), Tenant: ex.Tenant, ExecutionID: ex.ID, Kind: store.KindCallback,
+			URL: req.CallbackURL, Body: body, State: store.DeliveryPending,
+			NextAttempt: now, CreatedAt: now, UpdatedAt: now,
+		})
+	}
+	if err := n.store.FinishExecution(ctx, ex, deliveries, from...); err != nil {
+		return err
+	}
+	k := key(ex.Tenant, ex.ID)
+	if b, err := json.Marshal(rec); err == nil {
+		if _, err := n.state.Append(ctx, k, state.EventDone, b); err != nil {
+			n.log.Warn("append event", "execution_id", ex.ID, "err", err)
+		}
+	}
+	_ = n.state.ExpireEvents(ctx, k, n.cfg.EventTTL)
+	if err := n.state.DeleteLive(ctx, k); err != nil {
+		n.log.Warn("delete live entry", "execution_id", ex.ID, "err", err)
+	}
+	if err := n.state.Notify(ctx, state.ChannelDone, k); err != nil {
+		n.log.Warn("notify done", "execution_id", ex.ID, "err", err)
+	}
+	n.wakeWaiters(k)
+	if len(deliveries) > 0 && n.notifier != nil {
+		n.notifier.Wake()
+	}
+	n.metrics.Finished(&rec)
+	return nil
+}
+
+func newDeliveryID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "dl_" + hex.EncodeToString(b[:])
+}

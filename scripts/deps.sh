@@ -8,6 +8,8 @@ set -euo pipefail
 RUNC_VERSION=1.5.3
 # gVisor publishes pseudo-versions only; this one is from 2026-09 (see RUNTIMES.md).
 RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
+# The S3-compatible server the blob tests run against (internal/testenv/s3.go).
+VERSITYGW_VERSION=v1.8.0
 
 CACHE=${CORRAL_CACHE:-/var/cache/corral}
 PREFIX=${CORRAL_PREFIX:-/opt/corral}
@@ -44,6 +46,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm vendors registry packages into the node image (images/node.toml); a
+# NodeSource nodejs ships its own, Debian's comes as a separate package.
+if ! command -v npm >/dev/null; then
+	log "installing npm"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends npm >/dev/null
 fi
 
 mkdir -p "$CACHE" "$PREFIX/bin"
@@ -84,6 +95,18 @@ if [ ! -x "$runsc_out" ]; then
 fi
 install_if_changed "$runsc_out" "$PREFIX/bin/runsc"
 
+# versitygw: an S3-compatible gateway over a local directory, for the blob
+# store's S3 tests. Pure Go, so CGO is off and the binary is static.
+versitygw_out="$CACHE/versitygw-$VERSITYGW_VERSION/versitygw"
+if [ ! -x "$versitygw_out" ]; then
+	log "building versitygw $VERSITYGW_VERSION (a few minutes on a cold module cache)"
+	mkdir -p "$(dirname "$versitygw_out")"
+	(cd /tmp && CGO_ENABLED=0 GOBIN="$(dirname "$versitygw_out")" GOFLAGS=-buildvcs=false \
+		go install -trimpath "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION")
+fi
+install_if_changed "$versitygw_out" "$PREFIX/bin/versitygw"
+printf '%s\n' "$VERSITYGW_VERSION" >"$PREFIX/versitygw.version"
+
 printf '%s\n' "$RUNC_VERSION" >"$PREFIX/runc.version"
 printf '%s\n' "$RUNSC_VERSION" >"$PREFIX/runsc.version"
-log "ok: runc $("$PREFIX/bin/runc" --version | head -1 | awk '{print $3}'), runsc $RUNSC_VERSION in $PREFIX/bin"
+log "ok: runc $("$PREFIX/bin/runc" --version | head -1 | awk '{print $3}'), runsc $RUNSC_VERSION, versitygw $VERSITYGW_VERSION in $PREFIX/bin"

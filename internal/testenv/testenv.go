@@ -96,14 +96,15 @@ func Corral(t testing.TB) string {
 	return buildPath
 }
 
-// Cleanup removes the binary Corral built and stops the PostgreSQL and
-// Redis servers tests started; call it from TestMain.
+// Cleanup removes the binary Corral built and stops the PostgreSQL, Redis
+// and S3 servers tests started; call it from TestMain.
 func Cleanup() {
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
 	}
 	StopPostgres()
 	StopRedis()
+	StopS3()
 }
 
 // Mounts returns the lines of /proc/self/mountinfo that mention s.

@@ -4,8 +4,11 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -77,4 +80,33 @@ func VerifyCallback(secret []byte, header string, body []byte, tolerance time.Du
 		}
 	}
 	return ErrBadSignature
+}
+
+// maxCallbackBytes caps the body ReadCallback accepts: a record holds at
+// most 256 KiB of output per stream plus its metadata.
+const maxCallbackBytes = 8 << 20
+
+// ReadCallback reads an incoming callback request, verifies its
+// Corral-Signature against secret (the tenant's callback secret) with
+// VerifyCallback and the given tolerance (0: DefaultCallbackTolerance), and
+// returns the execution record it carries. A receiver should answer 2xx
+// only after it has kept the record, and treat the Idempotency-Key header
+// (the execution id) as a de-duplication key: deliveries are retried until
+// one is acknowledged, so the same record can arrive more than once.
+func ReadCallback(r *http.Request, secret []byte, tolerance time.Duration) (*Result, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxCallbackBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read callback: %w", err)
+	}
+	if len(body) > maxCallbackBytes {
+		return nil, fmt.Errorf("read callback: body larger than %d bytes", maxCallbackBytes)
+	}
+	if err := VerifyCallback(secret, r.Header.Get(HeaderSignature), body, tolerance); err != nil {
+		return nil, err
+	}
+	var res Result
+	if err := json.Unmarshal(body, &res); err != nil {
+		return nil, fmt.Errorf("decode callback: %w", err)
+	}
+	return &res, nil
 }

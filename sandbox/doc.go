@@ -4,4 +4,33 @@
 //
 // It depends on the standard library only, so an agent that imports it pulls
 // in nothing else.
+//
+//	client := sandbox.NewClient(sandbox.Config{
+//		Endpoint:   os.Getenv("CORRAL_ENDPOINT"),
+//		APIKey:     os.Getenv("CORRAL_API_KEY"),
+//		Timeout:    60 * time.Second,
+//		MaxRetries: 3,
+//	})
+//	res, err := client.Execute(ctx, sandbox.ExecuteRequest{
+//		Language: "python",
+//		Code:     "print(sum(range(100)))",
+//		Limits:   sandbox.Limits{TimeoutMS: 10000, MemoryMB: 256},
+//	})
+//	var sbErr *sandbox.Error
+//	switch {
+//	case errors.As(err, &sbErr): // the code failed: sbErr.Type, sbErr.Result.Stderr
+//	case err != nil: // the call failed: *APIError, *TransportError or the context
+//	default:
+//		fmt.Print(res.Stdout) // 4950
+//	}
+//
+// Execute waits for the result; Submit returns an execution id at once, to
+// be followed with GetExecution, Wait, Stream (Server-Sent Events, resumed
+// after a broken connection) or a signed callback (ReadCallback,
+// VerifyCallback). List queries past executions. Cancel stops one.
+//
+// Retries are made only where repeating a call cannot run code twice:
+// reads, cancels, and submits, which always carry an execution id (the
+// client generates one when the request has none, and the server treats the
+// same id with the same request as the same execution).
 package sandbox

@@ -106,6 +106,13 @@ type Artifact struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
+// SkippedArtifact is an entry of /workspace/output left out of the
+// artifacts.
+type SkippedArtifact struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
 // Result is the execution record: the answer of GET /v1/executions/{id}, of a
 // waited POST, and the body of a callback.
 type Result struct {
@@ -139,6 +146,9 @@ type Result struct {
 
 	Limits    Limits     `json:"limits,omitzero"`
 	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// ArtifactsSkipped says what under /workspace/output was not collected
+	// and why (a symlink, a FIFO, over a cap).
+	ArtifactsSkipped []SkippedArtifact `json:"artifacts_skipped,omitempty"`
 	// Callback is the delivery state of the request's callback_url.
 	Callback *CallbackState `json:"callback,omitempty"`
 
@@ -157,4 +167,20 @@ type CallbackState struct {
 	LastStatus  int       `json:"last_status,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
 	NextAttempt time.Time `json:"next_attempt,omitzero"`
+}
+
+// EgressAttempt is one connection a sandbox asked its egress proxy for
+// (GET /v1/executions/{id}/egress).
+type EgressAttempt struct {
+	Time    time.Time `json:"time"`
+	Method  string    `json:"method"`
+	Host    string    `json:"host"`
+	Port    int       `json:"port"`
+	Allowed bool      `json:"allowed"`
+	// Reason says why a refused attempt was refused.
+	Reason    string `json:"reason,omitempty"`
+	Address   string `json:"address,omitempty"`
+	Status    int    `json:"status,omitempty"`
+	BytesUp   int64  `json:"bytes_up"`
+	BytesDown int64  `json:"bytes_down"`
 }

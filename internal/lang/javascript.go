@@ -65,4 +65,7 @@ func (javascript) Explain(stderr string) string {
 	return collect.LastLine(strings.Join(keep, "\n"))
 }
 
-var nodeErrorLine = regexp.MustCompile(`^(Uncaught )?[A-Z][A-Za-z0-9_$]*(Error|Exception)(\s*\[[A-Z_0-9]+\])?: `)
+var nodeErrorLine = regexp.MustCompile(`^(Uncaught )?([A-Z][A-Za-z0-9_$]*)?(Error|Exception)(\s*\[[A-Z_0-9]+\])?: `)
+
+// MissingModule reports the package node could not find.
+func (javascript) MissingModule(stderr string) (string, bool) { return missingNode(stderr) }

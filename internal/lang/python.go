@@ -68,3 +68,6 @@ func (python) Plan(code string) Plan {
 }
 
 func init() { Register(python{}, "python3", "py") }
+
+// MissingModule reports the top-level module of a ModuleNotFoundError.
+func (python) MissingModule(stderr string) (string, bool) { return missingPython(stderr) }

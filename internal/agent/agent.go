@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -61,13 +62,14 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 // ignoredSignals are signals programs in the sandbox may send to PID 1. The
 // kernel delivers a signal to a namespace's init only when it has a handler,
 // and the Go runtime installs handlers for nearly all signals, so the agent
-// ignores them explicitly.
+// ignores them explicitly. That includes SIGSEGV, SIGBUS and SIGFPE: the
+// runtime still crashes on a real fault, since it checks where a signal came
+// from before honouring the ignore.
 var ignoredSignals = func() []os.Signal {
 	var s []os.Signal
 	for n := 1; n <= 64; n++ {
 		switch syscall.Signal(n) {
-		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGCHLD, syscall.SIGURG,
-			syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE:
+		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGCHLD, syscall.SIGURG:
 			continue
 		}
 		if n == 32 || n == 33 { // used by glibc/the Go runtime
@@ -260,9 +262,147 @@ func (a *Agent) handle(f frame) {
 			}
 		}
 		a.send(msgOK, f.id, nil)
+	case msgForward:
+		var req ForwardRequest
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			a.fail(f.id, fmt.Errorf("decode forward: %w", err))
+			return
+		}
+		if err := a.forward(req); err != nil {
+			a.fail(f.id, err)
+			return
+		}
+		a.send(msgOK, f.id, nil)
+	case msgFileRead, msgList, msgRemove:
+		var req pathRequest
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			a.fail(f.id, fmt.Errorf("decode path: %w", err))
+			return
+		}
+		if err := checkPath(req.Path); err != nil && req.Path != "/workspace" {
+			a.fail(f.id, err)
+			return
+		}
+		switch f.typ {
+		case msgFileRead:
+			// Streamed from a goroutine: a large file must not stall the
+			// control stream's reader.
+			go a.readFile(f.id, req.Path)
+		case msgList:
+			entries, err := list(req.Path)
+			if err != nil {
+				a.fail(f.id, err)
+				return
+			}
+			a.sendJSON(msgOK, f.id, entries)
+		case msgRemove:
+			if err := os.RemoveAll(req.Path); err != nil {
+				a.fail(f.id, fmt.Errorf("remove: %w", err))
+				return
+			}
+			a.send(msgOK, f.id, nil)
+		}
 	default:
 		a.fail(f.id, fmt.Errorf("frame type %d: %w", f.typ, ErrProtocol))
 	}
+}
+
+// forward relays TCP connections on req.Listen to the unix socket
+// req.Socket, for as long as the agent lives.
+func (a *Agent) forward(req ForwardRequest) error {
+	l, err := net.Listen("tcp", req.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", req.Listen, err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("unix", req.Socket)
+				if err != nil {
+					a.log.Warn("egress proxy unreachable", "err", err)
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{})
+				go func() {
+					io.Copy(u, c)
+					if uc, ok := u.(*net.UnixConn); ok {
+						uc.CloseWrite()
+					}
+					close(done)
+				}()
+				io.Copy(c, u)
+				c.Close()
+				<-done
+			}()
+		}
+	}()
+	return nil
+}
+
+// readFile streams a regular file to the host. It runs as the sandbox
+// user in the sandbox's own view of the file system: a link resolves where
+// the program could have gone anyway.
+func (a *Agent) readFile(id uint32, p string) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		a.fail(id, fmt.Errorf("open: %w", err))
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		a.fail(id, fmt.Errorf("%s is not a regular file", p))
+		return
+	}
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if serr := a.send(msgFileData, id, buf[:n]); serr != nil {
+				return
+			}
+		}
+		if err == io.EOF {
+			a.send(msgOK, id, nil)
+			return
+		}
+		if err != nil {
+			a.fail(id, fmt.Errorf("read: %w", err))
+			return
+		}
+	}
+}
+
+func list(dir string) ([]Entry, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	defer d.Close()
+	infos, err := d.Readdir(MaxListEntries)
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	out := make([]Entry, 0, len(infos))
+	for _, fi := range infos {
+		e := Entry{Name: fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UTC(), Type: "other"}
+		switch {
+		case fi.IsDir():
+			e.Type, e.Dir = "dir", true
+		case fi.Mode()&os.ModeSymlink != 0:
+			e.Type = "symlink"
+		case fi.Mode().IsRegular():
+			e.Type = "file"
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 func (a *Agent) byID(id uint32) *proc {

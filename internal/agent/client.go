@@ -46,6 +46,10 @@ type call struct {
 	done    chan struct{}
 	err     error
 	payload []byte
+	// data receives msgFileData frames (ReadFile); werr is its first
+	// write error.
+	data io.Writer
+	werr error
 }
 
 // NewClient starts reading from r. closer is closed by Close.
@@ -186,6 +190,15 @@ func (c *Client) readLoop() {
 			c.mu.Unlock()
 			if p != nil {
 				p.end(st, nil)
+			}
+		case msgFileData:
+			c.mu.Lock()
+			k := c.waiters[f.id]
+			c.mu.Unlock()
+			if k != nil && k.data != nil {
+				if _, werr := k.data.Write(f.payload); werr != nil && k.werr == nil {
+					k.werr = werr
+				}
 			}
 		case msgStarted, msgOK, msgError:
 			c.mu.Lock()
@@ -400,6 +413,60 @@ func (c *Client) Reset(ctx context.Context, req ResetRequest) error {
 	b, _ := json.Marshal(req)
 	id, k := c.newCall()
 	if err := c.send(msgReset, id, b); err != nil {
+		c.forgetCall(id)
+		return err
+	}
+	_, err := c.wait(ctx, id, k)
+	return err
+}
+
+func (c *Client) pathCall(ctx context.Context, typ byte, path string, data io.Writer) ([]byte, error) {
+	b, _ := json.Marshal(pathRequest{Path: path})
+	id, k := c.newCall()
+	k.data = data
+	if err := c.send(typ, id, b); err != nil {
+		c.forgetCall(id)
+		return nil, err
+	}
+	payload, err := c.wait(ctx, id, k)
+	if err == nil && k.werr != nil {
+		err = k.werr
+	}
+	return payload, err
+}
+
+// ReadFile streams a regular file of the sandbox (under /workspace or /tmp)
+// into w.
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) error {
+	_, err := c.pathCall(ctx, msgFileRead, path, w)
+	return err
+}
+
+// List lists a directory of the sandbox (under /workspace or /tmp).
+func (c *Client) List(ctx context.Context, path string) ([]Entry, error) {
+	payload, err := c.pathCall(ctx, msgList, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	if err := json.Unmarshal(payload, &out); err != nil {
+		return nil, fmt.Errorf("decode listing: %w: %w", ErrProtocol, err)
+	}
+	return out, nil
+}
+
+// Remove removes a file or directory tree of the sandbox.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	_, err := c.pathCall(ctx, msgRemove, path, nil)
+	return err
+}
+
+// Forward makes the agent relay TCP connections on listen, inside the
+// sandbox, to the unix socket at socket.
+func (c *Client) Forward(ctx context.Context, listen, socket string) error {
+	b, _ := json.Marshal(ForwardRequest{Listen: listen, Socket: socket})
+	id, k := c.newCall()
+	if err := c.send(msgForward, id, b); err != nil {
 		c.forgetCall(id)
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Protocol. The host and the agent exchange frames over one bidirectional
@@ -30,14 +31,18 @@ const headerSize = 9
 
 // Frame types sent by the host.
 const (
-	msgStart      byte = 1 // JSON StartRequest; answered by msgStarted or msgError
-	msgStdin      byte = 2 // raw bytes for the process's stdin
-	msgCloseStdin byte = 3 // close the process's stdin
-	msgSignal     byte = 4 // JSON signalRequest
-	msgFileBegin  byte = 5 // JSON fileHeader; data follows in msgFileData
-	msgFileData   byte = 6 // raw bytes
-	msgFileEnd    byte = 7 // end of file; answered by msgOK or msgError
-	msgReset      byte = 8 // JSON ResetRequest; answered by msgOK or msgError
+	msgStart      byte = 1  // JSON StartRequest; answered by msgStarted or msgError
+	msgStdin      byte = 2  // raw bytes for the process's stdin
+	msgCloseStdin byte = 3  // close the process's stdin
+	msgSignal     byte = 4  // JSON signalRequest
+	msgFileBegin  byte = 5  // JSON fileHeader; data follows in msgFileData
+	msgFileData   byte = 6  // raw bytes
+	msgFileEnd    byte = 7  // end of file; answered by msgOK or msgError
+	msgReset      byte = 8  // JSON ResetRequest; answered by msgOK or msgError
+	msgFileRead   byte = 9  // JSON pathRequest; answered by msgFileData frames then msgOK, or msgError
+	msgList       byte = 10 // JSON pathRequest; answered by msgOK with JSON []Entry, or msgError
+	msgRemove     byte = 11 // JSON pathRequest; answered by msgOK or msgError
+	msgForward    byte = 12 // JSON ForwardRequest; answered by msgOK or msgError
 )
 
 // Frame types sent by the agent.
@@ -109,6 +114,32 @@ type ResetRequest struct {
 	// Clear lists directories whose contents are removed.
 	Clear []string `json:"clear"`
 }
+
+// ForwardRequest makes the agent accept TCP connections on Listen (inside
+// the sandbox's network namespace) and relay each to the unix socket
+// Socket (the host's egress proxy, bound into the sandbox).
+type ForwardRequest struct {
+	Listen string `json:"listen"`
+	Socket string `json:"socket"`
+}
+
+type pathRequest struct {
+	Path string `json:"path"`
+}
+
+// Entry is a file or directory listed by List.
+type Entry struct {
+	Name    string    `json:"name"`
+	Dir     bool      `json:"dir,omitempty"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"mod_time"`
+	// Type is "file", "dir", "symlink" or "other".
+	Type string `json:"type"`
+}
+
+// MaxListEntries caps one List answer.
+const MaxListEntries = 10000
 
 type errorReply struct {
 	Message string `json:"message"`

@@ -19,6 +19,9 @@ type Facts struct {
 	ExitCode int
 	Signal   string
 	TimedOut bool
+	// AgentKilled: the program killed the sandbox's agent, ending the
+	// sandbox under itself.
+	AgentKilled bool
 	// Kernel facts from the sandbox's cgroup and disk.
 	OOMKills      int64
 	PidsLimitHits int64
@@ -61,6 +64,9 @@ func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 		return fail(sandbox.ErrOOM, fmt.Sprintf(
 			"out of memory: the program needed more than memory_mb=%d and the kernel killed it (peak %d MB); raise limits.memory_mb or use less memory",
 			f.MemoryMB, f.PeakMemoryMB))
+	case f.AgentKilled:
+		return fail(sandbox.ErrRuntime,
+			"the program killed the sandbox's agent (PID 1's threads), which ended the sandbox; the output up to then is kept. Running it again will end the same way")
 	case f.CompileFailed && !f.TimedOut:
 		return fail(sandbox.ErrCompile, compileMessage(f.Stderr))
 	case f.DiskFull:

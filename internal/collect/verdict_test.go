@@ -26,6 +26,7 @@ func TestVerdict(t *testing.T) {
 		{"disk", Facts{Exited: true, ExitCode: 1, DiskFull: true, DiskMB: 64}, sandbox.StatusFailed, sandbox.ErrResourceLimit, "disk_mb=64"},
 		{"timeout", Facts{TimedOut: true, TimeoutMS: 1000}, sandbox.StatusFailed, sandbox.ErrTimeout, "timeout_ms=1000"},
 		{"compile", Facts{Exited: true, ExitCode: 1, CompileFailed: true, Stderr: "main.go:3: undefined: x\n"}, sandbox.StatusFailed, sandbox.ErrCompile, "undefined: x"},
+		{"agent killed", Facts{AgentKilled: true, CompileFailed: true}, sandbox.StatusFailed, sandbox.ErrRuntime, "killed the sandbox's agent"},
 		{"compile that timed out", Facts{CompileFailed: true, TimedOut: true, TimeoutMS: 60000}, sandbox.StatusFailed, sandbox.ErrTimeout, "60000"},
 	}
 	for _, c := range cases {

@@ -56,9 +56,11 @@ type Spec struct {
 	Mounts   []Mount
 	Overlays []Overlay
 	Limits   Limits
-	// Workspace, if set, is a host directory holding a disk image that
-	// persists after the sandbox (a session's workspace); otherwise the
-	// sandbox gets a fresh disk that is removed with it.
+	// Workspace, if set, is the path of a disk image that persists after
+	// the sandbox (a session's workspace), made with Limits.DiskBytes if it
+	// does not exist yet; otherwise the sandbox gets a fresh disk that is
+	// removed with it. One image must not be attached to two sandboxes at
+	// once.
 	Workspace string
 }
 
@@ -112,6 +114,25 @@ type LimitProber interface {
 	// Processes returns how many processes and threads the sandbox runs
 	// and how many it may.
 	Processes(ctx context.Context) (n, limit int64, err error)
+}
+
+// AgentWitness is a Sandbox that can say whether its agent, once lost,
+// died silently: killed by a signal rather than failing with a message.
+// Where programs can signal the agent (gVisor does not shield a pid
+// namespace's init the way Linux does), a silent death while a program ran
+// is the program's doing.
+type AgentWitness interface {
+	// AgentKilledByProgram reports whether the agent is gone without a word
+	// in a sandbox whose programs can kill it.
+	AgentKilledByProgram() bool
+}
+
+// HostWorkspace is a Sandbox whose /workspace the host can read directly
+// (for artifact collection after the programs are gone).
+type HostWorkspace interface {
+	// WorkspaceDir is the host path of the sandbox's /workspace. Everything
+	// in it is the program's: open it only without following links.
+	WorkspaceDir() string
 }
 
 // ErrUnavailable reports that the runtime cannot run here (binary missing,

@@ -147,6 +147,7 @@ type Sandbox struct {
 
 var _ runtime.Sandbox = (*Sandbox)(nil)
 var _ runtime.LimitProber = (*Sandbox)(nil)
+var _ runtime.HostWorkspace = (*Sandbox)(nil)
 var _ runtime.Runtime = (*Runtime)(nil)
 
 func newID() string {
@@ -177,8 +178,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		return nil, err
 	}
 	if spec.Workspace != "" {
+		// A session's disk: made on first use, kept after the sandbox.
 		s.keep = true
-		s.disk, err = disk.Attach(spec.Workspace, filepath.Join(s.dir, "disk"))
+		if _, serr := os.Stat(spec.Workspace); errors.Is(serr, os.ErrNotExist) {
+			s.disk, err = r.templates.Create(ctx, spec.Workspace, filepath.Join(s.dir, "disk"), spec.Limits.DiskBytes)
+		} else {
+			s.disk, err = disk.Attach(spec.Workspace, filepath.Join(s.dir, "disk"))
+		}
 	} else {
 		s.disk, err = r.templates.Create(ctx, filepath.Join(s.dir, "disk.img"), filepath.Join(s.dir, "disk"), spec.Limits.DiskBytes)
 	}
@@ -362,6 +368,17 @@ func reap(pidfd int) {
 
 // ID returns the sandbox's id.
 func (s *Sandbox) ID() string { return s.id }
+
+// AgentKilledByProgram implements runtime.AgentWitness. Only gVisor lets a
+// program kill the agent (seccomp refuses signals to PID 1, but not to the
+// agent's other threads by TID); an agent that fails on its own writes its
+// reason (or a Go panic) to the diagnostics stream first.
+func (s *Sandbox) AgentKilledByProgram() bool {
+	return s.rt.cfg.Tier == runtime.TierGVisor && s.diag.empty()
+}
+
+// WorkspaceDir is the host path of the sandbox's /workspace.
+func (s *Sandbox) WorkspaceDir() string { return filepath.Join(s.disk.Dir, disk.WorkspaceDir) }
 
 // Agent returns the client of the sandbox's agent.
 func (s *Sandbox) Agent() *agent.Client { return s.client }
@@ -646,6 +663,12 @@ func (t *tail) drain(r io.ReadCloser, log *slog.Logger) {
 			return
 		}
 	}
+}
+
+func (t *tail) empty() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(bytes.TrimSpace(t.buf)) == 0
 }
 
 func (t *tail) suffix() string {

@@ -41,6 +41,27 @@ var allowedSockets = []struct{ domain, protocol uint64 }{
 
 const anyProtocol = ^uint64(0)
 
+// initSignals are the system calls that signal a process named by their
+// first argument. They may not name PID 1, the agent: Linux shields a
+// namespace's init from its descendants' signals, but gVisor does not, and
+// a program that kills its supervisor must not pass for a Corral failure.
+// pidfd_send_signal cannot be filtered by target (a pidfd may come from
+// opening /proc/1), so it reports ENOSYS and callers fall back to kill.
+var initSignals = []string{"kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open"}
+
+// notInit are argument conditions, any one of which proves that a pid_t
+// argument is not 1. The kernel reads only the low 32 bits, so the filter
+// must too: an even value, or one with any bit from 1 to 22 set (PID_MAX_LIMIT
+// is 1<<22), or a negative one (bit 31). Positive values above the limit
+// name no process and are refused with the rest.
+var notInit = func() []specs.LinuxSeccompArg {
+	args := []specs.LinuxSeccompArg{{Index: 0, Value: 1, ValueTwo: 0, Op: specs.OpMaskedEqual}}
+	for bit := 1; bit <= 22; bit++ {
+		args = append(args, specs.LinuxSeccompArg{Index: 0, Value: 1 << bit, ValueTwo: 1 << bit, Op: specs.OpMaskedEqual})
+	}
+	return append(args, specs.LinuxSeccompArg{Index: 0, Value: 1 << 31, ValueTwo: 1 << 31, Op: specs.OpMaskedEqual})
+}()
+
 // seccompProfile derives the sandbox's filter from Docker's default profile,
 // evaluated for spec's (empty) capability sets. For gVisor, clone3 is
 // allowed (see bundle.GVisor).
@@ -58,7 +79,7 @@ func seccompProfile(spec *specs.Spec, gvisor bool) (*specs.LinuxSeccomp, error) 
 			sc = specs.LinuxSyscall{Names: sc.Names, Action: specs.ActAllow}
 		}
 		names := slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool {
-			return slices.Contains(deniedSyscalls, n)
+			return slices.Contains(deniedSyscalls, n) || slices.Contains(initSignals, n) || n == "pidfd_send_signal"
 		})
 		if len(names) == 0 {
 			continue
@@ -77,6 +98,20 @@ func seccompProfile(spec *specs.Spec, gvisor bool) (*specs.LinuxSeccomp, error) 
 		}
 		out = append(out, rule)
 	}
+	for _, arg := range notInit {
+		// One rule per condition: runc ORs conditions on the same argument.
+		out = append(out, specs.LinuxSyscall{
+			Names:  slices.Clone(initSignals),
+			Action: specs.ActAllow,
+			Args:   []specs.LinuxSeccompArg{arg},
+		})
+	}
+	enosys := uint(unix.ENOSYS)
+	out = append(out, specs.LinuxSyscall{
+		Names:    []string{"pidfd_send_signal"},
+		Action:   specs.ActErrno,
+		ErrnoRet: &enosys,
+	})
 	eperm := uint(unix.EPERM)
 	out = append(out, specs.LinuxSyscall{
 		Names:    slices.Clone(deniedSyscalls),

@@ -15,11 +15,16 @@ import (
 // Paths inside every sandbox.
 const (
 	AgentPath     = "/.corral/agent"
-	CachePath     = "/.corral/cache"
+	CachePath     = "/.corral/cache" // language caches
+	RunPath       = "/.corral/run"   // per-execution host endpoints (the egress proxy)
 	WorkspacePath = "/workspace"
 	TmpPath       = "/tmp"
 	Hostname      = "sandbox"
 )
+
+// mountRoots are directories every image has under which Corral mounts
+// host paths.
+var mountRoots = []string{CachePath, RunPath}
 
 // bundle holds what varies between sandboxes; everything else in the
 // config is fixed policy.
@@ -88,8 +93,10 @@ func config(b bundle) (*specs.Spec, error) {
 			User: specs.User{UID: b.UID, GID: b.GID, Umask: &umask},
 			Args: []string{AgentPath, "agent"},
 			// The agent builds each program's environment itself; its own
-			// holds nothing from the host.
-			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+			// holds nothing from the host. Asynchronous preemption is off:
+			// it signals the agent's own threads with tgkill(1, ...), which
+			// the filter refuses (see initSignals).
+			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GODEBUG=asyncpreemptoff=1"},
 			Cwd:             "/",
 			Capabilities:    &specs.LinuxCapabilities{},
 			NoNewPrivileges: true,
@@ -157,7 +164,7 @@ func cachedSeccomp(gvisor bool) (*specs.LinuxSeccomp, error) {
 }
 
 func mounts(b bundle) []specs.Mount {
-	cacheRoot := false
+	made := map[string]bool{}
 	m := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
@@ -167,12 +174,14 @@ func mounts(b bundle) []specs.Mount {
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 	}
 	for _, bm := range b.Mounts {
-		if strings.HasPrefix(bm.Destination, CachePath+"/") && !cacheRoot {
-			// A small tmpfs, so the runtime can create mount points for
-			// caches in an otherwise read-only root.
-			m = append(m, specs.Mount{Destination: CachePath, Type: "tmpfs", Source: "tmpfs",
-				Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=64k"}})
-			cacheRoot = true
+		for _, root := range mountRoots {
+			if strings.HasPrefix(bm.Destination, root+"/") && !made[root] {
+				// A small tmpfs, so the runtime can create mount points
+				// below it in an otherwise read-only root.
+				m = append(m, specs.Mount{Destination: root, Type: "tmpfs", Source: "tmpfs",
+					Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=64k"}})
+				made[root] = true
+			}
 		}
 		mode := "ro"
 		if bm.Writable {

@@ -19,11 +19,11 @@ import (
 const HostName = "host"
 
 // hostLayoutVersion changes whenever the layout below changes.
-const hostLayoutVersion = "4"
+const hostLayoutVersion = "5"
 
 // Mount points every rootfs must have: the runtime mounts over them and the
 // root is read-only.
-var mountPoints = []string{"proc", "sys", "dev", "tmp", "workspace", ".corral", ".corral/cache"}
+var mountPoints = []string{"proc", "sys", "dev", "tmp", "workspace", ".corral", ".corral/cache", ".corral/run"}
 
 // hostEtc is the synthetic /etc: nothing is copied from the host's.
 func hostEtc(uid, gid int) map[string]string {

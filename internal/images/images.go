@@ -1,6 +1,9 @@
 // Package images provides the root filesystems sandboxes run on: the
-// built-in host image, and (later) images built from Debian packages or
-// imported from OCI archives, with an LRU disk budget.
+// built-in host image, images built from Debian packages by recipe
+// (mmdebstrap), and images imported from docker save or OCI layout
+// archives; a store that names them, knows which are in use, and evicts
+// the least recently used to stay within a disk budget; and each image's
+// module index (which imports work in it).
 package images
 
 import "github.com/corralhq/corral/internal/runtime"

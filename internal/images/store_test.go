@@ -1,0 +1,476 @@
+package images_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
+}
+
+// file is a tar entry: a directory (name ends in "/"), a file, a symlink.
+type file struct {
+	name, body, link string
+	mode             int64
+	uid              int
+}
+
+func layerBytes(t testing.TB, files ...file) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		h := &tar.Header{Name: f.name, Mode: f.mode, Uid: f.uid, Gid: f.uid, Format: tar.FormatPAX}
+		switch {
+		case f.link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, f.link
+		case strings.HasSuffix(f.name, "/"):
+			h.Typeflag = tar.TypeDir
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.body))
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+			if h.Typeflag == tar.TypeDir {
+				h.Mode = 0o755
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, f.body)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// image makes an image of raw layers with env in its config.
+func image(t testing.TB, env []string, layers ...[]byte) v1.Image {
+	t.Helper()
+	var ls []v1.Layer
+	for _, b := range layers {
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	img, err := mutate.AppendLayers(empty.Image, ls...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.Env = env
+	cf.OS, cf.Architecture = "linux", "amd64"
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// dockerArchive writes img as `docker save` would.
+func dockerArchive(t testing.TB, img v1.Image, tag string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "image.tar")
+	ref, err := name.ParseReference(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.WriteToFile(p, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ociArchive writes img as an OCI image layout, tarred.
+func ociArchive(t testing.TB, img v1.Image, ref string) string {
+	t.Helper()
+	dir := t.TempDir()
+	lp, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref})); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "oci.tar")
+	out, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(out)
+	if err := tw.AddFS(os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	return p
+}
+
+// tinyFiles is a small root filesystem with what the layout must fix.
+func tinyFiles(marker string) []file {
+	return []file{
+		{name: "bin/"},
+		{name: "bin/hello", body: "#!/bin/sh\necho hello\n", mode: 0o755},
+		{name: "bin/su", body: "pretend setuid", mode: 0o4755},
+		{name: "etc/"},
+		{name: "etc/passwd", body: "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\nsandbox:x:1001:1001::/:/bin/sh\ndaemon:x:1:1::/:/bin/false\n"},
+		{name: "etc/group", body: "root:x:0:\nnode:x:1000:\ndaemon:x:1:\n"},
+		{name: "etc/shadow", body: "root:secret:::::::\n", mode: 0o600},
+		{name: "etc/marker", body: marker},
+		{name: "home/"},
+		{name: "home/node/", uid: 1000},
+		{name: "home/node/owned", body: "mine", uid: 1000},
+		{name: "var/"},
+		{name: "var/shared", body: "anyone", mode: 0o666},
+		{name: "tmp/", mode: 0o1777},
+		{name: "tmp/junk", body: "left over"},
+		{name: "usr/"},
+		{name: "usr/lib/python3/dist-packages/fakemod/__init__.py", body: ""},
+		{name: "usr/lib/python3.11/fakestd.py", body: ""},
+		{name: "usr/local/lib/node_modules/fakepkg/package.json", body: "{}"},
+		{name: "usr/local/lib/node_modules/@scope/pkg/package.json", body: "{}"},
+	}
+}
+
+func newStore(t testing.TB, dir string, budget int64) *images.Store {
+	return images.New(images.Config{Dir: dir, UID: 1000, GID: 1000, Budget: budget})
+}
+
+func importTiny(t testing.TB, s *images.Store, name, marker string) images.Info {
+	t.Helper()
+	img := image(t, []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "FOO=bar"}, layerBytes(t, tinyFiles(marker)...))
+	info, err := s.Import(context.Background(), dockerArchive(t, img, "corral.test/"+name+":1"), images.ImportOptions{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func TestImportDockerAndOCI(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := newStore(t, t.TempDir(), 0)
+	img := image(t, []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "FOO=bar"},
+		layerBytes(t, tinyFiles("one")...),
+		// A second layer deleting and replacing files.
+		layerBytes(t, file{name: "var/.wh.shared"}, file{name: "usr/.wh..wh..opq"}, file{name: "usr/bin/"}, file{name: "usr/bin/tool", body: "t", mode: 0o755}),
+	)
+	d, err := s.Import(t.Context(), dockerArchive(t, img, "corral.test/tiny:1"), images.ImportOptions{Name: "tiny-docker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.Import(t.Context(), ociArchive(t, img, "tiny-oci-ref"), images.ImportOptions{Name: "tiny-oci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Digest != o.Digest || d.Rootfs != o.Rootfs {
+		t.Errorf("the same image imported twice differs: %s at %s, %s at %s", d.Digest, d.Rootfs, o.Digest, o.Rootfs)
+	}
+	if d.Origin != "corral.test/tiny:1" || o.Origin != "tiny-oci-ref" {
+		t.Errorf("origins %q, %q", d.Origin, o.Origin)
+	}
+	got, err := s.Resolve("tiny-docker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"FOO=bar", "PATH=/usr/local/bin:/usr/bin:/bin"}, got.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	root := got.Rootfs
+	// Whiteouts.
+	for _, p := range []string{"var/shared", "usr/lib", "usr/local"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s survived a whiteout: %v", p, err)
+		}
+	}
+	// Corral's layout.
+	for _, p := range []string{"proc", "sys", "dev", "tmp", "workspace", ".corral", ".corral/cache"} {
+		fi, err := os.Lstat(filepath.Join(root, p))
+		if err != nil || !fi.IsDir() {
+			t.Errorf("mount point /%s: %v", p, err)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, "tmp")); len(ents) != 0 {
+		t.Errorf("/tmp not emptied: %v", ents)
+	}
+	if fi, err := os.Lstat(filepath.Join(root, ".corral/agent")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("agent mount target: %v", err)
+	}
+	passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
+	wantPasswd := "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1::/:/bin/false\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\n"
+	if string(passwd) != wantPasswd {
+		t.Errorf("passwd:\n%s\nwant:\n%s", passwd, wantPasswd)
+	}
+	group, _ := os.ReadFile(filepath.Join(root, "etc/group"))
+	if string(group) != "root:x:0:\ndaemon:x:1:\nsandbox:x:1000:\n" {
+		t.Errorf("group:\n%s", group)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "etc/shadow")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("shadow kept: %v", err)
+	}
+	// Read-only to the sandbox user, no privilege bits.
+	err = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid == 1000 || st.Gid == 1000 {
+			t.Errorf("%s is owned by the sandbox user", p)
+		}
+		if fi.Mode()&os.ModeSymlink == 0 && (fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm()&0o002 != 0) {
+			t.Errorf("%s has mode %v", p, fi.Mode())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "bin/su")); fi.Mode().Perm() != 0o755 {
+		t.Errorf("bin/su mode %v", fi.Mode())
+	}
+}
+
+func TestImportRefusesUnsafeArchives(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	s := newStore(t, dir, 0)
+	for _, tc := range []struct {
+		name  string
+		files []file
+	}{
+		{"dotdot", []file{{name: "../../../../tmp/corral-escape", body: "x"}}},
+		{"absolute", []file{{name: "/tmp/corral-escape", body: "x"}}},
+		{"symlink escaping", []file{{name: "etc/"}, {name: "etc/evil", link: "../../../../tmp"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := image(t, nil, layerBytes(t, file{name: "ok", body: "fine"}), layerBytes(t, tc.files...))
+			for _, archive := range []string{dockerArchive(t, img, "corral.test/evil:1"), ociArchive(t, img, "evil")} {
+				_, err := s.Import(t.Context(), archive, images.ImportOptions{Name: "evil"})
+				if !errors.Is(err, images.ErrUnsafeArchive) {
+					t.Fatalf("err = %v, want ErrUnsafeArchive", err)
+				}
+				if !strings.Contains(err.Error(), "layer 2") {
+					t.Errorf("error does not say where: %v", err)
+				}
+			}
+		})
+	}
+	if _, err := os.Lstat("/tmp/corral-escape"); err == nil {
+		t.Error("an archive wrote /tmp/corral-escape")
+	}
+	if list, _ := s.List(); len(list) != 0 {
+		t.Errorf("refused imports left images: %v", list)
+	}
+	if stages, _ := filepath.Glob(filepath.Join(dir, "tmp", "stage-*")); len(stages) != 0 {
+		t.Errorf("refused imports left stages: %v", stages)
+	}
+	if _, err := s.Resolve("evil"); !errors.Is(err, images.ErrNotFound) {
+		t.Errorf("Resolve(evil) = %v", err)
+	}
+}
+
+func TestImportNotAnArchive(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := newStore(t, t.TempDir(), 0)
+	p := filepath.Join(t.TempDir(), "x.tar")
+	os.WriteFile(p, layerBytes(t, file{name: "hello", body: "x"}), 0o644)
+	if _, err := s.Import(t.Context(), p, images.ImportOptions{}); !errors.Is(err, images.ErrArchive) {
+		t.Fatalf("err = %v, want ErrArchive", err)
+	}
+	if _, err := s.Import(t.Context(), p, images.ImportOptions{Name: "host"}); err == nil {
+		t.Fatal("imported over the host image")
+	}
+}
+
+func names(list []images.Info) []string {
+	var out []string
+	for _, i := range list {
+		out = append(out, i.Name)
+	}
+	return out
+}
+
+func TestEvictLeastRecentlyUsed(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	a := importTiny(t, newStore(t, dir, 0), "a", "a")
+	// Room for two such images, not three.
+	budget := a.Size*5/2 + 1
+	s := newStore(t, dir, budget)
+	use := func(n string) {
+		t.Helper()
+		img, err := s.Resolve(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release, err := s.Acquire(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		time.Sleep(10 * time.Millisecond)
+	}
+	b := importTiny(t, s, "b", "b")
+	if len(b.Evicted) != 0 {
+		t.Fatalf("second image evicted %v", b.Evicted)
+	}
+	use("a") // b is now the least recently used
+	c := importTiny(t, s, "c", "c")
+	if !slices.Equal(c.Evicted, []string{"b"}) {
+		t.Fatalf("third image evicted %v, want [b]", c.Evicted)
+	}
+	list, _ := s.List()
+	if got := names(list); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("images %v, want [a c]", got)
+	}
+
+	// An image in use is never evicted, even the least recently used.
+	imgA, _ := s.Resolve("a")
+	holdA, err := s.Acquire(imgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	use("c")
+	// a is older than c only if its use before holding counts: make it so.
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(filepath.Dir(imgA.Rootfs), "lock"), old, old)
+	list, _ = s.List()
+	if !list[0].InUse || list[1].InUse {
+		t.Fatalf("in use: %+v", list)
+	}
+	d := importTiny(t, s, "d", "d")
+	if !slices.Equal(d.Evicted, []string{"c"}) {
+		t.Fatalf("evicted %v, want [c] (a is in use)", d.Evicted)
+	}
+	// With everything left in use, nothing fits and nothing is evicted.
+	imgD, _ := s.Resolve("d")
+	holdD, _ := s.Acquire(imgD)
+	_, err = s.Import(t.Context(), dockerArchive(t, image(t, nil, layerBytes(t, tinyFiles("e")...)), "corral.test/e:1"), images.ImportOptions{Name: "e"})
+	if !errors.Is(err, images.ErrNoRoom) {
+		t.Fatalf("err = %v, want ErrNoRoom", err)
+	}
+	holdA()
+	holdD()
+	list, _ = s.List()
+	if got := names(list); !slices.Equal(got, []string{"a", "d"}) {
+		t.Fatalf("images %v, want [a d]", got)
+	}
+
+	// Last-used times survive a restart (a new Store over the directory).
+	again, _ := newStore(t, dir, budget).List()
+	for i := range list {
+		if !again[i].LastUsed.Equal(list[i].LastUsed) {
+			t.Errorf("%s last used %v, after a restart %v", list[i].Name, list[i].LastUsed, again[i].LastUsed)
+		}
+	}
+	if !again[0].LastUsed.Equal(old) {
+		t.Errorf("a's last use %v, want %v", again[0].LastUsed, old)
+	}
+}
+
+func TestRemoveInUse(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	s := newStore(t, dir, 0)
+	importTiny(t, s, "a", "a")
+	img, _ := s.Resolve("a")
+	release, err := s.Acquire(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferred, err := s.Remove("a")
+	if err != nil || !deferred {
+		t.Fatalf("Remove = %v, %v; want deferred", deferred, err)
+	}
+	if _, err := s.Resolve("a"); !errors.Is(err, images.ErrNotFound) {
+		t.Errorf("removed image resolves: %v", err)
+	}
+	if _, err := os.Stat(img.Rootfs); err != nil {
+		t.Errorf("files of an image in use removed: %v", err)
+	}
+	release()
+	// The next change to the store collects it.
+	importTiny(t, s, "b", "b")
+	if _, err := os.Stat(img.Rootfs); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("files of a removed image kept: %v", err)
+	}
+	// A job resolved before a removal cannot start on it.
+	img, _ = s.Resolve("b")
+	if _, err := s.Remove("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(img); !errors.Is(err, images.ErrNotFound) {
+		t.Errorf("Acquire of a removed image = %v", err)
+	}
+	if _, err := s.Remove("host"); err == nil {
+		t.Error("removed the host image")
+	}
+	if _, err := s.Remove("nope"); !errors.Is(err, images.ErrNotFound) {
+		t.Errorf("Remove(nope) = %v", err)
+	}
+}
+
+func TestImagesWithModule(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := newStore(t, t.TempDir(), 0)
+	importTiny(t, s, "tiny", "x")
+	for _, tc := range []struct {
+		lang, mod string
+		want      []string
+	}{
+		{"python", "fakemod", []string{"tiny"}},
+		{"python", "fakestd", []string{"tiny"}},
+		{"javascript", "fakepkg", []string{"tiny"}},
+		{"javascript", "@scope/pkg", []string{"tiny"}},
+		{"python", "corral_no_such_module", nil},
+		{"javascript", "fakemod", nil},
+	} {
+		if got := s.ImagesWithModule(tc.lang, tc.mod); !slices.Equal(got, tc.want) {
+			t.Errorf("ImagesWithModule(%s, %s) = %v, want %v", tc.lang, tc.mod, got, tc.want)
+		}
+	}
+}
+
+func TestDefaultImage(t *testing.T) {
+	s := images.New(images.Config{Dir: t.TempDir(), Defaults: map[string]string{"python": "python"}})
+	if s.DefaultImage("python") != "python" || s.DefaultImage("bash") != images.HostName {
+		t.Errorf("defaults: python %s, bash %s", s.DefaultImage("python"), s.DefaultImage("bash"))
+	}
+	if _, err := s.Resolve("python"); !errors.Is(err, images.ErrNotFound) || !strings.Contains(err.Error(), `"python"`) {
+		t.Errorf("Resolve of a missing image = %v; want ErrNotFound naming it", err)
+	}
+}

@@ -132,6 +132,12 @@ type Store interface {
 	// first.
 	Deliveries(ctx context.Context, tenant, executionID string) ([]Delivery, error)
 
+	// AddEgress records an execution's egress attempts (appending to any
+	// already recorded).
+	AddEgress(ctx context.Context, tenant, executionID string, attempts []sandbox.EgressAttempt) error
+	// Egress lists an execution's egress attempts in order.
+	Egress(ctx context.Context, tenant, executionID string) ([]sandbox.EgressAttempt, error)
+
 	// Ping checks the connection (readiness).
 	Ping(ctx context.Context) error
 	Close() error

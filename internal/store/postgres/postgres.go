@@ -287,6 +287,45 @@ func (db *DB) deliveries(ctx context.Context, query string, args ...any) ([]stor
 	})
 }
 
+// AddEgress implements store.Store.
+func (db *DB) AddEgress(ctx context.Context, tenant, executionID string, attempts []sandbox.EgressAttempt) error {
+	if len(attempts) == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		// Serialise numbering per execution.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1 || '/' || $2))`, tenant, executionID); err != nil {
+			return fmt.Errorf("add egress: %w", err)
+		}
+		var last int64
+		if err := tx.QueryRow(ctx, sqlstore.NextEgressSeq, tenant, executionID).Scan(&last); err != nil {
+			return fmt.Errorf("add egress: %w", err)
+		}
+		rows, err := sqlstore.EgressArgs(tenant, executionID, int(last)+1, attempts)
+		if err != nil {
+			return fmt.Errorf("add egress: %w", err)
+		}
+		for _, args := range rows {
+			if _, err := tx.Exec(ctx, sqlstore.InsertEgress, args...); err != nil {
+				return fmt.Errorf("add egress: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Egress implements store.Store.
+func (db *DB) Egress(ctx context.Context, tenant, executionID string) ([]sandbox.EgressAttempt, error) {
+	rows, _ := db.pool.Query(ctx, sqlstore.ListEgress, tenant, executionID)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandbox.EgressAttempt, error) {
+		return sqlstore.ScanEgress(r.Scan)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("egress of %s: %w", executionID, err)
+	}
+	return out, nil
+}
+
 // Ping implements store.Store.
 func (db *DB) Ping(ctx context.Context) error {
 	if err := db.pool.Ping(ctx); err != nil {

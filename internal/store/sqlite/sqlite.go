@@ -370,6 +370,56 @@ func (db *DB) deliveries(ctx context.Context, on *sql.DB, query string, args ...
 	return out, rows.Err()
 }
 
+// AddEgress implements store.Store.
+func (db *DB) AddEgress(ctx context.Context, tenant, executionID string, attempts []sandbox.EgressAttempt) error {
+	if len(attempts) == 0 {
+		return nil
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("add egress: %w", err)
+	}
+	defer tx.Rollback()
+	var last int
+	if err := tx.QueryRowContext(ctx, sqlstore.NextEgressSeq, tenant, executionID).Scan(&last); err != nil {
+		return fmt.Errorf("add egress: %w", err)
+	}
+	rows, err := sqlstore.EgressArgs(tenant, executionID, last+1, attempts)
+	if err != nil {
+		return fmt.Errorf("add egress: %w", err)
+	}
+	for _, args := range rows {
+		if _, err := tx.ExecContext(ctx, sqlstore.InsertEgress, args...); err != nil {
+			return fmt.Errorf("add egress: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("add egress: %w", err)
+	}
+	return nil
+}
+
+// Egress implements store.Store.
+func (db *DB) Egress(ctx context.Context, tenant, executionID string) ([]sandbox.EgressAttempt, error) {
+	rows, err := db.r.QueryContext(ctx, sqlstore.ListEgress, tenant, executionID)
+	if err != nil {
+		return nil, fmt.Errorf("egress of %s: %w", executionID, err)
+	}
+	defer rows.Close()
+	var out []sandbox.EgressAttempt
+	for rows.Next() {
+		a, err := sqlstore.ScanEgress(rows.Scan)
+		if err != nil {
+			return nil, fmt.Errorf("egress of %s: %w", executionID, err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("egress of %s: %w", executionID, err)
+	}
+	return out, nil
+}
+
 // Ping implements store.Store.
 func (db *DB) Ping(ctx context.Context) error {
 	if err := errors.Join(db.w.PingContext(ctx), db.r.PingContext(ctx)); err != nil {

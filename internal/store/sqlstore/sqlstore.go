@@ -379,3 +379,47 @@ func ScanDelivery(scan func(dest ...any) error) (store.Delivery, error) {
 	d.CreatedAt, d.UpdatedAt = Time(createdAt), Time(updatedAt)
 	return d, nil
 }
+
+// ---- egress ----
+
+// Statements on egress attempts.
+const (
+	NextEgressSeq = `SELECT COALESCE(MAX(seq), 0) FROM egress WHERE tenant = $1 AND execution_id = $2`
+	InsertEgress  = `INSERT INTO egress (tenant, execution_id, seq, at, method, host, port, allowed, reason,
+    address, status, bytes_up, bytes_down) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+	ListEgress = `SELECT at, method, host, port, allowed, reason, address, status, bytes_up, bytes_down
+FROM egress WHERE tenant = $1 AND execution_id = $2 ORDER BY seq`
+)
+
+// EgressArgs returns the arguments of InsertEgress for attempts numbered
+// from first.
+func EgressArgs(tenant, executionID string, first int, attempts []sandbox.EgressAttempt) ([][]any, error) {
+	if err := checkKey("tenant", tenant); err != nil {
+		return nil, err
+	}
+	if err := checkKey("execution id", executionID); err != nil {
+		return nil, err
+	}
+	out := make([][]any, len(attempts))
+	for i, a := range attempts {
+		allowed := 0
+		if a.Allowed {
+			allowed = 1
+		}
+		out[i] = []any{tenant, executionID, int64(first + i), Micros(normTime(a.Time)), errorText(a.Method),
+			errorText(a.Host), int64(a.Port), int64(allowed), errorText(a.Reason), errorText(a.Address),
+			int64(a.Status), a.BytesUp, a.BytesDown}
+	}
+	return out, nil
+}
+
+// ScanEgress reads a row of ListEgress.
+func ScanEgress(scan func(dest ...any) error) (sandbox.EgressAttempt, error) {
+	var a sandbox.EgressAttempt
+	var at, port, allowed, status int64
+	if err := scan(&at, &a.Method, &a.Host, &port, &allowed, &a.Reason, &a.Address, &status, &a.BytesUp, &a.BytesDown); err != nil {
+		return a, err
+	}
+	a.Time, a.Port, a.Allowed, a.Status = Time(at), int(port), allowed == 1, int(status)
+	return a, nil
+}

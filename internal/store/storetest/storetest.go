@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Concurrency", testConcurrency},
 		{"HostileInput", testHostileInput},
 		{"RejectedInput", testRejectedInput},
+		{"Egress", testEgress},
 		{"Ping", func(t *testing.T, s store.Store) {
 			if err := s.Ping(t.Context()); err != nil {
 				t.Fatal(err)
@@ -78,6 +79,7 @@ func full(tenant, id string) *store.Execution {
 			Limits: sandbox.Limits{TimeoutMS: 30000, MemoryMB: 512, CPUCores: 1.5, DiskMB: 1024},
 			Artifacts: []sandbox.Artifact{{Path: "plot.png", URL: "https://blobs.test/plot.png?sig=a%2Fb", Size: 12345,
 				MIME: "image/png", SHA256: "9f86d081884c7d65", ExpiresAt: base.Add(15*time.Minute + 7)}},
+			ArtifactsSkipped: []sandbox.SkippedArtifact{{Path: "output/link", Reason: "symbolic link (not followed)"}},
 			Callback: &sandbox.CallbackState{URL: "https://hooks.test/cb", DeliveryID: "d-1", State: "pending",
 				Attempts: 2, LastStatus: 502, LastError: "bad gateway", NextAttempt: base.Add(time.Minute + 5)},
 			CreatedAt:  base,
@@ -1197,5 +1199,52 @@ func testRejectedInput(t *testing.T, s store.Store) {
 	}
 	if ds, err := s.Deliveries(ctx, "acme", "rejected-deliveries"); err != nil || len(ds) != 0 {
 		t.Errorf("Deliveries after rejected finishes = %v, %v; want none", claimIDs(ds), err)
+	}
+}
+
+// testEgress: attempts round-trip in order, batches append, tenants and
+// executions are apart, and concurrent batches for one execution keep
+// every attempt.
+func testEgress(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
+	first := []sandbox.EgressAttempt{
+		{Time: at, Method: "CONNECT", Host: "api.github.com", Port: 443, Allowed: true, Address: "140.82.1.1:443", BytesUp: 10, BytesDown: 2000},
+		{Time: at.Add(time.Second), Method: "GET", Host: "evil.example", Port: 80, Reason: "domain not in the allowlist"},
+	}
+	if err := s.AddEgress(ctx, "t1", "ex1", first); err != nil {
+		t.Fatal(err)
+	}
+	more := []sandbox.EgressAttempt{{Time: at.Add(2 * time.Second), Method: "GET", Host: "allowed.test", Port: 80, Allowed: true, Status: 200, BytesDown: 5}}
+	if err := s.AddEgress(ctx, "t1", "ex1", more); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Egress(ctx, "t1", "ex1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(append(first, more...), got); diff != "" {
+		t.Errorf("egress (-want +got):\n%s", diff)
+	}
+	if other, _ := s.Egress(ctx, "t2", "ex1"); len(other) != 0 {
+		t.Errorf("another tenant sees %d attempts", len(other))
+	}
+	if none, err := s.Egress(ctx, "t1", "nope"); err != nil || len(none) != 0 {
+		t.Errorf("unknown execution: %v %v", none, err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := []sandbox.EgressAttempt{{Time: at, Method: "CONNECT", Host: "h", Port: 443}, {Time: at, Method: "CONNECT", Host: "h", Port: 443}}
+			if err := s.AddEgress(ctx, "t1", "ex2", batch); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if all, _ := s.Egress(ctx, "t1", "ex2"); len(all) != 16 {
+		t.Errorf("concurrent batches kept %d of 16", len(all))
 	}
 }

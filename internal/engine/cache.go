@@ -82,10 +82,12 @@ func (cs *caches) get(ctx context.Context, e *Engine, c lang.Cache, img images.I
 	if !ok {
 		w = &warming{done: make(chan struct{})}
 		cs.inflight[key] = w
+		e.bgWG.Add(1)
 		go func() {
-			// Warming outlives the request that triggered it: others
-			// wait for the same result.
-			wctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+			defer e.bgWG.Done()
+			// Warming outlives the request that triggered it (others wait
+			// for the same result) but not the engine.
+			wctx, cancel := context.WithTimeout(e.bg, 15*time.Minute)
 			defer cancel()
 			w.err = e.warm(wctx, c, img, final)
 			cs.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -26,6 +27,8 @@ import (
 	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/lang"
+	"github.com/corralhq/corral/internal/netpolicy"
+	"github.com/corralhq/corral/internal/router"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -46,10 +49,17 @@ type Config struct {
 	// DestroyAsync tears sandboxes down after the result is returned
 	// (a server); otherwise before (a one-shot CLI).
 	DestroyAsync bool
+	// Files bounds inputs and artifacts.
+	Files FilesConfig
+	// Network is the server's egress policy; requests can only narrow it.
+	Network netpolicy.Policy
 	// CacheDir keeps languages' warmed build caches; empty disables them.
 	CacheDir string
 	// UID and GID are the sandbox user, who owns what warming writes.
 	UID, GID int
+	// Routing is the policy for isolation "auto"; the zero value is the
+	// default.
+	Routing router.Config
 }
 
 // DefaultConfig returns the conservative defaults of DESIGN §2.
@@ -61,6 +71,7 @@ func DefaultConfig() Config {
 		CompileTimeout: 60 * time.Second,
 		OutputKeep:     collect.DefaultKeep,
 		MaxCodeBytes:   1 << 20,
+		Files:          DefaultFilesConfig(),
 	}
 }
 
@@ -89,9 +100,16 @@ type Engine struct {
 	images   ImageResolver
 	log      *slog.Logger
 	caches   *caches
+	scratch  string // the engine's own files (downloaded inputs)
 	emptyDir string // an empty directory, the lower layer of a cold cache
 
 	teardown sync.WaitGroup
+
+	// bg bounds background work (cache warming) that outlives a request
+	// but not the engine; Close cancels it and waits.
+	bg     context.Context
+	stopBG context.CancelFunc
+	bgWG   sync.WaitGroup
 
 	// mu guards live: every sandbox this engine created and has not yet
 	// destroyed, for the sweeper.
@@ -114,8 +132,9 @@ func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, 
 	for _, rt := range rts {
 		m[rt.Tier()] = rt
 	}
-	e := &Engine{cfg: cfg, runtimes: m, images: imgs, log: log, emptyDir: filepath.Join(scratch, "empty"),
+	e := &Engine{cfg: cfg, runtimes: m, images: imgs, log: log, scratch: scratch, emptyDir: filepath.Join(scratch, "empty"),
 		live: map[string]liveSandbox{}}
+	e.bg, e.stopBG = context.WithCancel(context.Background())
 	if err := os.MkdirAll(e.emptyDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create engine dir: %w", err)
 	}
@@ -125,8 +144,13 @@ func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, 
 	return e, nil
 }
 
-// Close waits for sandboxes being torn down.
-func (e *Engine) Close() { e.teardown.Wait() }
+// Close stops background work and waits for it and for sandboxes being
+// torn down.
+func (e *Engine) Close() {
+	e.stopBG()
+	e.bgWG.Wait()
+	e.teardown.Wait()
+}
 
 // Sweep destroys sandboxes older than minAge that keep does not claim: a
 // safety net for sandboxes whose execution is gone (DESIGN: the sweeper).
@@ -167,6 +191,21 @@ type Job struct {
 	Tier       runtime.Tier
 	TierReason string
 	Image      images.Image
+
+	// What the caller adds after Prepare:
+
+	// Acquirer lends the sandbox; nil means a fresh one, destroyed after.
+	Acquirer Acquirer
+	// Artifacts, if set, receives the files under /workspace/output, each
+	// under ArtifactPrefix + its path.
+	Artifacts      ArtifactStore
+	ArtifactPrefix string
+	// Audit, if set, receives every egress attempt of the execution.
+	Audit func([]netpolicy.Attempt)
+
+	// Egress is the request's allowlist, narrowed by the server's policy;
+	// empty means no network.
+	Egress []string
 }
 
 // Prepare validates req, fills defaults and routes it. An *InputError says
@@ -180,20 +219,26 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 		req.ExecutionID = NewID()
 	}
 	job := &Job{Req: req, Runner: runner}
-	switch req.Isolation {
-	case sandbox.IsolationGVisor:
-		job.Tier, job.TierReason = runtime.TierGVisor, "requested"
-	case sandbox.IsolationContainer:
-		job.Tier, job.TierReason = runtime.TierContainer, "requested"
-	default:
-		job.Tier, job.TierReason = runtime.TierContainer, "default"
+	if req.Network != nil {
+		allow, i, err := e.cfg.Network.Narrow(req.Network.Allow)
+		if err != nil {
+			field := "network.allow"
+			if len(req.Network.Allow) > 0 {
+				field = fmt.Sprintf("network.allow[%d]", i)
+			}
+			return nil, inputErr(field, "%v", err)
+		}
+		job.Egress = allow
 	}
+	_, gvisor := e.runtimes[runtime.TierGVisor]
+	route := router.Route(e.cfg.Routing, req, runner, gvisor)
+	job.Tier, job.TierReason = route.Tier, route.Reason
 	if _, ok := e.runtimes[job.Tier]; !ok {
 		return nil, inputErr("isolation", "the %s tier is not available on this server", job.Tier)
 	}
 	name := req.Image
 	if name == "" {
-		name = images.HostName
+		name = e.defaultImage(runner)
 	}
 	img, err := e.images.Resolve(name)
 	if err != nil {
@@ -221,16 +266,21 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		StartedAt:   time.Now().UTC(),
 	}
 	out := newCapture(e.cfg.OutputKeep, sink)
-	facts, sb, err := e.execute(ctx, job, out, &res)
-	if sb != nil {
+	facts, lease, err := e.executeHeld(ctx, job, out, &res)
+	if lease != nil {
 		// After the record is complete: the teardown is not the program's
-		// time.
-		defer e.destroy(sb)
+		// time. A sandbox that was killed (timeout, cancel) or failed is not
+		// handed on.
+		defer func() { lease.Release(err == nil && !facts.TimedOut && !facts.Cancelled && !facts.AgentKilled) }()
 	}
 	res.Stdout, res.StdoutBytes, res.StdoutLines, res.StdoutTruncated = out.stdout.Text(), out.stdout.Bytes(), out.stdout.Lines(), out.stdout.Truncated()
 	res.Stderr, res.StderrBytes, res.StderrLines, res.StderrTruncated = out.stderr.Text(), out.stderr.Bytes(), out.stderr.Lines(), out.stderr.Truncated()
 	res.FinishedAt = time.Now().UTC()
+	var bad *inputProblem
 	switch {
+	case errors.As(err, &bad):
+		res.Status = sandbox.StatusFailed
+		res.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: bad.Error()}
 	case err != nil && ctx.Err() != nil:
 		res.Status, res.Error = collect.Verdict(collect.Facts{Cancelled: true})
 	case err != nil:
@@ -239,9 +289,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		e.log.Error("execution failed", "execution_id", req.ExecutionID, "err", err)
 	default:
 		facts.Stderr = res.Stderr
-		if ex, ok := job.Runner.(lang.Explainer); ok {
-			facts.Explain = ex.Explain
-		}
+		facts.Explain = e.explain(job)
 		res.Status, res.Error = collect.Verdict(facts)
 		if facts.Exited && !facts.TimedOut && !facts.Cancelled {
 			code := facts.ExitCode
@@ -254,59 +302,78 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 
 // execute does the sandbox work of Run; an error is Corral's fault (or a
 // cancellation), never the program's.
-func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (_ collect.Facts, _ runtime.Sandbox, err error) {
+func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (_ collect.Facts, _ *Lease, err error) {
 	req := job.Req
 	l := req.Limits
 	facts := collect.Facts{TimeoutMS: l.TimeoutMS, MemoryMB: l.MemoryMB, DiskMB: l.DiskMB, Pids: e.cfg.Pids}
-	rt := e.runtimes[job.Tier]
-	overlays, err := e.cacheOverlay(ctx, job.Runner, job.Image)
+	inputs, err := e.fetchInputs(ctx, req.Files)
+	defer inputs.remove()
 	if err != nil {
 		return facts, nil, err
 	}
-	sb, err := rt.Create(ctx, runtime.Spec{
-		Rootfs:   job.Image.Rootfs,
-		Mounts:   job.Image.Mounts,
-		Overlays: overlays,
-		Limits: runtime.Limits{
-			MemoryBytes: l.MemoryMB << 20,
-			CPUCores:    l.CPUCores,
-			Pids:        e.cfg.Pids,
-			DiskBytes:   l.DiskMB << 20,
-		},
-	})
+	spec, err := e.Spec(ctx, job)
 	if err != nil {
-		return facts, nil, fmt.Errorf("create sandbox: %w", err)
+		return facts, nil, err
 	}
-	e.mu.Lock()
-	e.live[sb.ID()] = liveSandbox{sb: sb, created: time.Now()}
-	e.mu.Unlock()
+	g, mount, err := e.startEgress(job)
+	if err != nil {
+		return facts, nil, err
+	}
+	defer g.stop(job)
+	if mount != nil {
+		spec.Mounts = append(spec.Mounts, *mount)
+	}
+	acq := job.Acquirer
+	if acq == nil {
+		acq = fresh{e}
+	}
+	lease, err := acq.Acquire(ctx, job.Tier, spec)
+	if err != nil {
+		return facts, nil, err
+	}
+	sb := lease.Sandbox
 	if o, ok := out.sink.(SandboxObserver); ok {
 		o.Sandbox(sb.ID())
 	}
-
-	plan := job.Runner.Plan(req.Code)
 	client := sb.Agent()
+	if lease.Session {
+		if err := client.Reset(ctx, agent.ResetRequest{Clear: []string{"/tmp"}}); err != nil {
+			return facts, lease, fmt.Errorf("empty /tmp: %w", err)
+		}
+	}
+	if g != nil {
+		if err := g.attach(ctx, client); err != nil {
+			return facts, lease, fmt.Errorf("relay to the egress proxy: %w", err)
+		}
+	}
+	if err := inputs.place(ctx, client); err != nil {
+		return facts, lease, err
+	}
+	plan := job.Runner.Plan(req.Code)
 	for _, f := range plan.Files {
 		if err := client.WriteFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content)); err != nil {
-			return facts, sb, fmt.Errorf("place %s: %w", f.Path, err)
+			return facts, lease, fmt.Errorf("place %s: %w", f.Path, err)
 		}
 	}
 	env := e.baseEnv(job.Image)
+	if g != nil {
+		maps.Copy(env, proxyEnv)
+	}
 
 	if plan.Compile != nil {
 		st, err := e.step(ctx, sb, *plan.Compile, env, nil, e.cfg.CompileTimeout, out)
 		if err != nil {
-			return facts, sb, err
+			return facts, lease, err
 		}
 		if st.timedOut || !st.exited || st.code != 0 {
 			facts.CompileFailed = true
-			facts.TimedOut = st.timedOut
+			facts.TimedOut, facts.AgentKilled = st.timedOut, st.agentKilled
 			facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
 			if st.timedOut {
 				facts.TimeoutMS = e.cfg.CompileTimeout.Milliseconds()
 			}
 			facts, err = e.finishFacts(ctx, sb, facts, res)
-			return facts, sb, err
+			return facts, lease, err
 		}
 	}
 
@@ -315,18 +382,22 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 	st, err := e.step(ctx, sb, plan.Run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
 	if err != nil {
-		return facts, sb, err
+		return facts, lease, err
 	}
 	res.StartedAt = st.started.UTC()
 	res.DurationMS = st.duration.Milliseconds()
-	facts.TimedOut = st.timedOut
+	facts.TimedOut, facts.AgentKilled = st.timedOut, st.agentKilled
 	if st.atLimit {
 		facts.PidsLimitHits, facts.Pids = 1, st.pidsLimit
 	}
 	facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
 	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
 	facts, err = e.finishFacts(ctx, sb, facts, res)
-	return facts, sb, err
+	if err != nil {
+		return facts, lease, err
+	}
+	res.Artifacts, res.ArtifactsSkipped = e.collectArtifacts(ctx, sb, job, lease, st.started)
+	return facts, lease, nil
 }
 
 func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts collect.Facts, res *sandbox.Result) (collect.Facts, error) {
@@ -340,28 +411,6 @@ func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts coll
 	facts.PeakMemoryMB = stats.PeakMemoryBytes >> 20
 	res.PeakMemoryMB = facts.PeakMemoryMB
 	return facts, nil
-}
-
-func (e *Engine) destroy(sb runtime.Sandbox) {
-	e.mu.Lock()
-	delete(e.live, sb.ID())
-	e.mu.Unlock()
-	do := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Destroy(ctx); err != nil {
-			e.log.Error("destroy sandbox", "sandbox", sb.ID(), "err", err)
-		}
-	}
-	if !e.cfg.DestroyAsync {
-		do()
-		return
-	}
-	e.teardown.Add(1)
-	go func() {
-		defer e.teardown.Done()
-		do()
-	}()
 }
 
 // baseEnv is the reproducible environment every program starts from.
@@ -411,8 +460,11 @@ type stepResult struct {
 	code      int
 	signal    string
 	timedOut  bool
-	started   time.Time
-	duration  time.Duration
+	// agentKilled: the program killed the sandbox's agent (see
+	// runtime.AgentWitness).
+	agentKilled bool
+	started     time.Time
+	duration    time.Duration
 }
 
 // step runs one process to its end, killing everything in the sandbox at
@@ -458,6 +510,10 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base
 		// kill of the agent, say) decide; otherwise it is ours.
 		if stats, serr := sb.Stats(context.Background()); serr == nil && (stats.OOMKills > 0 || stats.PidsLimitHits > 0 || r.atLimit) {
 			r.exited, r.code, r.signal = true, 128+int(syscall.SIGKILL), "SIGKILL"
+			return r, nil
+		}
+		if w, ok := sb.(runtime.AgentWitness); ok && w.AgentKilledByProgram() {
+			r.agentKilled = true
 			return r, nil
 		}
 		return r, err

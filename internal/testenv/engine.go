@@ -18,7 +18,7 @@ import (
 const CgroupParent = "corral-test"
 
 // RunscFlags are the gVisor flags corral uses.
-var RunscFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none"}
+var RunscFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=open"}
 
 // CacheDir keeps warmed language caches between test runs on a machine
 // (outside the clone, like the runtime builds).

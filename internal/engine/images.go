@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/corralhq/corral/internal/collect"
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/lang"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// ImageHolder is an ImageResolver that evicts images to make room, and
+// must know which ones sandboxes run on.
+type ImageHolder interface {
+	// Acquire marks img in use until release is called; it fails if the
+	// image was removed after it was resolved.
+	Acquire(img images.Image) (release func(), err error)
+}
+
+// ImageDefaulter is an ImageResolver with a default image per language.
+type ImageDefaulter interface {
+	// DefaultImage names the image for a language's executions that name
+	// none.
+	DefaultImage(language string) string
+}
+
+// defaultImage is the image for a request that names none.
+func (e *Engine) defaultImage(r lang.Runner) string {
+	if d, ok := e.images.(ImageDefaulter); ok {
+		return d.DefaultImage(r.Name())
+	}
+	return images.HostName
+}
+
+// executeHeld is execute with the job's image held, so no build or import
+// evicts it while the program runs. An image rebuilt or re-imported since
+// Prepare is run as the name now stands, and the record says so.
+func (e *Engine) executeHeld(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (collect.Facts, *Lease, error) {
+	h, ok := e.images.(ImageHolder)
+	if !ok {
+		return e.execute(ctx, job, out, res)
+	}
+	release, err := h.Acquire(job.Image)
+	if errors.Is(err, images.ErrNotFound) {
+		if img, rerr := e.images.Resolve(job.Image.Name); rerr == nil && img.Digest != job.Image.Digest {
+			if release, err = h.Acquire(img); err == nil {
+				job.Image, res.ImageDigest = img, img.Digest
+			}
+		}
+	}
+	if err != nil {
+		return collect.Facts{}, nil, err
+	}
+	defer release()
+	return e.execute(ctx, job, out, res)
+}
+
+// explain is how a failed run's message is found in its stderr, naming the
+// images that have a module the program could not import.
+func (e *Engine) explain(job *Job) func(stderr string) string {
+	idx, _ := e.images.(lang.ModuleIndex)
+	return lang.Explain(job.Runner, job.Image.Name, idx)
+}
+
+var (
+	_ ImageResolver    = (*images.Store)(nil)
+	_ ImageHolder      = (*images.Store)(nil)
+	_ ImageDefaulter   = (*images.Store)(nil)
+	_ lang.ModuleIndex = (*images.Store)(nil)
+)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -83,7 +84,7 @@ func CollectFiles(ctx context.Context, workspace string, lim ArtifactLimits, put
 		c.skip("", "output is not a directory (a symlink or another kind of file)")
 		return c.skipped, nil
 	}
-	err = c.walk(ctx, out, "", 0)
+	err = c.walk(ctx, out)
 	return c.skipped, err
 }
 
@@ -102,50 +103,100 @@ func (c *collector) skip(p, why string) {
 	}
 }
 
-// walk collects the directory dirfd (it takes ownership of the fd).
-func (c *collector) walk(ctx context.Context, dirfd int, rel string, depth int) error {
-	dir := os.NewFile(uintptr(dirfd), rel)
-	defer dir.Close()
-	for !c.stopped {
+// walk collects the tree under out (it takes ownership of the fd) breadth
+// first, each directory's entries in name order: what a program puts at
+// the top of output/ is collected before what it buries, and the same tree
+// always gives the same artifacts and skips. Subdirectories are reopened
+// from out by their path, under the same strict resolution.
+func (c *collector) walk(ctx context.Context, out int) error {
+	defer unix.Close(out)
+	type dir struct {
+		rel   string
+		depth int
+	}
+	queue := []dir{{"", 0}}
+	for len(queue) > 0 && !c.stopped {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		entries, err := dir.ReadDir(256)
-		for _, e := range entries {
-			if c.stopped {
-				break
-			}
-			if err := c.entry(ctx, dirfd, rel, depth, e); err != nil {
-				return err
+		d := queue[0]
+		queue = queue[1:]
+		fd := out
+		if d.rel != "" {
+			var err error
+			fd, err = unix.Openat2(out, d.rel, &unix.OpenHow{
+				Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: strict})
+			if err != nil {
+				c.skip(d.rel, "directory could not be opened safely")
+				continue
 			}
 		}
-		if err == io.EOF || len(entries) == 0 {
-			return nil
+		subdirs, err := c.dir(ctx, fd, d.rel, d.depth)
+		if d.rel != "" {
+			unix.Close(fd)
 		}
 		if err != nil {
-			c.skip(rel, "unreadable directory")
-			return nil
+			return err
+		}
+		for _, sub := range subdirs {
+			queue = append(queue, dir{sub, d.depth + 1})
 		}
 	}
 	return nil
 }
 
-func (c *collector) entry(ctx context.Context, dirfd int, rel string, depth int, e os.DirEntry) error {
+// dir collects one directory's files and returns its subdirectories to
+// visit. It reads no more entries than the examination budget has left.
+func (c *collector) dir(ctx context.Context, fd int, rel string, depth int) ([]string, error) {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return nil, fmt.Errorf("read %q: %w", rel, err)
+	}
+	f := os.NewFile(uintptr(dup), rel)
+	defer f.Close()
+	budget := c.lim.MaxEntries - c.entries + 1
+	if budget <= 0 {
+		budget = 1
+	}
+	entries, err := f.ReadDir(budget)
+	if err != nil && err != io.EOF {
+		c.skip(rel, "unreadable directory")
+	}
+	slices.SortFunc(entries, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	var subdirs []string
+	for _, e := range entries {
+		if c.stopped {
+			break
+		}
+		sub, err := c.entry(ctx, fd, rel, depth, e)
+		if err != nil {
+			return nil, err
+		}
+		if sub != "" {
+			subdirs = append(subdirs, sub)
+		}
+	}
+	return subdirs, nil
+}
+
+// entry examines one directory entry: a file is collected or skipped, a
+// directory within the depth limit is returned for a later visit.
+func (c *collector) entry(ctx context.Context, dirfd int, rel string, depth int, e os.DirEntry) (string, error) {
 	c.entries++
 	if c.entries > c.lim.MaxEntries {
 		c.stopped = true
 		c.skip(rel, fmt.Sprintf("stopped after examining %d entries", c.lim.MaxEntries))
-		return nil
+		return "", nil
 	}
 	name := e.Name()
 	p := path.Join(rel, name)
 	if !validName(name) {
 		c.skip(p, "name is not printable UTF-8")
-		return nil
+		return "", nil
 	}
 	if len(p) > c.lim.MaxPathBytes {
 		c.skip(p, fmt.Sprintf("path longer than %d bytes", c.lim.MaxPathBytes))
-		return nil
+		return "", nil
 	}
 	// Go fills the type from the directory entry, or from an lstat where
 	// the file system does not record it; either way no link is followed.
@@ -154,23 +205,17 @@ func (c *collector) entry(ctx context.Context, dirfd int, rel string, depth int,
 	case typ.IsDir():
 		if depth+1 >= c.lim.MaxDepth {
 			c.skip(p, fmt.Sprintf("deeper than %d levels", c.lim.MaxDepth))
-			return nil
+			return "", nil
 		}
-		fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{
-			Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: strict})
-		if err != nil {
-			c.skip(p, "directory could not be opened safely")
-			return nil
-		}
-		return c.walk(ctx, fd, p, depth+1)
+		return p, nil
 	case typ&os.ModeSymlink != 0:
 		c.skip(p, "symbolic link (not followed)")
-		return nil
+		return "", nil
 	case typ.IsRegular():
-		return c.file(ctx, dirfd, p, name)
+		return "", c.file(ctx, dirfd, p, name)
 	default:
 		c.skip(p, "not a regular file")
-		return nil
+		return "", nil
 	}
 }
 

@@ -186,3 +186,38 @@ func TestCollectCaps(t *testing.T) {
 		t.Errorf("entry cap: %d files", len(g.files))
 	}
 }
+
+// TestCollectOrder: under the file cap, what sits higher in output/ wins,
+// and the same tree gives the same artifacts every time.
+func TestCollectOrder(t *testing.T) {
+	ws := t.TempDir()
+	out := filepath.Join(ws, "output")
+	for i := range 50 {
+		mk(t, filepath.Join(out, "a", "flood", fmt.Sprintf("%03d", i)), "x")
+	}
+	mk(t, filepath.Join(out, "z-report.txt"), "top")
+	mk(t, filepath.Join(out, "b", "summary.txt"), "second level")
+	lim := DefaultArtifactLimits()
+	lim.MaxFiles = 5
+	first, _ := collect(t, ws, lim)
+	for _, want := range []string{"z-report.txt", "b/summary.txt"} {
+		if _, ok := first.files[want]; !ok {
+			t.Errorf("%s not collected before the deeper flood: %v", want, keys(first.files))
+		}
+	}
+	for range 3 {
+		again, _ := collect(t, ws, lim)
+		if fmt.Sprint(keys(again.files)) != fmt.Sprint(keys(first.files)) {
+			t.Fatalf("collections differ: %v then %v", keys(first.files), keys(again.files))
+		}
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/engine"
-	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/oci"
 )
@@ -31,10 +30,15 @@ type localFlags struct {
 	cgroupParent string
 	runc         string
 	runsc        string
+	// The image store (image.go): where, how big, and each language's
+	// default image.
+	imageDir      string
+	imageBudget   string
+	defaultImages imageMap
 }
 
 func (f *localFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dataDir, "data-dir", "/var/lib/corral", "directory for sandboxes, images and local state")
+	f.registerImages(fs)
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "directory for warmed language build caches (default DATA-DIR/cache)")
 	fs.StringVar(&f.cgroupParent, "cgroup-parent", "corral", "cgroup under which sandboxes are placed")
 	fs.StringVar(&f.runc, "runc", "", "runc binary (default: the pinned one in "+pinnedDir+"/bin, else PATH)")
@@ -142,7 +146,11 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 		}
 		l.runtimes = append(l.runtimes, rt)
 	}
-	store := images.NewStore(filepath.Join(f.dataDir, "images"), sandboxUID, sandboxGID)
+	store, err := f.imageStore(log)
+	if err != nil {
+		return nil, err
+	}
+	warnMissingDefaults(store, f.defaultImages, log)
 	cfg.CacheDir = f.cacheDir
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(f.dataDir, "cache")
@@ -161,5 +169,6 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 
 // runscFlags configure gVisor: no network stack but loopback, the OCI
 // seccomp profile enforced inside the sandbox too, no rootfs overlay (the
-// root is read-only anyway).
-var runscFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none"}
+// root is read-only anyway), and connecting to host unix sockets bound into
+// the sandbox (the egress proxy's; no other is ever bound).
+var runscFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=open"}

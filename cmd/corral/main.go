@@ -19,6 +19,13 @@ func init() {
 	commands = []command{
 		{"serve", "serve the HTTP API and run executions", cmdServe},
 		{"run", "run one program locally in a sandbox, no server needed", cmdRun},
+		{"exec", "run code on a server and wait for the result", cmdExec},
+		{"submit", "queue code on a server; print the execution id", cmdSubmit},
+		{"get", "print an execution's record (--wait: until it ends)", cmdGet},
+		{"cancel", "cancel executions", cmdCancel},
+		{"logs", "follow an execution's output as it runs", cmdLogs},
+		{"ls", "list and query executions", cmdLs},
+		{"image", "build, import, list and remove images", cmdImage},
 		{"doctor", "check that this machine can run sandboxes", cmdDoctor},
 		{"agent", "the in-sandbox agent (started by the runtime, not by hand)", cmdAgent},
 	}

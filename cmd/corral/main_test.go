@@ -171,7 +171,7 @@ sys.stdout.buffer.write(b'HEAD\n')
 for _ in range(1024):
     sys.stdout.buffer.write(chunk)
 sys.stdout.buffer.write(b'TAIL\n')`
-	big := c.run(code, "run", "--lang", "python", "--timeout", "120s", "--json", "-")
+	big := c.run(code, "run", "--lang", "python", "--isolation", "container", "--timeout", "120s", "--json", "-")
 	if big.status != 0 {
 		t.Fatalf("status %d: %s", big.status, big.stderr)
 	}

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/blob"
+	localblob "github.com/corralhq/corral/internal/blob/local"
+	"github.com/corralhq/corral/internal/blob/s3"
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
@@ -25,6 +28,7 @@ import (
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/notify"
+	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/state/memory"
 	"github.com/corralhq/corral/internal/state/redis"
@@ -66,9 +70,9 @@ func loadServeConfig(args []string) (config.Config, error) {
 	cfg := config.Default()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var (
-		listen, storeURL, stateURL, blobURL, file, apiKey, nodeID string
-		maxConc, queueBound                                       int
-		lf                                                        localFlags
+		listen, storeURL, stateURL, blobURL, file, apiKey, nodeID, logLevel, logFormat string
+		maxConc, queueBound                                                            int
+		lf                                                                             localFlags
 	)
 	fs.StringVar(&listen, "listen", cfg.Listen, "address to listen on")
 	fs.StringVar(&file, "config", "", "TOML configuration file")
@@ -77,6 +81,8 @@ func loadServeConfig(args []string) (config.Config, error) {
 	fs.StringVar(&blobURL, "blob", "", "artifact storage (default: a directory in the data dir)")
 	fs.StringVar(&apiKey, "api-key", "", "an API key for the tenant \"default\" (development; production keys go in the config file, hashed)")
 	fs.StringVar(&nodeID, "node-id", "", "this node's name in shared state (default: hostname/listen address)")
+	fs.StringVar(&logLevel, "log-level", cfg.Log.Level, "debug, info, warn or error")
+	fs.StringVar(&logFormat, "log-format", cfg.Log.Format, "json or text")
 	fs.IntVar(&maxConc, "max-concurrency", 0, "executions this node runs at once (default: from memory)")
 	fs.IntVar(&queueBound, "queue-bound", 0, "maximum queued executions before 429 (default: 4 × max-concurrency)")
 	lf.register(fs)
@@ -100,12 +106,17 @@ func loadServeConfig(args []string) (config.Config, error) {
 	apply("state", func() { cfg.State = stateURL })
 	apply("blob", func() { cfg.Blob = blobURL })
 	apply("node-id", func() { cfg.NodeID = nodeID })
+	apply("log-level", func() { cfg.Log.Level = logLevel })
+	apply("log-format", func() { cfg.Log.Format = logFormat })
 	apply("max-concurrency", func() { cfg.MaxConcurrency = maxConc })
 	apply("queue-bound", func() { cfg.QueueBound = queueBound })
 	apply("cache-dir", func() { cfg.CacheDir = lf.cacheDir })
 	apply("cgroup-parent", func() { cfg.CgroupParent = lf.cgroupParent })
 	apply("runc", func() { cfg.Runc = lf.runc })
 	apply("runsc", func() { cfg.Runsc = lf.runsc })
+	apply("image-dir", func() { cfg.Images.Dir = lf.imageDir })
+	apply("image-budget", func() { cfg.Images.Budget = lf.imageBudget })
+	apply("default-images", func() { cfg.Images.Defaults = lf.defaultImages })
 	cfg.APIKey = apiKey
 	cfg.CallbackSecret = os.Getenv("CORRAL_CALLBACK_SECRET")
 	if fs.NArg() > 0 {
@@ -180,8 +191,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ecfg.Default, ecfg.Max = cfg.Limits.Limits.Sandbox(), cfg.Limits.Max.Sandbox()
 	ecfg.Pids = cfg.Pids
 	ecfg.DestroyAsync = true
+	ecfg.Network = cfg.Network
+	ecfg.Files.MaxFileBytes = cfg.Inputs.MaxFileMB << 20
+	ecfg.Files.FetchTimeout, _ = time.ParseDuration(cfg.Inputs.FetchTimeout) // validated
+	ecfg.Files.Client = netpolicy.Guard{AllowPrivate: cfg.Inputs.AllowPrivate}.Client(ecfg.Files.FetchTimeout)
+	ecfg.Files.ArtifactTTL, _ = time.ParseDuration(cfg.Files.ArtifactTTL)
 	loc, err := newLocal(ctx, localFlags{dataDir: cfg.DataDir, cacheDir: cfg.CacheDir, cgroupParent: cfg.CgroupParent,
-		runc: cfg.Runc, runsc: cfg.Runsc}, ecfg, log)
+		runc: cfg.Runc, runsc: cfg.Runsc, imageDir: cfg.Images.Dir, imageBudget: cfg.Images.Budget,
+		defaultImages: cfg.Images.Defaults}, ecfg, log)
 	if err != nil {
 		return err
 	}
@@ -213,7 +230,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	nc := node.DefaultConfig()
 	nc.ID, nc.MaxConcurrency, nc.QueueBound, nc.LocalState = cfg.NodeID, cfg.MaxConcurrency, cfg.QueueBound, local
 	n := node.New(nc, loc.engine, st, ls, notifier, m, log.With("node", cfg.NodeID))
+	scfg := session.DefaultConfig(filepath.Join(cfg.DataDir, "sessions"))
+	scfg.DefaultTTL, _ = time.ParseDuration(cfg.Sessions.DefaultTTL) // validated
+	scfg.MaxTTL, _ = time.ParseDuration(cfg.Sessions.MaxTTL)
+	scfg.ReapInterval, _ = time.ParseDuration(cfg.Sessions.ReapInterval)
+	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
+	sessions, err := session.New(scfg, loc.engine, log.With("component", "sessions"))
+	if err != nil {
+		return err
+	}
+	defer sessions.Close()
+	blobs, blobHandler, err := openBlob(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("open blob store: %w", err)
+	}
+	defer blobs.Close()
+	n.SetFiles(sessions, node.BlobArtifacts{Store: blobs})
 	srv := api.New(api.Config{MaxBodyBytes: cfg.MaxBodyBytes}, n, auth, m, log, st, ls)
+	srv.SetFiles(sessions, blobHandler)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -224,7 +258,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		sessions.Run(workCtx)
+	}()
 	go func() {
 		defer wg.Done()
 		if err := n.Run(workCtx); err != nil {
@@ -257,6 +295,25 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		err = nil
 	}
 	return err
+}
+
+// openBlob opens the artifact store: a directory in the data dir whose
+// signed links corral serves itself (the default), or S3-compatible
+// storage with presigned links.
+func openBlob(ctx context.Context, cfg config.Config, log *slog.Logger) (blob.Store, http.Handler, error) {
+	switch u := cfg.Blob; {
+	case u == "":
+		st, err := localblob.New(filepath.Join(cfg.DataDir, "blobs"), cfg.PublicURL, nil, log.With("component", "blobs"))
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, st.Handler(), nil
+	case strings.HasPrefix(u, "s3://"):
+		st, err := s3.Open(ctx, u)
+		return st, nil, err
+	default:
+		return nil, nil, fmt.Errorf("blob %q: leave it empty for local storage, or give an s3:// URL", u)
+	}
 }
 
 func storeKind(u string) string {

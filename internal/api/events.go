@@ -19,7 +19,7 @@ import (
 const keepAlive = 15 * time.Second
 
 // events streams an execution's output and status as Server-Sent Events:
-// "id: N", "event: stdout|stderr|status|done", "data: <JSON>". A client
+// "id: N", "event: stdout|stderr|status|notice|done", "data: <JSON>". A client
 // that reconnects with Last-Event-ID gets what came after that id. The
 // stream ends after the done event, whose data is the final record.
 func (s *Server) events(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -90,6 +90,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *Tenant) {
 				data, _ = json.Marshal(map[string]string{"text": strings.ToValidUTF8(string(ev.Data), "\uFFFD")})
 			case state.EventStatus:
 				data, _ = json.Marshal(map[string]string{"status": string(ev.Data)})
+			case state.EventNotice:
+				data, _ = json.Marshal(map[string]string{"message": string(ev.Data)})
 			}
 			writeEvent(w, ev.ID, ev.Type, data)
 			after = ev.ID

@@ -163,8 +163,11 @@ func parseQuery(r *http.Request) (store.Query, *Error) {
 	if q.Sort != "" && !sorts[q.Sort] {
 		return bad("sort", "must be created_at, -created_at, duration_ms or -duration_ms")
 	}
-	if len(q.Cursor) > 512 || len(q.Language) > 64 {
+	if len(q.Cursor) > 512 {
 		return bad("cursor", "is too long")
+	}
+	if len(q.Language) > 64 {
+		return bad("language", "is too long")
 	}
 	if s := v.Get("exit_code_ne"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -193,4 +196,26 @@ func parseQuery(r *http.Request) (store.Query, *Error) {
 		}
 	}
 	return q, nil
+}
+
+// egressList answers GET /v1/executions/{id}/egress.
+type egressList struct {
+	Attempts []sandbox.EgressAttempt `json:"attempts"`
+}
+
+func (s *Server) egress(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id := r.PathValue("id")
+	if !engine.ValidID(id) {
+		writeError(w, errNotFound())
+		return
+	}
+	out, err := s.node.Egress(r.Context(), t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	if out == nil {
+		out = []sandbox.EgressAttempt{}
+	}
+	writeJSON(w, http.StatusOK, egressList{Attempts: out})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
+	"github.com/corralhq/corral/internal/session"
 )
 
 // Config configures the API.
@@ -28,12 +29,20 @@ type Pinger interface {
 
 // Server serves the API.
 type Server struct {
-	cfg     Config
-	node    *node.Node
-	auth    *Auth
-	metrics *metrics.Metrics
-	ready   []Pinger
-	log     *slog.Logger
+	cfg      Config
+	node     *node.Node
+	auth     *Auth
+	metrics  *metrics.Metrics
+	ready    []Pinger
+	log      *slog.Logger
+	sessions *session.Manager
+	blobs    http.Handler
+}
+
+// SetFiles enables the session endpoints and serves signed artifact links
+// (the local blob store's handler) under /v1/blobs/. Either may be nil.
+func (s *Server) SetFiles(sessions *session.Manager, blobs http.Handler) {
+	s.sessions, s.blobs = sessions, blobs
 }
 
 // New returns a server; ready lists what /readyz checks.
@@ -58,6 +67,19 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/executions/{id}", s.withTenant(s.get))
 	route("POST /v1/executions/{id}/cancel", s.withTenant(s.cancel))
 	route("GET /v1/executions/{id}/events", s.withTenant(s.events))
+	route("GET /v1/executions/{id}/egress", s.withTenant(s.egress))
+	route("PUT /v1/sessions/{id}", s.withTenant(s.touchSession))
+	route("POST /v1/sessions/{id}", s.withTenant(s.touchSession))
+	route("GET /v1/sessions/{id}", s.withTenant(s.getSession))
+	route("DELETE /v1/sessions/{id}", s.withTenant(s.deleteSession))
+	route("GET /v1/sessions/{id}/files/{path...}", s.withTenant(s.getFile))
+	route("PUT /v1/sessions/{id}/files/{path...}", s.withTenant(s.putFile))
+	route("DELETE /v1/sessions/{id}/files/{path...}", s.withTenant(s.deleteFile))
+	if s.blobs != nil {
+		// Signed links carry their own authorisation: no API key.
+		route("GET /v1/blobs/{key...}", s.blobs.ServeHTTP)
+		route("HEAD /v1/blobs/{key...}", s.blobs.ServeHTTP)
+	}
 	route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

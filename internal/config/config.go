@@ -16,6 +16,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -78,6 +80,49 @@ type Config struct {
 		BaseDelay string `toml:"base_delay"`
 	} `toml:"callbacks"`
 
+	// Network is the egress policy: what requests' network.allow may
+	// reach at most (empty: no network for anyone).
+	Network netpolicy.Policy `toml:"network"`
+
+	// PublicURL is how clients reach this server, for artifact links the
+	// server signs itself (local blobs); default http://<listen>.
+	PublicURL string `toml:"public_url"`
+
+	Files struct {
+		// ArtifactTTL is how long artifact links stay valid (Go duration).
+		ArtifactTTL string `toml:"artifact_ttl"`
+	} `toml:"files"`
+
+	Sessions struct {
+		DefaultTTL   string `toml:"default_ttl"`
+		MaxTTL       string `toml:"max_ttl"`
+		DiskMB       int64  `toml:"disk_mb"`
+		MaxDiskMB    int64  `toml:"max_disk_mb"`
+		ReapInterval string `toml:"reap_interval"`
+	} `toml:"sessions"`
+
+	// Inputs bounds files[] downloads.
+	Inputs struct {
+		// AllowPrivate lets input URLs reach private and loopback addresses.
+		AllowPrivate bool  `toml:"allow_private"`
+		MaxFileMB    int64 `toml:"max_file_mb"`
+		// FetchTimeout bounds one download (Go duration).
+		FetchTimeout string `toml:"fetch_timeout"`
+	} `toml:"inputs"`
+
+	// Images configures the image store.
+	Images struct {
+		// Dir holds images (default DATA_DIR/images).
+		Dir string `toml:"dir"`
+		// Budget caps the disk space of built and imported images, e.g.
+		// "20GiB"; the least recently used images not in use are evicted
+		// to make room.
+		Budget string `toml:"budget"`
+		// Defaults maps a language to the image its requests use when
+		// they name none; unlisted languages use the host image.
+		Defaults map[string]string `toml:"defaults"`
+	} `toml:"images"`
+
 	Log struct {
 		Level  string `toml:"level"`  // debug, info, warn, error
 		Format string `toml:"format"` // json or text
@@ -104,6 +149,15 @@ func Default() Config {
 	c.Limits.Max = Limits{TimeoutMS: 15 * 60_000, MemoryMB: 8192, CPUCores: float64(runtime.NumCPU()), DiskMB: 10240}
 	c.Callbacks.MaxAttempts = 12
 	c.Callbacks.BaseDelay = "1s"
+	c.Inputs.MaxFileMB = 100
+	c.Files.ArtifactTTL = "15m"
+	c.Sessions.DefaultTTL = "1h"
+	c.Sessions.MaxTTL = "24h"
+	c.Sessions.DiskMB = 1024
+	c.Sessions.MaxDiskMB = 10240
+	c.Sessions.ReapInterval = "30s"
+	c.Inputs.FetchTimeout = "60s"
+	c.Images.Budget = "20GiB"
 	c.Log.Level = "info"
 	c.Log.Format = "json"
 	return c
@@ -179,6 +233,23 @@ func (c *Config) Validate() error {
 	if d, err := time.ParseDuration(c.Callbacks.BaseDelay); err != nil || d <= 0 {
 		bad("callbacks.base_delay %q: a positive duration such as 1s", c.Callbacks.BaseDelay)
 	}
+	for name, v := range map[string]string{"inputs.fetch_timeout": c.Inputs.FetchTimeout, "files.artifact_ttl": c.Files.ArtifactTTL,
+		"sessions.default_ttl": c.Sessions.DefaultTTL, "sessions.max_ttl": c.Sessions.MaxTTL, "sessions.reap_interval": c.Sessions.ReapInterval} {
+		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+			bad("%s %q: a positive duration such as 60s", name, v)
+		}
+	}
+	if c.Sessions.DiskMB < 16 || c.Sessions.DiskMB > c.Sessions.MaxDiskMB {
+		bad("sessions.disk_mb must be between 16 and sessions.max_disk_mb")
+	}
+	for _, p := range c.Network.Allow {
+		if err := netpolicy.CheckPattern(p); err != nil {
+			bad("network.allow: %v", err)
+		}
+	}
+	if _, err := images.ParseSize(c.Images.Budget); err != nil {
+		bad("images.budget: %v", err)
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -198,6 +269,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QueueBound == 0 {
 		c.QueueBound = 4 * c.MaxConcurrency
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = "http://" + c.Listen
 	}
 	if c.NodeID == "" {
 		host, _ := os.Hostname()

@@ -14,14 +14,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/blob"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/notify"
+	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/sandbox"
@@ -82,13 +85,15 @@ func DefaultConfig() Config {
 
 // Node runs executions. Create it with New, start it with Run.
 type Node struct {
-	cfg      Config
-	engine   *engine.Engine
-	store    store.Store
-	state    state.State
-	notifier *notify.Notifier
-	metrics  *metrics.Metrics
-	log      *slog.Logger
+	cfg       Config
+	engine    *engine.Engine
+	store     store.Store
+	state     state.State
+	notifier  *notify.Notifier
+	metrics   *metrics.Metrics
+	log       *slog.Logger
+	sessions  *session.Manager     // nil: no sessions
+	artifacts engine.ArtifactStore // nil: no artifacts
 
 	// ctx is Run's context: executions belong to the node, not to the
 	// request that submitted them.
@@ -110,6 +115,46 @@ type run struct {
 func New(cfg Config, eng *engine.Engine, st store.Store, ls state.State, notifier *notify.Notifier, m *metrics.Metrics, log *slog.Logger) *Node {
 	return &Node{cfg: cfg, engine: eng, store: st, state: ls, notifier: notifier, metrics: m, log: log,
 		ctx: context.Background(), running: map[string]*run{}, waiters: map[string][]chan struct{}{}}
+}
+
+// SetFiles gives the node its session manager and artifact store; both
+// may be nil.
+func (n *Node) SetFiles(sessions *session.Manager, artifacts engine.ArtifactStore) {
+	n.sessions, n.artifacts = sessions, artifacts
+}
+
+// BlobArtifacts keeps artifacts in a blob store.
+type BlobArtifacts struct{ Store blob.Store }
+
+// Put implements engine.ArtifactStore.
+func (b BlobArtifacts) Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) (string, error) {
+	obj, err := b.Store.Put(ctx, key, r, size, contentType)
+	return obj.SHA256, err
+}
+
+// Link implements engine.ArtifactStore.
+func (b BlobArtifacts) Link(ctx context.Context, key string, ttl time.Duration) (string, time.Time, error) {
+	return b.Store.SignedURL(ctx, key, ttl)
+}
+
+// ArtifactPrefix is where an execution's artifacts are kept.
+func ArtifactPrefix(tenant, id string) string { return tenant + "/executions/" + id + "/output/" }
+
+// signArtifacts fills the records' artifact links, valid for the
+// configured time from now.
+func (n *Node) signArtifacts(ctx context.Context, tenant string, rec *sandbox.Result) {
+	if n.artifacts == nil {
+		return
+	}
+	for i := range rec.Artifacts {
+		a := &rec.Artifacts[i]
+		url, exp, err := n.artifacts.Link(ctx, ArtifactPrefix(tenant, rec.ExecutionID)+a.Path, n.engine.Config().Files.ArtifactTTL)
+		if err != nil {
+			n.log.Warn("sign artifact link", "execution_id", rec.ExecutionID, "path", a.Path, "err", err)
+			continue
+		}
+		a.URL, a.ExpiresAt = url, exp.UTC()
+	}
 }
 
 // key names an execution in the shared state: ids are unique per tenant.
@@ -210,6 +255,7 @@ func (n *Node) Get(ctx context.Context, tenant, id string) (*sandbox.Result, err
 		return nil, fmt.Errorf("get execution: %w", err)
 	}
 	rec := ex.Record
+	n.signArtifacts(ctx, tenant, &rec)
 	if ds, err := n.store.Deliveries(ctx, tenant, id); err == nil {
 		for _, d := range ds {
 			if d.Kind == store.KindCallback {
@@ -334,6 +380,21 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (*sandbox.Result, 
 	return n.Get(ctx, tenant, id)
 }
 
+// Egress lists an execution's egress attempts.
+func (n *Node) Egress(ctx context.Context, tenant, id string) ([]sandbox.EgressAttempt, error) {
+	if _, err := n.store.GetExecution(ctx, tenant, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("get execution: %w", err)
+	}
+	out, err := n.store.Egress(ctx, tenant, id)
+	if err != nil {
+		return nil, fmt.Errorf("egress attempts: %w", err)
+	}
+	return out, nil
+}
+
 // Events returns an execution's events after the given id, waiting for new
 // ones when wait is set. ok is false when the tenant has no such execution.
 func (n *Node) Events(ctx context.Context, tenant, id string, after uint64, wait bool) ([]state.Event, error) {
@@ -348,7 +409,10 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 	var deliveries []store.Delivery
 	var req sandbox.ExecuteRequest
 	if err := json.Unmarshal(ex.Request, &req); err == nil && req.CallbackURL != "" {
-		body, err := json.Marshal(rec)
+		signed := rec
+		signed.Artifacts = append([]sandbox.Artifact(nil), rec.Artifacts...)
+		n.signArtifacts(ctx, ex.Tenant, &signed)
+		body, err := json.Marshal(signed)
 		if err != nil {
 			return fmt.Errorf("encode callback: %w", err)
 		}

@@ -118,7 +118,8 @@ func (n *Node) sweep(ctx context.Context) {
 	}
 	n.mu.Unlock()
 	// A minute's grace: a sandbox being created is not yet known to its run.
-	if swept := n.engine.Sweep(ctx, time.Minute, func(id string) bool { return keep[id] }); swept > 0 {
+	held := func(id string) bool { return keep[id] || (n.sessions != nil && n.sessions.Holds(id)) }
+	if swept := n.engine.Sweep(ctx, time.Minute, held); swept > 0 {
 		n.metrics.SweptSandbox.Add(float64(swept))
 		n.log.Warn("swept stray sandboxes", "count", swept)
 	}

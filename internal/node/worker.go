@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/sandbox"
@@ -172,6 +173,13 @@ func (n *Node) execute(ctx context.Context, k string) {
 		}
 		return
 	}
+	if req.SessionID != "" && n.sessions != nil {
+		job.Acquirer = n.sessions.Acquirer(tenant, req.SessionID)
+	}
+	if n.artifacts != nil {
+		job.Artifacts, job.ArtifactPrefix = n.artifacts, ArtifactPrefix(tenant, id)
+	}
+	job.Audit = func(attempts []netpolicy.Attempt) { n.audit(tenant, id, attempts) }
 	now := time.Now().UTC()
 	timeout := time.Duration(req.Limits.TimeoutMS) * time.Millisecond
 	// Registered before the record says running, so that a cancellation
@@ -364,7 +372,7 @@ func (s *sink) add(typ string, p []byte) {
 	if s.cut[typ] {
 		s.flushLocked()
 		msg := fmt.Sprintf("live %s stopped after %d bytes; the record keeps the head and tail", typ, s.limit)
-		_, _ = s.n.state.Append(context.Background(), s.k, state.EventStatus, []byte(msg))
+		_, _ = s.n.state.Append(context.Background(), s.k, state.EventNotice, []byte(msg))
 	}
 }
 
@@ -385,4 +393,21 @@ func (s *sink) close() {
 	s.mu.Lock()
 	s.flushLocked()
 	s.mu.Unlock()
+}
+
+// audit stores an execution's egress attempts.
+func (n *Node) audit(tenant, id string, attempts []netpolicy.Attempt) {
+	if len(attempts) == 0 {
+		return
+	}
+	out := make([]sandbox.EgressAttempt, len(attempts))
+	for i, a := range attempts {
+		out[i] = sandbox.EgressAttempt{Time: a.Time, Method: a.Method, Host: a.Host, Port: a.Port, Allowed: a.Allowed,
+			Reason: a.Reason, Address: a.Address, Status: a.Status, BytesUp: a.BytesUp, BytesDown: a.BytesDown}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.store.AddEgress(ctx, tenant, id, out); err != nil {
+		n.log.Error("record egress attempts", "execution_id", id, "err", err)
+	}
 }

@@ -39,6 +39,7 @@ const (
 	EventStdout = "stdout"
 	EventStderr = "stderr"
 	EventStatus = "status" // Data is the status, e.g. "running"
+	EventNotice = "notice" // Data is a message about the stream (live output cut)
 	EventDone   = "done"   // Data is the final record's JSON; the last event
 )
 

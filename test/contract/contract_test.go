@@ -222,6 +222,13 @@ func testNotFound(t *testing.T, s *server) {
 
 func testQuery(t *testing.T, s *server) {
 	session := fmt.Sprintf("sess-%d", time.Now().UnixNano())
+	// A session keeps its sandbox between executions; ending it lets the
+	// tests after this one count sandboxes from zero.
+	defer func() {
+		if code, raw := s.call(alphaKey, "DELETE", "/v1/sessions/"+session, nil, nil); code != 204 && code != 200 {
+			t.Errorf("end session: %d %s", code, raw)
+		}
+	}()
 	run := func(lang, code string) sandbox.Result {
 		return run1(t, s, alphaKey, sandbox.ExecuteRequest{SessionID: session, Language: lang, Code: code})
 	}
@@ -561,8 +568,15 @@ func TestCallbackSurvivesRestart(t *testing.T) {
 			t.Errorf("attempt headers differ: %v", a.header)
 		}
 	}
+	// The receiver has answered; the notifier stores the outcome just after.
 	var rec sandbox.Result
-	s.call(alphaKey, "GET", "/v1/executions/"+sub.ExecutionID, nil, &rec)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rec = sandbox.Result{}
+		s.call(alphaKey, "GET", "/v1/executions/"+sub.ExecutionID, nil, &rec)
+		if rec.Callback != nil && rec.Callback.State == "delivered" || time.Now().After(deadline) {
+			break
+		}
+	}
 	if rec.Callback == nil || rec.Callback.State != "delivered" || rec.Callback.Attempts < 4 {
 		t.Errorf("record's callback %+v", rec.Callback)
 	}

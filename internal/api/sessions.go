@@ -1,0 +1,199 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/session"
+)
+
+// maxUpload caps one uploaded session file (the session's disk caps it
+// further).
+const maxUpload = 1 << 30
+
+// sessionBody is the optional body of PUT /v1/sessions/{id}.
+type sessionBody struct {
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	DiskMB     int64 `json:"disk_mb,omitempty"`
+}
+
+func (s *Server) sessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if s.sessions == nil {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "", "sessions are not enabled on this server"))
+		return "", false
+	}
+	if !engine.ValidID(id) {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such session"))
+		return "", false
+	}
+	return id, true
+}
+
+func (s *Server) sessionError(err error) *Error {
+	var re *agent.RemoteError
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return errorf(http.StatusNotFound, "not_found", "", "no such session")
+	case errors.Is(err, session.ErrInvalid):
+		return errorf(http.StatusBadRequest, "invalid_request", "", strings.TrimPrefix(err.Error(), session.ErrInvalid.Error()+": "))
+	case errors.As(err, &re):
+		msg := re.Message
+		if strings.Contains(msg, "no such file") || strings.Contains(msg, "not a regular file") || strings.Contains(msg, "not a directory") {
+			return errorf(http.StatusNotFound, "not_found", "", "no such file in the session")
+		}
+		if strings.Contains(msg, "no space left") {
+			return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "", "the session's disk is full")
+		}
+		return errorf(http.StatusBadRequest, "invalid_request", "", msg)
+	}
+	return asError(err, s.log)
+}
+
+func (s *Server) touchSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	var body sessionBody
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+			writeError(w, jsonError(err))
+			return
+		}
+	}
+	info, created, err := s.sessions.Touch(t.Name, id, session.Options{
+		TTL: time.Duration(body.TTLSeconds) * time.Second, DiskMB: body.DiskMB})
+	if err != nil {
+		writeError(w, s.sessionError(err))
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, info)
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	info, err := s.sessions.Get(t.Name, id)
+	if err != nil {
+		writeError(w, s.sessionError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
+		writeError(w, s.sessionError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// listing answers GET on a directory of a session's workspace.
+type listing struct {
+	Path    string        `json:"path"`
+	Entries []agent.Entry `json:"entries"`
+}
+
+// getFile downloads a file, or lists a directory, of a session's workspace.
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	p := strings.TrimSuffix(r.PathValue("path"), "/")
+	if _, err := s.sessions.Get(t.Name, id); err != nil {
+		writeError(w, s.sessionError(err))
+		return
+	}
+	entries, err := s.sessions.List(r.Context(), t.Name, id, p)
+	if err == nil {
+		if entries == nil {
+			entries = []agent.Entry{}
+		}
+		writeJSON(w, http.StatusOK, listing{Path: p, Entries: entries})
+		return
+	}
+	if errors.Is(err, session.ErrInvalid) {
+		writeError(w, s.sessionError(err))
+		return
+	}
+	// Not a directory: a file, streamed as it is read.
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "sandbox")
+	cw := &committingWriter{w: w}
+	err = s.sessions.Download(r.Context(), t.Name, id, p, cw)
+	if err != nil && !cw.started {
+		w.Header().Del("Content-Type")
+		writeError(w, s.sessionError(err))
+		return
+	}
+	if err != nil {
+		s.log.Warn("session download cut short", "session", id, "err", err)
+	}
+}
+
+// committingWriter remembers whether a body has started, after which an
+// error can no longer become a JSON answer.
+type committingWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (c *committingWriter) Write(p []byte) (int, error) {
+	if !c.started {
+		c.started = true
+		c.w.WriteHeader(http.StatusOK)
+	}
+	return c.w.Write(p)
+}
+
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, maxUpload)
+	if err := s.sessions.Upload(r.Context(), t.Name, id, r.PathValue("path"), body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, tooLarge(maxUpload))
+			return
+		}
+		writeError(w, s.sessionError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	if err := s.sessions.Remove(r.Context(), t.Name, id, r.PathValue("path")); err != nil {
+		writeError(w, s.sessionError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

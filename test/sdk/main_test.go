@@ -1,0 +1,17 @@
+// Package sdk runs the Go SDK (package sandbox) against a real corral serve:
+// the article's §5.2–§5.6 snippets nearly verbatim, and the SDK's promises
+// about errors, retries, ids and resumable streams.
+package sdk
+
+import (
+	"os"
+	"testing"
+
+	"github.com/corralhq/corral/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
+}

@@ -126,6 +126,12 @@ type Result struct {
 	// before exit, input or internal errors).
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// Summary is a short, exact account of the execution for a model to
+	// read instead of the raw output: on success the exit code, the first
+	// lines of stdout and the artifacts; on failure the error type, stderr,
+	// the exit code and what to do next. It is built without a model, the
+	// same way every time, and capped in size.
+	Summary string `json:"summary,omitempty"`
 
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`

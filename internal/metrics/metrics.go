@@ -29,6 +29,11 @@ type Metrics struct {
 	SweptSandbox  prometheus.Counter
 	HTTPRequests  *prometheus.CounterVec // route, code
 	CancelledRuns prometheus.Counter
+
+	// The warm pool (internal/pool), per tier and image.
+	PoolIdle   *prometheus.GaugeVec     // tier, image: ready sandboxes
+	PoolClaims *prometheus.CounterVec   // tier, image, result: hit, miss
+	PoolClaim  *prometheus.HistogramVec // tier: time to hand out a sandbox
 }
 
 var latencyBuckets = []float64{0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 120, 300}
@@ -67,8 +72,19 @@ func New() *Metrics {
 	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "corral_http_requests_total", Help: "API requests by route and status code.",
 	}, []string{"route", "code"})
+	m.PoolIdle = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "corral_pool_idle", Help: "Ready sandboxes in the warm pool.",
+	}, []string{"tier", "image"})
+	m.PoolClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_pool_claims_total", Help: "Sandbox claims on the warm pool, by result (hit: a ready sandbox; miss: a cold start).",
+	}, []string{"tier", "image", "result"})
+	m.PoolClaim = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "corral_pool_claim_seconds", Help: "Time to hand an execution a sandbox, ready or cold.",
+		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+	}, []string{"tier"})
 	for _, c := range []prometheus.Collector{m.Executions, m.Duration, m.Latency, m.QueueWait, m.PeakMemory,
 		m.InFlight, m.Queued, m.Rejected, m.Deliveries, m.Orphans, m.SweptSandbox, m.CancelledRuns, m.HTTPRequests,
+		m.PoolIdle, m.PoolClaims, m.PoolClaim,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

@@ -61,6 +61,44 @@ type Query struct {
 	Since, Until time.Time
 }
 
+// Stats summarises a tenant's executions created in a window: what the
+// dashboard's overview shows. Only executions whose status is final count
+// towards the error types, tiers and percentiles.
+type Stats struct {
+	// Total counts the executions created in the window, in any status.
+	Total int64
+	// ByStatus counts them by status.
+	ByStatus map[sandbox.Status]int64
+	// ByErrorType counts final executions that carry an error, by type.
+	ByErrorType map[sandbox.ErrorType]int64
+	// ByTier counts final executions by the tier that ran them; "" is
+	// none (the execution never reached a sandbox, or its record was
+	// stored before tiers were indexed).
+	ByTier map[string]int64
+	// Duration is the program run time (duration_ms) of final executions
+	// that ran (duration_ms > 0), as corral_execution_duration_seconds
+	// observes it.
+	Duration Percentiles
+	// Latency is finished_at − created_at in milliseconds (truncated) of
+	// final executions, as corral_execution_latency_seconds observes it.
+	Latency Percentiles
+}
+
+// Percentiles describe Count values by nearest rank: with the values
+// sorted ascending and numbered from 1, Pn is the value at rank
+// ceil(n/100 × Count), the smallest value that at least n% of the values
+// do not exceed; Max is the value at rank Count. Every field is 0 when
+// Count is 0.
+type Percentiles struct {
+	Count, P50, P95, P99, Max int64
+}
+
+// Rank is the 1-based nearest rank of percentile p (1..100) among n
+// values: ceil(p × n / 100), 0 when n is 0.
+func Rank(p, n int64) int64 {
+	return (p*n + 99) / 100
+}
+
 // Delivery kinds.
 const (
 	KindCallback = "callback"
@@ -121,6 +159,9 @@ type Store interface {
 	ExecutionsInStatus(ctx context.Context, status sandbox.Status, before time.Time, limit int) ([]*Execution, error)
 	// CountExecutions counts a tenant's executions ("" for all tenants).
 	CountExecutions(ctx context.Context, tenant string) (int64, error)
+	// ExecutionStats summarises a tenant's executions created in [since,
+	// until); ErrInvalid unless since is before until.
+	ExecutionStats(ctx context.Context, tenant string, since, until time.Time) (*Stats, error)
 
 	// ClaimDeliveries leases up to limit pending deliveries that are due at
 	// now and not leased by another node, until now+lease.

@@ -236,6 +236,26 @@ func (db *DB) CountExecutions(ctx context.Context, tenant string) (int64, error)
 	return n, nil
 }
 
+// ExecutionStats implements store.Store.
+func (db *DB) ExecutionStats(ctx context.Context, tenant string, since, until time.Time) (*store.Stats, error) {
+	return sqlstore.ExecutionStats(ctx, db.each, tenant, since, until)
+}
+
+// each implements sqlstore.EachRow on the pool.
+func (db *DB) each(ctx context.Context, query string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := db.pool.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // ClaimDeliveries implements store.Store. Rows another node is claiming
 // are skipped, and a row it claimed meanwhile no longer qualifies when
 // PostgreSQL re-checks the condition on the locked row.

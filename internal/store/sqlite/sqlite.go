@@ -308,6 +308,26 @@ func (db *DB) CountExecutions(ctx context.Context, tenant string) (int64, error)
 	return n, nil
 }
 
+// ExecutionStats implements store.Store.
+func (db *DB) ExecutionStats(ctx context.Context, tenant string, since, until time.Time) (*store.Stats, error) {
+	return sqlstore.ExecutionStats(ctx, db.each, tenant, since, until)
+}
+
+// each implements sqlstore.EachRow on the read connections.
+func (db *DB) each(ctx context.Context, query string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := db.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // ClaimDeliveries implements store.Store. The single write connection
 // serializes claims, so no two claimers lease the same delivery.
 func (db *DB) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]store.Delivery, error) {

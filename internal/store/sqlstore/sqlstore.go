@@ -75,8 +75,8 @@ const executionColumns = "tenant, id, request_hash, request, record, node"
 // Statements on executions.
 const (
 	InsertExecution = `INSERT INTO executions (tenant, id, request_hash, request, record, node,
-    session_id, language, status, error_type, exit_code, duration_ms, created_at, finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    session_id, language, status, error_type, exit_code, duration_ms, created_at, finished_at, tier)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 ON CONFLICT (tenant, id) DO NOTHING`
 	GetExecution    = `SELECT ` + executionColumns + ` FROM executions WHERE tenant = $1 AND id = $2`
 	ExecutionStatus = `SELECT status FROM executions WHERE tenant = $1 AND id = $2`
@@ -109,7 +109,7 @@ func NewRow(e *store.Execution) (*Row, error) {
 	for _, f := range []struct{ name, value string }{
 		{"tenant", e.Tenant}, {"execution id", e.ID}, {"session id", e.Record.SessionID},
 		{"language", e.Record.Language}, {"status", string(e.Record.Status)},
-		{"error type", string(errorType(&e.Record))},
+		{"error type", string(errorType(&e.Record))}, {"tier", e.Record.Tier},
 	} {
 		if err := checkKey(f.name, f.value); err != nil {
 			return nil, fmt.Errorf("execution %q: %w", e.ID, err)
@@ -202,7 +202,7 @@ func (r *Row) InsertArgs() []any {
 func (r *Row) derived() []any {
 	rec := &r.Execution.Record
 	return []any{rec.SessionID, rec.Language, string(rec.Status), string(errorType(rec)), r.exitCode,
-		rec.DurationMS, Micros(rec.CreatedAt), Micros(rec.FinishedAt)}
+		rec.DurationMS, Micros(rec.CreatedAt), Micros(rec.FinishedAt), rec.Tier}
 }
 
 // Update returns the statement and arguments that replace the record and
@@ -214,7 +214,8 @@ func (r *Row) Update(from []sandbox.Status) (string, []any) {
 	args := append([]any{e.Tenant, e.ID, r.record, e.Node}, r.derived()...)
 	var b strings.Builder
 	b.WriteString(`UPDATE executions SET record = $3, node = $4, session_id = $5, language = $6,
-    status = $7, error_type = $8, exit_code = $9, duration_ms = $10, created_at = $11, finished_at = $12
+    status = $7, error_type = $8, exit_code = $9, duration_ms = $10, created_at = $11, finished_at = $12,
+    tier = $13
 WHERE tenant = $1 AND id = $2`)
 	if len(from) > 0 {
 		b.WriteString(" AND status IN (")

@@ -67,7 +67,7 @@ func TestNewRow(t *testing.T) {
 	}
 	got := row.InsertArgs()
 	want := []any{"t", "x", "", "{}", row.record, "", "", "go", "failed", "runtime_error", int64(1), int64(0),
-		Micros(r.CreatedAt), Micros(time.Time{})}
+		Micros(r.CreatedAt), Micros(time.Time{}), ""}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("InsertArgs (-want +got):\n%s", diff)
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -46,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"HostileInput", testHostileInput},
 		{"RejectedInput", testRejectedInput},
 		{"Egress", testEgress},
+		{"Stats", testStats},
 		{"Ping", func(t *testing.T, s store.Store) {
 			if err := s.Ping(t.Context()); err != nil {
 				t.Fatal(err)
@@ -70,7 +72,7 @@ func full(tenant, id string) *store.Execution {
 		Record: sandbox.Result{
 			ExecutionID: id, SessionID: "session-1", Language: "python", Status: sandbox.StatusFailed,
 			Error:    &sandbox.Failure{Type: sandbox.ErrInternal, Message: "sandbox lost", Retryable: true},
-			ExitCode: &exit, Signal: "SIGKILL",
+			ExitCode: &exit, Signal: "SIGKILL", Summary: "internal_error: sandbox lost (exit code 137). Next: retry.",
 			Stdout: "hello\n", Stderr: "Traceback (most recent call last):\n",
 			StdoutBytes: 6, StdoutLines: 1, StdoutTruncated: true,
 			StderrBytes: 36, StderrLines: 1, StderrTruncated: true,
@@ -1246,5 +1248,179 @@ func testEgress(t *testing.T, s store.Store) {
 	wg.Wait()
 	if all, _ := s.Egress(ctx, "t1", "ex2"); len(all) != 16 {
 		t.Errorf("concurrent batches kept %d of 16", len(all))
+	}
+}
+
+// statsRows are executions of tenant "st", one every 30 s from base, in
+// every status, with ties in duration and latency, some that never ran
+// (duration 0, no tier) and some still queued or running.
+func statsRows() []*store.Execution {
+	var out []*store.Execution
+	for i := range 240 {
+		// Nanoseconds in created_at, which the store cuts to microseconds.
+		e := queued("st", fmt.Sprintf("st-%03d", i), base.Add(time.Duration(i)*30*time.Second))
+		r := &e.Record
+		r.Tier = []string{"container", "gvisor", "container"}[i%3]
+		r.DurationMS = int64((i*37)%50) * 10 // ties: 50 distinct values
+		latency := time.Duration(r.DurationMS)*time.Millisecond + time.Duration((i*53)%97)*time.Millisecond + 999*time.Microsecond
+		switch i % 8 {
+		case 0, 1, 2, 3:
+			r.Status = sandbox.StatusSuccess
+		case 4:
+			r.Status, r.Error = sandbox.StatusFailed, &sandbox.Failure{Type: sandbox.ErrRuntime, Message: "boom"}
+		case 5:
+			r.Status, r.Error = sandbox.StatusFailed, &sandbox.Failure{Type: sandbox.ErrTimeout, Message: "slow"}
+		case 6:
+			if i%16 == 6 {
+				r.Status, r.Error = sandbox.StatusFailed, &sandbox.Failure{Type: sandbox.ErrInput, Message: "bad file"}
+			} else {
+				r.Status, r.Error = sandbox.StatusCancelled, &sandbox.Failure{Type: sandbox.ErrCancelled, Message: "stop"}
+			}
+			r.DurationMS, r.Tier = 0, "" // never ran
+		case 7:
+			r.Status = []sandbox.Status{sandbox.StatusQueued, sandbox.StatusRunning}[(i/8)%2]
+			r.DurationMS, latency = 0, -1
+		}
+		if latency >= 0 {
+			r.FinishedAt = r.CreatedAt.Add(latency)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// wantStats is the meaning of ExecutionStats, the oracle the store is held
+// to: the definitions of store.Stats and store.Percentiles, computed here
+// from the records.
+func wantStats(rows []*store.Execution, since, until time.Time) *store.Stats {
+	st := &store.Stats{ByStatus: map[sandbox.Status]int64{}, ByErrorType: map[sandbox.ErrorType]int64{},
+		ByTier: map[string]int64{}}
+	var durations, latencies []int64
+	for _, e := range rows {
+		r := e.Record
+		created := us(r.CreatedAt)
+		if created.Before(us(since)) || !created.Before(us(until)) {
+			continue
+		}
+		st.Total++
+		st.ByStatus[r.Status]++
+		if !r.Status.Final() {
+			continue
+		}
+		st.ByTier[r.Tier]++
+		if r.Error != nil {
+			st.ByErrorType[r.Error.Type]++
+		}
+		if r.DurationMS > 0 {
+			durations = append(durations, r.DurationMS)
+		}
+		if finished := us(r.FinishedAt); !finished.Before(created) {
+			latencies = append(latencies, finished.Sub(created).Milliseconds())
+		}
+	}
+	st.Duration, st.Latency = percentiles(durations), percentiles(latencies)
+	return st
+}
+
+func percentiles(vs []int64) store.Percentiles {
+	if len(vs) == 0 {
+		return store.Percentiles{}
+	}
+	slices.Sort(vs)
+	n := int64(len(vs))
+	at := func(p int64) int64 {
+		// Nearest rank, computed in floating point here to check the
+		// store's integer arithmetic.
+		rank := int64(math.Ceil(float64(p) * float64(n) / 100))
+		return vs[rank-1]
+	}
+	return store.Percentiles{Count: n, P50: at(50), P95: at(95), P99: at(99), Max: vs[n-1]}
+}
+
+func testStats(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	rows := statsRows()
+	for _, e := range rows {
+		mustCreate(t, s, e)
+	}
+	// Another tenant's executions in the same window never count.
+	for _, e := range statsRows()[:40] {
+		e.Tenant = "other"
+		mustCreate(t, s, e)
+	}
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * 30 * time.Second) }
+	tests := []struct {
+		name         string
+		since, until time.Time
+	}{
+		{"everything", base.Add(-time.Hour), base.Add(3 * time.Hour)},
+		// since is inclusive and until exclusive, to the microsecond.
+		{"bounds", at(10), at(130)},
+		{"bounds as stored", us(at(10)), us(at(130))},
+		{"a microsecond in", at(10).Add(time.Microsecond), at(130).Add(time.Microsecond)},
+		{"one execution", at(0), at(1)},
+		{"two executions", at(1), at(3)},
+		{"a hundred and one", at(50), at(151)},
+		{"only unfinished", at(7), at(8)},
+		{"empty", base.Add(-2 * time.Hour), base.Add(-time.Hour)},
+		{"in another zone", at(3).In(time.FixedZone("X", -5*3600)), at(200)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := s.ExecutionStats(ctx, "st", tt.since, tt.until)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(wantStats(rows, tt.since, tt.until), got); diff != "" {
+				t.Errorf("ExecutionStats(%v, %v) (-want +got):\n%s", tt.since, tt.until, diff)
+			}
+		})
+	}
+	// The fixture means something: the wide window has every kind of row.
+	if w := wantStats(rows, base.Add(-time.Hour), base.Add(3*time.Hour)); w.Duration.Count < 100 || w.Latency.Count <= w.Duration.Count ||
+		len(w.ByErrorType) != 4 || w.ByTier[""] == 0 || w.ByStatus[sandbox.StatusRunning] == 0 || w.Duration.P50 == w.Duration.P99 {
+		t.Fatalf("statsRows does not cover what it should: %+v", w)
+	}
+
+	// Finishing an execution moves it: status, tier and percentiles follow
+	// the record.
+	e := queued("st2", "moving", base)
+	mustCreate(t, s, e)
+	since, until := base.Add(-time.Minute), base.Add(time.Minute)
+	got, err := s.ExecutionStats(ctx, "st2", since, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Total != 1 || got.ByStatus[sandbox.StatusQueued] != 1 || len(got.ByTier) != 0 || got.Latency.Count != 0 {
+		t.Errorf("a queued execution: %+v", got)
+	}
+	done := clone(e)
+	done.Record.Status, done.Record.Tier, done.Record.DurationMS = sandbox.StatusSuccess, "gvisor", 250
+	done.Record.FinishedAt = e.Record.CreatedAt.Add(400 * time.Millisecond)
+	if err := s.UpdateExecution(ctx, done, sandbox.StatusQueued); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.ExecutionStats(ctx, "st2", since, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &store.Stats{Total: 1, ByStatus: map[sandbox.Status]int64{sandbox.StatusSuccess: 1},
+		ByErrorType: map[sandbox.ErrorType]int64{}, ByTier: map[string]int64{"gvisor": 1},
+		Duration: store.Percentiles{Count: 1, P50: 250, P95: 250, P99: 250, Max: 250},
+		Latency:  store.Percentiles{Count: 1, P50: 400, P95: 400, P99: 400, Max: 400}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("after finishing (-want +got):\n%s", diff)
+	}
+
+	for name, w := range map[string][2]time.Time{
+		"since = until": {base, base},
+		"since > until": {base.Add(time.Second), base},
+	} {
+		if _, err := s.ExecutionStats(ctx, "st", w[0], w[1]); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := s.ExecutionStats(ctx, "st\x00", since, until); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a NUL in the tenant: %v, want ErrInvalid", err)
 	}
 }

@@ -24,6 +24,11 @@
 //		fmt.Print(res.Stdout) // 4950
 //	}
 //
+// Every final Result carries Summary, the short account of the execution to
+// give a model instead of the raw output: on success the exit code, the
+// first 20 lines of stdout and the artifact names; on failure the error
+// type, stderr, the exit code and the next step.
+//
 // Execute waits for the result; Submit returns an execution id at once, to
 // be followed with GetExecution, Wait, Stream (Server-Sent Events, resumed
 // after a broken connection) or a signed callback (ReadCallback,

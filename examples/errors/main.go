@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/corralhq/corral/sandbox"
@@ -53,7 +54,10 @@ func decide(res *sandbox.Result, err error) string {
 	case errors.As(err, &sbErr):
 		switch sbErr.Type {
 		case sandbox.ErrCompile, sandbox.ErrRuntime:
-			return string(sbErr.Type) + ": feed stderr back to the model to fix the code"
+			// The summary holds stderr and the exit code, cut to fit a
+			// prompt, and ends with the next step.
+			last := sbErr.Result.Summary[strings.LastIndexByte(sbErr.Result.Summary, '\n')+1:]
+			return string(sbErr.Type) + ": feed the summary back to the model to fix the code (" + last + ")"
 		case sandbox.ErrTimeout:
 			return "timeout: optimise the code or raise limits.timeout_ms"
 		case sandbox.ErrOOM:

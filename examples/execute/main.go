@@ -1,5 +1,6 @@
 // Command execute runs one program synchronously with the Go SDK and prints
-// its output (the article's §5.3): python's sum(range(100)), 4950.
+// its output (the article's §5.3): python's sum(range(100)), 4950, then the
+// record's summary, the account of the run an agent hands to its model.
 //
 //	CORRAL_ENDPOINT=http://127.0.0.1:8080 CORRAL_API_KEY=... go run ./examples/execute
 package main
@@ -33,4 +34,7 @@ func main() {
 	fmt.Printf("stdout: %s", result.Stdout)
 	fmt.Printf("status: %s, exit code %d, %d ms, peak %d MB, tier %s\n",
 		result.Status, *result.ExitCode, result.DurationMS, result.PeakMemoryMB, result.Tier)
+	// What an agent gives its model: a short, exact account, the same for
+	// the same record.
+	fmt.Printf("summary for the model:\n%s\n", result.Summary)
 }

@@ -60,6 +60,9 @@ type Config struct {
 	// Routing is the policy for isolation "auto"; the zero value is the
 	// default.
 	Routing router.Config
+	// SummaryChars caps a record's summary in characters (0:
+	// collect.DefaultSummaryChars).
+	SummaryChars int
 }
 
 // DefaultConfig returns the conservative defaults of DESIGN §2.
@@ -297,6 +300,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 			res.Signal = facts.Signal
 		}
 	}
+	res.Summary = collect.Summary(res, e.cfg.SummaryChars)
 	return res
 }
 

@@ -24,12 +24,13 @@ func TestMain(m *testing.M) {
 
 // want lists, per example, patterns its output must match, in order.
 var want = map[string][]string{
-	"execute": {`(?m)^stdout: 4950$`, `status: success, exit code 0, \d+ ms, peak \d+ MB, tier container`},
+	"execute": {`(?m)^stdout: 4950$`, `status: success, exit code 0, \d+ ms, peak \d+ MB, tier container`,
+		`summary for the model:\nsuccess: exit code 0\nstdout \(1 line\):\n4950\nartifacts: none\n`},
 	"submitpoll": {`submitted: ex_`, `polled: (queued|running)`, `result: success "step 0\\nstep 1\\nstep 2\\n"`,
 		`waited: success "step 0\\nstep 1\\nstep 2\\n"`, `streamed: step 0\nstreamed: step 1\nstreamed: step 2\n`,
 		`streamed done: success`},
 	"callback": {`submitted: (ex_\w+)`, `callback verified: delivery \S+ for ex_`, `result: ex_\w+ success "hello from a callback\\n"`},
-	"errors": {`syntax error +→ compile_error:`, `exception +→ runtime_error:`, `endless loop +→ timeout:`,
+	"errors": {`syntax error +→ compile_error: feed the summary back to the model to fix the code \(next step: fix the code and retry`, `exception +→ runtime_error:`, `endless loop +→ timeout:`,
 		`memory balloon +→ oom:`, `unknown language +→ invalid_request: fix field language`,
 		`fine +→ success: use the output "ok\\n"`, `unknown id +→ not_found:`},
 	"concurrency": {`semaphore: sum of squares = 385`, `MaxConcurrent: sum of squares = 385`},

@@ -119,6 +119,9 @@ func loadServeConfig(args []string) (config.Config, error) {
 	apply("default-images", func() { cfg.Images.Defaults = lf.defaultImages })
 	cfg.APIKey = apiKey
 	cfg.CallbackSecret = os.Getenv("CORRAL_CALLBACK_SECRET")
+	if v := os.Getenv("CORRAL_MEMORY_SECRET"); v != "" {
+		cfg.Memory.Secret = v
+	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
@@ -196,6 +199,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ecfg.Files.FetchTimeout, _ = time.ParseDuration(cfg.Inputs.FetchTimeout) // validated
 	ecfg.Files.Client = netpolicy.Guard{AllowPrivate: cfg.Inputs.AllowPrivate}.Client(ecfg.Files.FetchTimeout)
 	ecfg.Files.ArtifactTTL, _ = time.ParseDuration(cfg.Files.ArtifactTTL)
+	ecfg.SummaryChars = cfg.Summary.MaxChars
 	loc, err := newLocal(ctx, localFlags{dataDir: cfg.DataDir, cacheDir: cfg.CacheDir, cgroupParent: cfg.CgroupParent,
 		runc: cfg.Runc, runsc: cfg.Runsc, imageDir: cfg.Images.Dir, imageBudget: cfg.Images.Budget,
 		defaultImages: cfg.Images.Defaults}, ecfg, log)
@@ -218,8 +222,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ncfg := notify.DefaultConfig()
 	ncfg.MaxAttempts = cfg.Callbacks.MaxAttempts
 	ncfg.BaseDelay, _ = time.ParseDuration(cfg.Callbacks.BaseDelay) // validated
-	notifier := notify.New(ncfg, st, netpolicy.Guard{AllowPrivate: cfg.Callbacks.AllowPrivate}.Client(ncfg.Timeout),
-		auth.Secret, log.With("component", "notify"))
+	routes := map[string]notify.Route{store.KindCallback: {
+		Client: netpolicy.Guard{AllowPrivate: cfg.Callbacks.AllowPrivate}.Client(ncfg.Timeout), Secret: auth.Secret}}
+	if cfg.Memory.URL != "" {
+		secret := []byte(cfg.Memory.Secret)
+		routes[store.KindMemory] = notify.Route{Client: netpolicy.Guard{AllowPrivate: cfg.Memory.AllowPrivate}.Client(ncfg.Timeout),
+			Secret: func(string) []byte { return secret }}
+	}
+	notifier := notify.New(ncfg, st, routes, log.With("component", "notify"))
 	notifier.OnAttempt = func(kind string, delivered bool) {
 		outcome := "retry"
 		if delivered {
@@ -229,6 +239,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	nc := node.DefaultConfig()
 	nc.ID, nc.MaxConcurrency, nc.QueueBound, nc.LocalState = cfg.NodeID, cfg.MaxConcurrency, cfg.QueueBound, local
+	nc.MemoryURL = cfg.Memory.URL
 	n := node.New(nc, loc.engine, st, ls, notifier, m, log.With("node", cfg.NodeID))
 	scfg := session.DefaultConfig(filepath.Join(cfg.DataDir, "sessions"))
 	scfg.DefaultTTL, _ = time.ParseDuration(cfg.Sessions.DefaultTTL) // validated

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/sandbox"
@@ -79,6 +81,26 @@ type Config struct {
 		// doubles it.
 		BaseDelay string `toml:"base_delay"`
 	} `toml:"callbacks"`
+
+	// Summary shapes the model-ready summary every final record carries.
+	Summary struct {
+		// MaxChars caps it in characters (at least
+		// collect.MinSummaryChars).
+		MaxChars int `toml:"max_chars"`
+	} `toml:"summary"`
+
+	// Memory names a memory service that receives every finished
+	// execution's summary, signed, retried and persisted like callbacks.
+	Memory struct {
+		// URL receives the POSTs; empty sends none.
+		URL string `toml:"url"`
+		// Secret signs them (Corral-Signature); required with URL.
+		// CORRAL_MEMORY_SECRET overrides it.
+		Secret string `toml:"secret"`
+		// AllowPrivate lets URL be a private or loopback address (a
+		// memory service in the same cluster).
+		AllowPrivate bool `toml:"allow_private"`
+	} `toml:"memory"`
 
 	// Network is the egress policy: what requests' network.allow may
 	// reach at most (empty: no network for anyone).
@@ -149,6 +171,7 @@ func Default() Config {
 	c.Limits.Max = Limits{TimeoutMS: 15 * 60_000, MemoryMB: 8192, CPUCores: float64(runtime.NumCPU()), DiskMB: 10240}
 	c.Callbacks.MaxAttempts = 12
 	c.Callbacks.BaseDelay = "1s"
+	c.Summary.MaxChars = collect.DefaultSummaryChars
 	c.Inputs.MaxFileMB = 100
 	c.Files.ArtifactTTL = "15m"
 	c.Sessions.DefaultTTL = "1h"
@@ -232,6 +255,17 @@ func (c *Config) Validate() error {
 	}
 	if d, err := time.ParseDuration(c.Callbacks.BaseDelay); err != nil || d <= 0 {
 		bad("callbacks.base_delay %q: a positive duration such as 1s", c.Callbacks.BaseDelay)
+	}
+	if c.Summary.MaxChars < collect.MinSummaryChars {
+		bad("summary.max_chars %d: at least %d", c.Summary.MaxChars, collect.MinSummaryChars)
+	}
+	if c.Memory.URL != "" {
+		if u, err := url.Parse(c.Memory.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("memory.url %q: an http or https URL", c.Memory.URL)
+		}
+		if c.Memory.Secret == "" {
+			bad("memory.secret is empty: memory.url needs a signing secret (or CORRAL_MEMORY_SECRET)")
+		}
 	}
 	for name, v := range map[string]string{"inputs.fetch_timeout": c.Inputs.FetchTimeout, "files.artifact_ttl": c.Files.ArtifactTTL,
 		"sessions.default_ttl": c.Sessions.DefaultTTL, "sessions.max_ttl": c.Sessions.MaxTTL, "sessions.reap_interval": c.Sessions.ReapInterval} {

@@ -1,9 +1,10 @@
 // Package node is the work loop of one corral serve process: it admits
 // executions into the shared queue, pulls work when it has capacity, runs it
 // through the engine with a live entry and heartbeats, writes the final
-// record (and its callbacks) to the store, streams events, cancels across
-// nodes, turns executions of lost nodes into retryable internal errors,
-// recovers after a restart and sweeps stray sandboxes.
+// record (with its summary, its callback and its memory delivery) to the
+// store, streams events, cancels across nodes, turns executions of lost
+// nodes into retryable internal errors, recovers after a restart and sweeps
+// stray sandboxes.
 package node
 
 import (
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/blob"
+	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/notify"
@@ -68,6 +70,9 @@ type Config struct {
 	// after a restart nothing of it survived, so queued work is put back in
 	// the queue from the store.
 	LocalState bool
+	// MemoryURL, if set, receives every final record's summary (a memory
+	// delivery, sent like a callback).
+	MemoryURL string
 }
 
 // DefaultConfig fills everything but ID, MaxConcurrency and QueueBound.
@@ -401,10 +406,14 @@ func (n *Node) Events(ctx context.Context, tenant, id string, after uint64, wait
 	return n.state.Events(ctx, key(tenant, id), after, wait)
 }
 
-// finish stores rec as ex's final record (with its callback) if ex is
-// still in one of from, then tells everyone.
+// finish stores rec as ex's final record (with its callback and memory
+// deliveries) if ex is still in one of from, then tells everyone. Every
+// final record of a node passes here, whoever ended it (a run, a cancel,
+// the orphan reaper, recovery, an input error), so this is where its
+// summary is made.
 func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Result, from ...sandbox.Status) error {
 	ctx = context.WithoutCancel(ctx)
+	rec.Summary = collect.Summary(rec, n.engine.Config().SummaryChars)
 	ex.Record = rec
 	var deliveries []store.Delivery
 	var req sandbox.ExecuteRequest
@@ -422,6 +431,13 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 			URL: req.CallbackURL, Body: body, State: store.DeliveryPending,
 			NextAttempt: now, CreatedAt: now, UpdatedAt: now,
 		})
+	}
+	if n.cfg.MemoryURL != "" {
+		d, err := n.memoryDelivery(ex.Tenant, rec, time.Now().UTC())
+		if err != nil {
+			return err
+		}
+		deliveries = append(deliveries, d)
 	}
 	if err := n.store.FinishExecution(ctx, ex, deliveries, from...); err != nil {
 		return err

@@ -1,13 +1,14 @@
-// Package notify delivers signed POSTs — execution callbacks and, later,
-// summaries for a memory service — from deliveries persisted in the store:
-// exponential backoff with jitter, the same Idempotency-Key on every
-// attempt, and nothing lost across restarts or node failures (a delivery is
-// leased while a node sends it).
+// Package notify delivers signed POSTs — execution callbacks and execution
+// summaries for a memory service, one mechanism for both — from deliveries
+// persisted in the store: exponential backoff with jitter, the same
+// Idempotency-Key on every attempt, and nothing lost across restarts or node
+// failures (a delivery is leased while a node sends it).
 package notify
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,24 +45,35 @@ func DefaultConfig() Config {
 // Secrets returns the signing secret of a tenant's deliveries.
 type Secrets func(tenant string) []byte
 
+// Route is how deliveries of one kind (store.KindCallback,
+// store.KindMemory) are sent.
+type Route struct {
+	// Client sends them; it should refuse destinations the policy
+	// forbids (netpolicy.Guard).
+	Client *http.Client
+	// Secret returns the key that signs a tenant's deliveries.
+	Secret Secrets
+}
+
 // Notifier sends due deliveries. Run owns its goroutines.
 type Notifier struct {
-	cfg     Config
-	store   store.Store
-	client  *http.Client
-	secrets Secrets
-	log     *slog.Logger
-	wake    chan struct{}
-	now     func() time.Time
+	cfg    Config
+	store  store.Store
+	routes map[string]Route
+	log    *slog.Logger
+	wake   chan struct{}
+	now    func() time.Time
 
 	// OnAttempt, if set, observes every attempt's outcome (metrics).
 	OnAttempt func(kind string, delivered bool)
 }
 
-// New returns a notifier; client should refuse destinations the policy
-// forbids (netpolicy.Guard).
-func New(cfg Config, st store.Store, client *http.Client, secrets Secrets, log *slog.Logger) *Notifier {
-	return &Notifier{cfg: cfg, store: st, client: client, secrets: secrets, log: log,
+// New returns a notifier that sends each kind of delivery by its route. A
+// delivery of a kind this node has no route for (its use is configured on
+// other nodes, or was configured away) is a failed attempt like any other:
+// retried later, perhaps by another node, until MaxAttempts.
+func New(cfg Config, st store.Store, routes map[string]Route, log *slog.Logger) *Notifier {
+	return &Notifier{cfg: cfg, store: st, routes: routes, log: log,
 		wake: make(chan struct{}, 1), now: time.Now}
 }
 
@@ -146,7 +158,14 @@ func (n *Notifier) backoff(attempts int) time.Duration {
 	return time.Duration(float64(d) * jitter)
 }
 
+// errNoRoute: this node does not send the delivery's kind.
+var errNoRoute = errors.New("no route on this node for deliveries of this kind")
+
 func (n *Notifier) send(ctx context.Context, d store.Delivery) (int, error) {
+	route, ok := n.routes[d.Kind]
+	if !ok || route.Client == nil || route.Secret == nil {
+		return 0, fmt.Errorf("%s: %w", d.Kind, errNoRoute)
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
@@ -155,10 +174,10 @@ func (n *Notifier) send(ctx context.Context, d store.Delivery) (int, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "corral-notify/1")
-	req.Header.Set(sandbox.HeaderSignature, sandbox.SignCallback(n.secrets(d.Tenant), n.now(), d.Body))
+	req.Header.Set(sandbox.HeaderSignature, sandbox.SignCallback(route.Secret(d.Tenant), n.now(), d.Body))
 	req.Header.Set(sandbox.HeaderDeliveryID, d.ID)
 	req.Header.Set(sandbox.HeaderIdempotent, d.ExecutionID)
-	resp, err := n.client.Do(req)
+	resp, err := route.Client.Do(req)
 	if err != nil {
 		return 0, err
 	}

@@ -34,6 +34,7 @@ pkgs=(
 	mmdebstrap       # image recipes
 	postgresql       # store conformance and contract tests
 	redis-server     # state conformance and contract tests
+	chromium         # headless browser for the dashboard tests (test/ui)
 	ca-certificates
 	file
 )

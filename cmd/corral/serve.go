@@ -259,6 +259,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	n.SetFiles(sessions, node.BlobArtifacts{Store: blobs})
 	srv := api.New(api.Config{MaxBodyBytes: cfg.MaxBodyBytes}, n, auth, m, log, st, ls)
 	srv.SetFiles(sessions, blobHandler)
+	srv.SetStats(st)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

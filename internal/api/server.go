@@ -14,6 +14,7 @@ import (
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/ui"
 )
 
 // Config configures the API.
@@ -37,6 +38,7 @@ type Server struct {
 	log      *slog.Logger
 	sessions *session.Manager
 	blobs    http.Handler
+	stats    StatsSource // nil: GET /v1/stats is 404
 }
 
 // SetFiles enables the session endpoints and serves signed artifact links
@@ -68,6 +70,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/executions/{id}/cancel", s.withTenant(s.cancel))
 	route("GET /v1/executions/{id}/events", s.withTenant(s.events))
 	route("GET /v1/executions/{id}/egress", s.withTenant(s.egress))
+	route("GET /v1/stats", s.withTenant(s.statsHandler))
 	route("PUT /v1/sessions/{id}", s.withTenant(s.touchSession))
 	route("POST /v1/sessions/{id}", s.withTenant(s.touchSession))
 	route("GET /v1/sessions/{id}", s.withTenant(s.getSession))
@@ -85,6 +88,12 @@ func (s *Server) Handler() http.Handler {
 	})
 	route("GET /readyz", s.readyz)
 	route("GET /metrics", s.metrics.Handler().ServeHTTP)
+	// The dashboard is a page, not part of the API (or of its spec): it
+	// calls /v1 from the browser with the key its user signs in with.
+	mux.Handle("GET /ui/", s.instrument("/ui/", ui.Handler().ServeHTTP))
+	mux.Handle("GET /{$}", s.instrument("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusFound)
+	}))
 	route("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})

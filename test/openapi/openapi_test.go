@@ -290,6 +290,11 @@ func TestResponsesMatchSpec(t *testing.T) {
 	// A finished stream: its events, then done.
 	c.checkEvents(rec.ExecutionID, key)
 
+	// GET /v1/stats
+	c.do(call{method: "GET", path: "/v1/stats?window=24h", key: key, want: 200})
+	c.do(call{method: "GET", path: "/v1/stats?window=1s", key: key, want: 400})
+	c.do(call{method: "GET", path: "/v1/stats", want: 401})
+
 	c.sessionsAndFiles(srv, rec.ExecutionID)
 
 	// Operations.

@@ -1,7 +1,9 @@
-// Package bench measures Corral against baselines run side by side in the
-// same process tree: bare interpreter spawns and hand-made OCI bundles.
-// Results are reported as ratios to the baseline of the same run, never as
-// absolute thresholds.
+// Package bench is the warm-pool benchmark harness (docs/bench.md): a bare
+// python3 spawn, bubblewrap, runc and runsc running a hand-made OCI
+// bundle, and Corral through its HTTP API, cold and warm on both tiers,
+// measured side by side in one process tree at concurrency 1, 8 and 32,
+// with host memory per idle pooled sandbox. Results are one table of
+// ratios to the bare spawn of the same run, never absolute thresholds.
 //
-//	make bench     (go test -bench . ./bench)
+//	make bench     (go test -bench . -benchtime 80s ./bench)
 package bench

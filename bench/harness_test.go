@@ -1,0 +1,553 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
+)
+
+const (
+	helloPy  = "print(sum(range(100)))"
+	helloOut = "4950\n"
+	numpyPy  = "import numpy as np; print(np.arange(10).sum())"
+	numpyOut = "45\n"
+	// idleN is how many idle pooled sandboxes the memory figure divides by.
+	idleN = 16
+	// maxPerCell and cellBudget bound each cell at concurrency 8 and 32:
+	// at most that many executions, none started after that much time.
+	maxPerCell = 160
+	cellBudget = 10 * time.Second
+)
+
+// concurrencies are the loads every cell is measured at.
+var concurrencies = []int{1, 8, 32}
+
+// cell is one row group of the table: one way of running a program once.
+type cell struct {
+	name string
+	run  func(ctx context.Context) error
+	// na, when set, is why the cell is not measured.
+	na string
+	// srv and pool are a warm cell's server and the pool its requests
+	// should hit.
+	srv  *server
+	pool warmPool
+
+	byConc       map[int]*series
+	hits, claims map[int]float64
+}
+
+func (c *cell) series(conc int) *series {
+	if c.byConc == nil {
+		c.byConc = map[int]*series{}
+		c.hits, c.claims = map[int]float64{}, map[int]float64{}
+	}
+	s := c.byConc[conc]
+	if s == nil {
+		s = &series{name: c.name}
+		c.byConc[conc] = s
+	}
+	return s
+}
+
+// poolClaims reads the warm pool's hit and miss counters.
+func (c *cell) poolClaims(ctx context.Context) (hit, miss float64, err error) {
+	lbl := map[string]string{"tier": c.pool.tier, "image": c.pool.image, "result": "hit"}
+	if hit, err = c.srv.metric(ctx, "corral_pool_claims_total", lbl); err != nil {
+		return 0, 0, err
+	}
+	lbl["result"] = "miss"
+	miss, err = c.srv.metric(ctx, "corral_pool_claims_total", lbl)
+	return hit, miss, err
+}
+
+// harness runs cells side by side.
+type harness struct {
+	cells []*cell
+	// warm are the servers with pools: before each measurement their pools
+	// are back at their minimum, so no cell pays for another's refill.
+	warm []*server
+}
+
+// execTimeout bounds one execution of any cell (the client waits a
+// little longer, so Corral's own verdict arrives first).
+const execTimeout = 2 * time.Minute
+
+// block runs up to n executions of c with up to conc in flight, starting
+// no new one after budget (when budget > 0), and adds them to c's series
+// at conc.
+func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.Duration) error {
+	for _, s := range h.warm {
+		if err := s.waitIdle(ctx, 0, conc > 1, 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	var hit0, miss0 float64
+	if c.srv != nil {
+		var err error
+		if hit0, miss0, err = c.poolClaims(ctx); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		lat  []time.Duration
+	)
+	start := time.Now()
+	for range min(conc, n) {
+		wg.Go(func() {
+			for ctx.Err() == nil && int(next.Add(1)) <= n && (budget <= 0 || time.Since(start) < budget) {
+				ectx, ecancel := context.WithTimeout(ctx, execTimeout+30*time.Second)
+				t0 := time.Now()
+				err := c.run(ectx)
+				d := time.Since(t0)
+				ecancel()
+				if err != nil {
+					cancel(fmt.Errorf("%s (concurrency %d): %w", c.name, conc, err))
+					return
+				}
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	s := c.series(conc)
+	s.samples = append(s.samples, lat...)
+	s.wall += wall
+	if c.srv != nil {
+		hit, miss, err := c.poolClaims(ctx)
+		if err != nil {
+			return err
+		}
+		c.hits[conc] += hit - hit0
+		c.claims[conc] += hit - hit0 + miss - miss0
+	}
+	return nil
+}
+
+// rotated returns the measurable cells starting at the k-th, so that no
+// cell always runs right after the same neighbour.
+func (h *harness) rotated(k int) []*cell {
+	var live []*cell
+	for _, c := range h.cells {
+		if c.na == "" {
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	k %= len(live)
+	return append(live[k:], live[:k]...)
+}
+
+// BenchmarkHarness is the warm-pool benchmark of issue 8: python hello run
+// bare, under bubblewrap, with runc and runsc on a hand-made bundle, and
+// through Corral's HTTP API cold and warm on both tiers; numpy warm
+// against the same program chrooted into the python image; then host
+// memory per idle pooled sandbox. See docs/bench.md.
+//
+// Each b.Loop iteration runs every cell once at concurrency 1, in rotating
+// order, so that noise on this machine hits all of them alike (-benchtime
+// bounds this phase: make bench gives it 80s). After the loop, every cell
+// runs ceil(8/3 × iterations) executions (at most maxPerCell, started
+// within cellBudget) at concurrency 8 and then at 32, interleaved in
+// blocks.
+func BenchmarkHarness(b *testing.B) {
+	testenv.RequireRoot(b)
+	runc := testenv.Runtime(b, "runc")
+	runsc := testenv.Runtime(b, "runsc")
+	testenv.Corral(b)
+	ctx := b.Context()
+
+	// A generous timeout: 32 numpy imports on two busy cores can take
+	// longer than the default 30 s, and a timeout would end the run.
+	limits := sandbox.Limits{TimeoutMS: execTimeout.Milliseconds()}
+	hello := func(tier sandbox.Isolation) sandbox.ExecuteRequest {
+		return sandbox.ExecuteRequest{Language: "python", Code: helloPy, Isolation: tier, Limits: limits}
+	}
+	numpy := func(tier sandbox.Isolation) sandbox.ExecuteRequest {
+		return sandbox.ExecuteRequest{Language: "python", Image: "python", Code: numpyPy, Isolation: tier, Limits: limits}
+	}
+	via := func(s *server, req sandbox.ExecuteRequest, want string) func(context.Context) error {
+		return func(ctx context.Context) error { return s.execute(ctx, req, want) }
+	}
+
+	// Baselines.
+	bundle, err := handBundle(b.TempDir(), []string{"/usr/bin/python3", "-c", helloPy}, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	runcState, runscState := b.TempDir(), b.TempDir()
+	// runsc pins an empty network namespace under its root (null-netns):
+	// unmount it before the directory is removed.
+	b.Cleanup(func() {
+		for unix.Unmount(filepath.Join(runscState, "null-netns"), unix.MNT_DETACH) == nil {
+		}
+	})
+	var ids atomic.Int64
+	id := func() string { return fmt.Sprintf("bench-%d-%d", os.Getpid(), ids.Add(1)) }
+	pyRoot := pythonRootfs(b)
+
+	cells := []*cell{
+		{name: "bare /usr/bin/python3 -c", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+			return exec.CommandContext(ctx, "/usr/bin/python3", "-c", helloPy)
+		})},
+		{name: "bwrap (unshare-all, ro /usr)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+			return exec.CommandContext(ctx, "bwrap", append(bwrapArgs(), "/usr/bin/python3", "-c", helloPy)...)
+		})},
+		{name: "runc run (hand-made bundle)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+			return exec.CommandContext(ctx, runc, "--root", runcState, "run", "--bundle", bundle, id())
+		})},
+		{name: "runsc run (hand-made bundle)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+			return exec.CommandContext(ctx, runsc, "--root", runscState, "--network=none", "--overlay2=none",
+				"run", "--bundle", bundle, id())
+		})},
+	}
+
+	// Corral, cold: a server without a pool.
+	cold, err := startServer(b, "cold")
+	if err != nil {
+		b.Fatal(err)
+	}
+	baseRSS, err := cold.rss()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cells = append(cells,
+		&cell{name: "corral cold, container", run: via(cold, hello(sandbox.IsolationContainer), helloOut)},
+		&cell{name: "corral cold, gvisor", run: via(cold, hello(sandbox.IsolationGVisor), helloOut)},
+	)
+
+	// Corral, warm: one server per interpreter setting, since a request
+	// cannot choose whether its pooled sandbox runs one.
+	h := &harness{}
+	poolNA := ""
+	warmCells := func(zygote bool, label string, extra ...warmPool) []*cell {
+		pools := []warmPool{
+			{image: images.HostName, tier: "container", minIdle: 4, maxIdle: 32, zygote: zygote},
+			{image: images.HostName, tier: "gvisor", minIdle: 4, maxIdle: 32, zygote: zygote},
+		}
+		pools = append(pools, extra...)
+		var srv *server
+		if poolNA == "" {
+			srv, err = startServer(b, "warm"+label, pools...)
+			switch {
+			case errors.Is(err, errNoPool):
+				poolNA = "n/a (pool not available)"
+			case err != nil:
+				b.Fatal(err)
+			default:
+				h.warm = append(h.warm, srv)
+			}
+		}
+		var out []*cell
+		for _, p := range pools {
+			name := fmt.Sprintf("corral warm, %s%s", p.tier, label)
+			req, want := hello(sandbox.Isolation(p.tier)), helloOut
+			if p.image == "python" {
+				name = fmt.Sprintf("numpy: corral warm, %s%s", p.tier, label)
+				req, want = numpy(sandbox.Isolation(p.tier)), numpyOut
+			}
+			c := &cell{name: name, na: poolNA, pool: p}
+			if poolNA == "" {
+				c.srv, c.run = srv, via(srv, req, want)
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	cells = append(cells, warmCells(false, "")...)
+	warmInterp := warmCells(true, ", interpreter",
+		warmPool{image: "python", tier: "container", minIdle: 4, maxIdle: 32, zygote: true, preload: []string{"numpy"}})
+	cells = append(cells, warmInterp[:2]...)
+
+	// numpy: the same program chrooted into the python image, cold through
+	// Corral, and warm with numpy preloaded.
+	cells = append(cells,
+		&cell{name: "numpy: bare chroot (python image)", run: spawn(numpyOut, func(ctx context.Context) *exec.Cmd {
+			cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-c", numpyPy)
+			cmd.Dir = "/"
+			cmd.Env = pyRoot.env
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: pyRoot.dir, Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+			return cmd
+		})},
+		&cell{name: "numpy: corral cold, container", run: via(cold, numpy(sandbox.IsolationContainer), numpyOut)},
+	)
+	warmInterp[2].name = "numpy: corral warm, container, numpy preloaded"
+	cells = append(cells, warmInterp[2])
+	h.cells = cells
+
+	// One untimed round fills caches and checks every cell works.
+	for _, c := range h.rotated(0) {
+		if err := c.run(ctx); err != nil {
+			b.Fatalf("%s: %v", c.name, err)
+		}
+	}
+
+	iters := 0
+	for b.Loop() {
+		for _, c := range h.rotated(iters) {
+			if err := h.block(ctx, c, 1, 1, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		iters++
+	}
+	n := min((iters*8+2)/3, maxPerCell)
+	for _, conc := range concurrencies[1:] {
+		rounds := min(max(n/(4*conc), 1), 5)
+		for r := range rounds {
+			size := n / rounds
+			if r == rounds-1 {
+				size = n - size*(rounds-1)
+			}
+			for _, c := range h.rotated(r) {
+				if err := h.block(ctx, c, conc, size, cellBudget/time.Duration(rounds)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+
+	// Host memory per idle pooled sandbox, with nothing else running.
+	for _, s := range h.warm {
+		if err := s.stop(); err != nil {
+			b.Errorf("%s server: %v", s.name, err)
+		}
+	}
+	type memRow struct {
+		name   string
+		tier   string
+		zygote bool
+		bytes  float64
+	}
+	mems := []memRow{
+		{name: "runc", tier: "container"}, {name: "runc, interpreter", tier: "container", zygote: true},
+		{name: "runsc", tier: "gvisor"}, {name: "runsc, interpreter", tier: "gvisor", zygote: true},
+	}
+	for i := range mems {
+		mems[i].bytes = math.NaN()
+		if poolNA != "" {
+			continue
+		}
+		v, err := idleMemory(b, mems[i].tier, mems[i].zygote, baseRSS)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mems[i].bytes = v
+	}
+
+	// The table.
+	base := map[int]*series{}
+	var rows []row
+	for _, conc := range concurrencies {
+		base[conc] = cells[0].series(conc)
+		for _, c := range cells {
+			r := row{s: &series{name: c.name}, conc: conc, na: c.na}
+			if c.na == "" {
+				r.s = c.series(conc)
+				if c.srv != nil && c.claims[conc] > 0 {
+					r.note = fmt.Sprintf("pool hits %.0f%%", 100*c.hits[conc]/c.claims[conc])
+				}
+			}
+			rows = append(rows, r)
+		}
+	}
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "\nwarm-pool harness: %d rounds at concurrency 1; at 8 and 32 each cell runs up to %d executions started within %s\n", iters, n, cellBudget)
+	printTable(&out, base, rows)
+	fmt.Fprintf(&out, "host memory per idle pooled sandbox (%d idle, MemAvailable drop less corral serve's own %.0f MB):\n", idleN, float64(baseRSS)/(1<<20))
+	for _, m := range mems {
+		v := "n/a (pool not available)"
+		if !math.IsNaN(m.bytes) {
+			v = fmt.Sprintf("%.1f MB", m.bytes/(1<<20))
+		}
+		fmt.Fprintf(&out, "  %-20s %s\n", m.name, v)
+	}
+
+	// The issue's targets, as ratios of this run.
+	p50 := func(name string, conc int) float64 { return float64(find(cells, name).series(conc).median()) }
+	tput := func(name string, conc int) float64 { return find(cells, name).series(conc).throughput() }
+	targets := []struct {
+		metric, what string
+		v, limit     float64
+		atMost       bool
+	}{
+		{"warm-ctr/bare-p50", "warm container p50 ÷ bare spawn p50", ratio(p50("corral warm, container", 1), p50(cells[0].name, 1)), 1.1, true},
+		{"warm-ctr-interp/bare-p50", "warm container + interpreter p50 ÷ bare p50", ratio(p50("corral warm, container, interpreter", 1), p50(cells[0].name, 1)), 0.5, true},
+		{"numpy-warm/numpy-chroot-p50", "numpy warm p50 ÷ numpy bare chroot p50", ratio(p50(warmInterp[2].name, 1), p50("numpy: bare chroot (python image)", 1)), 0.3, true},
+		{"warm-gvisor/warm-ctr-p50", "warm gvisor p50 ÷ warm container p50", ratio(p50("corral warm, gvisor", 1), p50("corral warm, container", 1)), 1.5, true},
+		{"warm-ctr/bare-tput@8", "warm container exec/s ÷ bare exec/s at 8", ratio(tput("corral warm, container", 8), tput(cells[0].name, 8)), 0.8, false},
+		{"warm-ctr-interp/bare-tput@8", "warm container + interpreter exec/s ÷ bare at 8", ratio(tput("corral warm, container, interpreter", 8), tput(cells[0].name, 8)), 0.8, false},
+		{"cold-ctr/runc-p50", "cold container p50 ÷ runc run p50", ratio(p50("corral cold, container", 1), p50("runc run (hand-made bundle)", 1)), 1.1, true},
+		{"runc-idle-MB", "MB per idle pooled sandbox, runc", mems[0].bytes / (1 << 20), 5, true},
+		{"runsc-idle-MB", "MB per idle pooled sandbox, runsc", mems[2].bytes / (1 << 20), 30, true},
+	}
+	fmt.Fprintln(&out, "issue 8 targets:")
+	for _, t := range targets {
+		verdict, cmp, v := "n/a", "≤", "-"
+		if !t.atMost {
+			cmp = "≥"
+		}
+		if !math.IsNaN(t.v) {
+			verdict, v = "met", fmt.Sprintf("%.2f", t.v)
+			if (t.atMost && t.v > t.limit) || (!t.atMost && t.v < t.limit) {
+				verdict = "missed"
+			}
+			b.ReportMetric(t.v, t.metric)
+		}
+		fmt.Fprintf(&out, "  %-48s %8s  (target %s %.2g)  %s\n", t.what, v, cmp, t.limit, verdict)
+	}
+	b.ReportMetric(float64(cells[0].series(1).median().Microseconds())/1000, "bare-p50-ms")
+	os.Stderr.Write(out.Bytes())
+}
+
+func find(cells []*cell, name string) *cell {
+	for _, c := range cells {
+		if c.name == name {
+			return c
+		}
+	}
+	panic("no cell " + name)
+}
+
+// spawn runs a command and checks its output is exactly want.
+func spawn(want string, cmd func(ctx context.Context) *exec.Cmd) func(context.Context) error {
+	return func(ctx context.Context) error {
+		c := cmd(ctx)
+		var out bytes.Buffer
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("%s: %w: %.500s", c.Args[0], err, out.String())
+		}
+		if out.String() != want {
+			return fmt.Errorf("%s: output %.500q, want %q", c.Args[0], out.String(), want)
+		}
+		return nil
+	}
+}
+
+// bwrapArgs is a bubblewrap sandbox a careful person would write: every
+// namespace new, the host's /usr read-only, fresh /proc, /dev and /tmp, no
+// capabilities, unprivileged user, killed with its parent.
+func bwrapArgs() []string {
+	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--uid", "1000", "--gid", "1000", "--ro-bind", "/usr", "/usr"}
+	for _, d := range []string{"bin", "lib", "lib64", "sbin"} {
+		if target, err := os.Readlink("/" + d); err == nil {
+			args = append(args, "--symlink", target, "/"+d)
+		} else if fi, err := os.Stat("/" + d); err == nil && fi.IsDir() {
+			args = append(args, "--ro-bind", "/"+d, "/"+d)
+		}
+	}
+	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
+		"--clearenv", "--setenv", "PATH", "/usr/bin:/bin")
+}
+
+// pyImage is the python image's root and the environment a program in it
+// gets.
+type pyImage struct {
+	dir string
+	env []string
+}
+
+// pythonRootfs builds the python image into the machine's test image
+// directory (minutes the first time, a no-op after) and returns it.
+func pythonRootfs(b *testing.B) pyImage {
+	b.Helper()
+	cmd := exec.Command(testenv.Corral(b), "image", "build", "--image-dir", testenv.ImageDir(), "python")
+	cmd.Env = append(os.Environ(), "CORRAL_DATA_DIR="+b.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("corral image build python: %v\n%s", err, out)
+	}
+	img, err := images.New(images.Config{Dir: testenv.ImageDir(), UID: 1000, GID: 1000}).Resolve("python")
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := []string{"HOME=/tmp", "LANG=C.UTF-8"}
+	if !strings.Contains(strings.Join(img.Env, "\n"), "PATH=") {
+		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	return pyImage{dir: img.Rootfs, env: append(env, img.Env...)}
+}
+
+// idleMemory is the host memory one idle pooled sandbox of tier costs:
+// the drop in MemAvailable from before a server starts to after its pool
+// holds idleN sandboxes and the figure settles, less the server's own
+// memory (baseRSS, a server without a pool), divided by idleN.
+func idleMemory(b *testing.B, tier string, zygote bool, baseRSS int64) (float64, error) {
+	ctx := b.Context()
+	before, err := settledMemAvailable(ctx)
+	if err != nil {
+		return 0, err
+	}
+	s, err := startServer(b, "memory-"+tier, warmPool{image: images.HostName, tier: tier, minIdle: idleN, maxIdle: idleN, zygote: zygote})
+	if err != nil {
+		return 0, err
+	}
+	defer s.stop()
+	if err := s.waitIdle(ctx, idleN, true, 3*time.Minute); err != nil {
+		return 0, err
+	}
+	after, err := settledMemAvailable(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.stop(); err != nil {
+		return 0, err
+	}
+	return float64(before-after-baseRSS) / idleN, nil
+}
+
+// settledMemAvailable waits until MemAvailable changes by less than 1 MiB
+// over half a second (at most 15 s) and returns it.
+func settledMemAvailable(ctx context.Context) (int64, error) {
+	prev, err := memAvailable()
+	if err != nil {
+		return 0, err
+	}
+	for range 30 {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		cur, err := memAvailable()
+		if err != nil {
+			return 0, err
+		}
+		if d := cur - prev; d < 1<<20 && d > -(1<<20) {
+			return cur, nil
+		}
+		prev = cur
+	}
+	return prev, nil
+}

@@ -1,0 +1,337 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// apiKey is the key of tenant "default" on every bench server.
+const apiKey = "bench-key-0123456789"
+
+// errNoPool is a server that refused its [pool] configuration: a build
+// without the warm pool.
+var errNoPool = errors.New("pool not available")
+
+// warmPool is one [[pool.warm]] entry.
+type warmPool struct {
+	image, tier string
+	minIdle     int
+	maxIdle     int
+	zygote      bool
+	preload     []string
+}
+
+func (p warmPool) toml() string {
+	pre, _ := json.Marshal(p.preload)
+	if p.preload == nil {
+		pre = []byte("[]")
+	}
+	return fmt.Sprintf("\n[[pool.warm]]\nimage = %q\ntier = %q\nmin_idle = %d\nmax_idle = %d\nzygote = %t\npreload = %s\n",
+		p.image, p.tier, p.minIdle, p.maxIdle, p.zygote, pre)
+}
+
+// poolConfig is the [pool] section for pools; none gives none.
+func poolConfig(pools ...warmPool) string {
+	if len(pools) == 0 {
+		return ""
+	}
+	s := "\n[pool]\nmax_uses = 100\nidle_timeout = \"5m\"\n"
+	for _, p := range pools {
+		s += p.toml()
+	}
+	return s
+}
+
+// server is a corral serve process started by the harness, with its
+// warm pools.
+type server struct {
+	name  string
+	url   string
+	pools []warmPool
+
+	cmd    *exec.Cmd
+	logs   *tailBuffer
+	done   chan struct{}
+	client *http.Client
+}
+
+// tailBuffer keeps the last 64 KiB written to it.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if n := len(t.b) - 64<<10; n > 0 {
+		t.b = append(t.b[:0], t.b[n:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// startServer starts corral serve with the pools, on the embedded
+// backends, and waits until it is ready. A server that refuses the [pool]
+// section as unknown settings is errNoPool. The server stops at the end
+// of b.
+func startServer(b *testing.B, name string, pools ...warmPool) (*server, error) {
+	b.Helper()
+	data := b.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	listen := l.Addr().String()
+	l.Close()
+	cfg := `
+max_concurrency = 32
+queue_bound = 512
+
+[log]
+level = "info"
+format = "json"
+` + poolConfig(pools...)
+	cfgPath := filepath.Join(data, "corral.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	s := &server{
+		name: name, url: "http://" + listen, pools: pools, logs: &tailBuffer{}, done: make(chan struct{}),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 128}},
+	}
+	s.cmd = exec.Command(testenv.Corral(b), "serve", "--config", cfgPath, "--listen", listen, "--data-dir", data,
+		"--api-key", apiKey, "--cache-dir", testenv.CacheDir(), "--cgroup-parent", testenv.CgroupParent,
+		"--image-dir", testenv.ImageDir())
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s server: %w", name, err)
+	}
+	go func() {
+		s.cmd.Wait()
+		close(s.done)
+	}()
+	b.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			b.Errorf("%s server: %v", name, err)
+		}
+	})
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(s.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.done:
+			log := s.logs.String()
+			if len(pools) > 0 && strings.Contains(log, "unknown settings") && strings.Contains(log, "pool") {
+				return nil, errNoPool
+			}
+			return nil, fmt.Errorf("%s server exited:\n%s", name, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s server not ready:\n%s", name, s.logs.String())
+		}
+	}
+}
+
+// stop ends the server with SIGTERM, as an operator would.
+func (s *server) stop() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+		return errors.New("ignored SIGTERM")
+	}
+}
+
+// execute runs req synchronously and checks it printed want on the tier
+// it asked for.
+func (s *server) execute(ctx context.Context, req sandbox.ExecuteRequest, want string) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/executions?wait=true", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hr.Header.Set("Authorization", "Bearer "+apiKey)
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(hr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /v1/executions: %s: %.300s", resp.Status, raw)
+	}
+	var res sandbox.Result
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("decode result: %w", err)
+	}
+	if res.Status != sandbox.StatusSuccess || res.Stdout != want || res.Tier != string(req.Isolation) {
+		return fmt.Errorf("execution %s: status %s, tier %s, error %+v, stdout %q, stderr %.300q",
+			res.ExecutionID, res.Status, res.Tier, res.Error, res.Stdout, res.Stderr)
+	}
+	return nil
+}
+
+// metric returns the sum of metric name's samples whose labels include
+// want, from the server's /metrics.
+func (s *server) metric(ctx context.Context, name string, want map[string]string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	samples, err := parseMetrics(resp.Body, name)
+	if err != nil {
+		return 0, err
+	}
+	return sum(samples, want), nil
+}
+
+// idle returns the ready sandboxes of each of the server's pools, by
+// "image/tier".
+func (s *server) idle(ctx context.Context) (map[string]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	samples, err := parseMetrics(resp.Body, "corral_pool_idle")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, p := range s.pools {
+		out[p.image+"/"+p.tier] = int(sum(samples, map[string]string{"tier": p.tier, "image": p.image}))
+	}
+	return out, nil
+}
+
+// waitIdle waits until each pool of the server holds at least its
+// minimum of ready sandboxes (or n, when n > 0) and, with settle, until
+// the counts stop changing for a quarter of a second: one measurement
+// must not pay for the refill after another.
+func (s *server) waitIdle(ctx context.Context, n int, settle bool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last map[string]int
+	for {
+		cur, err := s.idle(ctx)
+		if err != nil {
+			return fmt.Errorf("%s server: %w", s.name, err)
+		}
+		ready := true
+		for _, p := range s.pools {
+			want := p.minIdle
+			if n > 0 {
+				want = n
+			}
+			if cur[p.image+"/"+p.tier] < want {
+				ready = false
+			}
+		}
+		if ready && (!settle || maps.Equal(cur, last)) {
+			return nil
+		}
+		last = cur
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s server: ready sandboxes %v, want at least %d (or each pool's minimum) and steady: %w", s.name, cur, n, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// rss is the server process's resident memory in bytes.
+func (s *server) rss() (int64, error) {
+	return procStatusKB(s.cmd.Process.Pid, "VmRSS:")
+}
+
+func procStatusKB(pid int, key string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return fieldKB(b, key)
+}
+
+// memAvailable is MemAvailable from /proc/meminfo, in bytes.
+func memAvailable() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	return fieldKB(b, "MemAvailable:")
+}
+
+func fieldKB(b []byte, key string) (int64, error) {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse %s: %w", key, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s", key)
+}

@@ -28,6 +28,8 @@ import (
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/notify"
+	"github.com/corralhq/corral/internal/pool"
+	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/state/memory"
@@ -219,6 +221,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer ls.Close()
 
 	m := metrics.New()
+	wp, err := openPool(ctx, cfg, loc.engine, m, log.With("component", "pool"))
+	if err != nil {
+		return err
+	}
+	defer wp.Close()
 	ncfg := notify.DefaultConfig()
 	ncfg.MaxAttempts = cfg.Callbacks.MaxAttempts
 	ncfg.BaseDelay, _ = time.ParseDuration(cfg.Callbacks.BaseDelay) // validated
@@ -307,6 +314,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		err = nil
 	}
 	return err
+}
+
+// openPool starts the warm pool and makes the engine use it. A class whose
+// image or tier is not available here is left out, with a warning.
+func openPool(ctx context.Context, cfg config.Config, e *engine.Engine, m *metrics.Metrics, log *slog.Logger) (*pool.Pool, error) {
+	pc := pool.DefaultConfig()
+	pc.MaxUses = cfg.Pool.MaxUses
+	pc.IdleTimeout, _ = time.ParseDuration(cfg.Pool.IdleTimeout) // validated
+	for _, w := range cfg.Pool.Warm {
+		pc.Warm = append(pc.Warm, pool.Warm{Image: w.Image, Tier: runtime.Tier(w.Tier), Language: w.Language,
+			MinIdle: w.MinIdle, MaxIdle: w.MaxIdle, Zygote: w.Zygote, Preload: w.Preload})
+	}
+	p, skipped := pool.New(ctx, e, pc, m, log)
+	for _, err := range skipped {
+		log.Warn("warm pool class left out", "err", err)
+	}
+	e.SetPool(p)
+	return p, nil
 }
 
 // openBlob opens the artifact store: a directory in the data dir whose

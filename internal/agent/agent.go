@@ -39,7 +39,14 @@ type Agent struct {
 	// the reaper never reaps a child before it is registered.
 	mu    sync.Mutex
 	procs map[int]*proc // by pid
-	files map[uint32]*os.File
+	// orphans are exit statuses of processes reaped before they were
+	// registered (children of zygotes), by pid.
+	orphans map[int]ExitStatus
+	zygotes map[uint32]*zygote // by the id of their start request
+	files   map[uint32]*os.File
+	// baseline is the agent's scheduling and resource limits at start,
+	// which every process inherits; a reset checks they are unchanged.
+	baseline integrity
 }
 
 type proc struct {
@@ -55,16 +62,18 @@ type proc struct {
 // Serve runs the agent until the host closes the control stream. in and out
 // are the stream; log receives diagnostics (the sandbox's stderr).
 func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
-	a := &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{}}
+	a := &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{},
+		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}}
 	return a.serve()
 }
 
 // ignoredSignals are signals programs in the sandbox may send to PID 1. The
 // kernel delivers a signal to a namespace's init only when it has a handler,
 // and the Go runtime installs handlers for nearly all signals, so the agent
-// ignores them explicitly. That includes SIGSEGV, SIGBUS and SIGFPE: the
-// runtime still crashes on a real fault, since it checks where a signal came
-// from before honouring the ignore.
+// catches them all and drops them. That includes SIGSEGV, SIGBUS and SIGFPE:
+// the runtime still crashes on a real fault, since it checks where a signal
+// came from. (Catching, not ignoring: dispositions set to "ignore" would be
+// inherited by every program the agent starts.)
 var ignoredSignals = func() []os.Signal {
 	var s []os.Signal
 	for n := 1; n <= 64; n++ {
@@ -95,7 +104,15 @@ func (a *Agent) serve() error {
 	// Whatever the runtime passed beyond stdio must not reach programs.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	reserveThreads(spareThreads)
-	signal.Ignore(ignoredSignals...)
+	a.baseline = readIntegrity()
+	// Handled, not ignored: an ignored signal stays ignored across exec,
+	// and programs must start with every signal at its default.
+	shield := make(chan os.Signal, 16)
+	signal.Notify(shield, ignoredSignals...)
+	go func() {
+		for range shield {
+		}
+	}()
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	go func() {
@@ -187,7 +204,9 @@ func (a *Agent) handle(f frame) {
 			a.fail(f.id, err)
 			return
 		}
-		a.sendJSON(msgStarted, f.id, startedReply{PID: pid})
+		if pid != 0 { // otherwise the reply comes when the zygote answers
+			a.sendJSON(msgStarted, f.id, startedReply{PID: pid})
+		}
 	case msgStdin, msgCloseStdin:
 		p := a.byID(f.id)
 		if p == nil || p.stdin == nil {
@@ -254,14 +273,14 @@ func (a *Agent) handle(f frame) {
 			a.fail(f.id, fmt.Errorf("decode reset: %w", err))
 			return
 		}
-		a.killAll(syscall.SIGKILL, false)
-		for _, dir := range req.Clear {
-			if err := clearDir(dir); err != nil {
+		// Answered from a goroutine: pinging zygotes takes a round trip.
+		go func() {
+			if err := a.reset(req); err != nil {
 				a.fail(f.id, err)
 				return
 			}
-		}
-		a.send(msgOK, f.id, nil)
+			a.send(msgOK, f.id, nil)
+		}()
 	case msgForward:
 		var req ForwardRequest
 		if err := json.Unmarshal(f.payload, &req); err != nil {
@@ -416,59 +435,58 @@ func (a *Agent) byID(id uint32) *proc {
 	return nil
 }
 
-// start forks and execs a process and starts streaming its output.
+// start forks and execs a process (or asks a zygote to fork one) and starts
+// streaming its output. It returns the pid, or 0 when the answer comes
+// later (a zygote that must report ready, a child a zygote must fork): then
+// reply sends the started reply or the error.
 func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	if len(req.Argv) == 0 {
 		return 0, errors.New("start: empty argv")
 	}
-	path, err := lookPath(req.Argv[0], req.Env)
+	if req.Via != 0 && req.Zygote {
+		return 0, errors.New("start: a zygote cannot be started through a zygote")
+	}
+	var z *zygote
+	path := req.Argv[0]
+	if req.Via != 0 {
+		if z = a.zygote(req.Via); z == nil {
+			return 0, fmt.Errorf("start: no zygote %d", req.Via)
+		}
+	} else {
+		var err error
+		if path, err = lookPath(req.Argv[0], req.Env); err != nil {
+			return 0, err
+		}
+	}
+	p := &proc{id: id, persistent: req.Persistent || req.Zygote, exited: make(chan struct{})}
+	io, err := a.stdio(p, req.Stdin, req.StatusFD && !req.Zygote)
 	if err != nil {
 		return 0, err
 	}
-	var closeAfter []*os.File // the child's ends, closed in the agent once it runs
-	defer func() {
-		for _, f := range closeAfter {
-			f.Close()
+	defer io.closeChild()
+	if z != nil {
+		if err := z.fork(id, req, io.child); err != nil {
+			io.closeParent(p)
+			return 0, err
 		}
-	}()
-	p := &proc{id: id, persistent: req.Persistent, exited: make(chan struct{})}
-
-	var stdin *os.File
-	if req.Stdin {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return 0, fmt.Errorf("stdin pipe: %w", err)
-		}
-		stdin, p.stdin = r, w
-	} else {
-		stdin, err = os.Open(os.DevNull)
-		if err != nil {
-			return 0, fmt.Errorf("open %s: %w", os.DevNull, err)
-		}
+		io.closeChild() // before waiting: the child's exit must reach EOF
+		go a.adoptVia(z, p, io)
+		return 0, nil
 	}
-	closeAfter = append(closeAfter, stdin)
-	files := []uintptr{stdin.Fd()}
-	var readers []*os.File
-	var readerTypes []byte
-	streams := []byte{msgStdout, msgStderr}
-	if req.StatusFD {
-		streams = append(streams, msgStatus)
+	files := make([]uintptr, len(io.child))
+	for i, f := range io.child {
+		files[i] = f.Fd()
 	}
-	for _, typ := range streams {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, r := range readers {
-				r.Close()
-			}
-			if p.stdin != nil {
-				p.stdin.Close()
-			}
-			return 0, fmt.Errorf("output pipe: %w", err)
+	var zs *os.File
+	if req.Zygote {
+		var err error
+		var zc *os.File
+		if zs, zc, err = socketpair(); err != nil {
+			io.closeParent(p)
+			return 0, err
 		}
-		closeAfter = append(closeAfter, w)
-		files = append(files, w.Fd())
-		readers = append(readers, r)
-		readerTypes = append(readerTypes, typ)
+		defer zc.Close()
+		files = append(files, zc.Fd())
 	}
 
 	a.mu.Lock()
@@ -484,21 +502,89 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	}
 	a.mu.Unlock()
 	if err != nil {
-		for _, r := range readers {
-			r.Close()
-		}
-		if p.stdin != nil {
-			p.stdin.Close()
+		io.closeParent(p)
+		if zs != nil {
+			zs.Close()
 		}
 		return 0, fmt.Errorf("start %s: %w", req.Argv[0], err)
 	}
+	a.run(p, io)
+	if zs != nil {
+		z := a.newZygote(id, p, zs)
+		go a.awaitReady(z)
+		return 0, nil
+	}
+	return pid, nil
+}
 
-	for i, r := range readers {
+// procIO are the pipes between the agent and a process: the child's ends
+// (stdin, stdout, stderr[, status]) and the agent's readers.
+type procIO struct {
+	child   []*os.File
+	readers []*os.File
+	types   []byte
+}
+
+// stdio makes a process's pipes; p.stdin gets the agent's end of stdin.
+func (a *Agent) stdio(p *proc, stdin, status bool) (*procIO, error) {
+	io := &procIO{}
+	if stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("stdin pipe: %w", err)
+		}
+		io.child, p.stdin = append(io.child, r), w
+	} else {
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+		}
+		io.child = append(io.child, null)
+	}
+	streams := []byte{msgStdout, msgStderr}
+	if status {
+		streams = append(streams, msgStatus)
+	}
+	for _, typ := range streams {
+		r, w, err := os.Pipe()
+		if err != nil {
+			io.closeChild()
+			io.closeParent(p)
+			return nil, fmt.Errorf("output pipe: %w", err)
+		}
+		io.child = append(io.child, w)
+		io.readers = append(io.readers, r)
+		io.types = append(io.types, typ)
+	}
+	return io, nil
+}
+
+// closeChild closes the child's ends (once the child has its own copies).
+func (io *procIO) closeChild() {
+	for _, f := range io.child {
+		f.Close()
+	}
+	io.child = nil
+}
+
+// closeParent closes the agent's ends of a process that did not start.
+func (io *procIO) closeParent(p *proc) {
+	for _, r := range io.readers {
+		r.Close()
+	}
+	io.readers = nil
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+}
+
+// run streams a started process's output and reports its end.
+func (a *Agent) run(p *proc, io *procIO) {
+	for i, r := range io.readers {
 		p.readers.Add(1)
-		go a.pump(p, readerTypes[i], r)
+		go a.pump(p, io.types[i], r)
 	}
 	go a.finish(p)
-	return pid, nil
 }
 
 // pump copies one output stream of p into frames until EOF.
@@ -553,18 +639,25 @@ func (a *Agent) reap() {
 		if pid <= 0 || err != nil {
 			return
 		}
-		p, ok := a.procs[pid]
-		if !ok {
-			continue
-		}
+		var st ExitStatus
 		switch {
 		case ws.Exited():
-			p.status = ExitStatus{Code: ws.ExitStatus()}
+			st = ExitStatus{Code: ws.ExitStatus()}
 		case ws.Signaled():
-			p.status = ExitStatus{Code: -1, Signal: int(ws.Signal())}
+			st = ExitStatus{Code: -1, Signal: int(ws.Signal())}
 		default:
 			continue // stopped or continued
 		}
+		p, ok := a.procs[pid]
+		if !ok {
+			// A zygote's child is the agent's once its parent has
+			// exited, possibly before the zygote told us its pid.
+			if len(a.orphans) < maxOrphans {
+				a.orphans[pid] = st
+			}
+			continue
+		}
+		p.status = st
 		select {
 		case <-p.exited:
 		default:

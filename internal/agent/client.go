@@ -233,7 +233,9 @@ type Process struct {
 	c   *Client
 	id  uint32
 	PID int // inside the sandbox
-	out Output
+	// Ready is what a zygote reported when it became ready.
+	Ready json.RawMessage
+	out   Output
 
 	done   chan struct{}
 	status ExitStatus
@@ -285,7 +287,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest, out Output) (*Proc
 		c.forget(id)
 		return nil, fmt.Errorf("decode started: %w: %w", ErrProtocol, err)
 	}
-	p.PID = r.PID
+	p.PID, p.Ready = r.PID, r.Ready
 	return p, nil
 }
 
@@ -473,3 +475,6 @@ func (c *Client) Forward(ctx context.Context, listen, socket string) error {
 	_, err := c.wait(ctx, id, k)
 	return err
 }
+
+// ID is the process's id in the protocol: a zygote's, for StartRequest.Via.
+func (p *Process) ID() uint32 { return p.id }

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -82,10 +83,53 @@ type StartRequest struct {
 	StatusFD bool `json:"status_fd,omitempty"`
 	// Persistent processes survive the reaping that ends other processes.
 	Persistent bool `json:"persistent,omitempty"`
+	// Zygote starts the process as a zygote: a persistent, pre-started
+	// interpreter that gets a control socket on fd 3 and forks a child per
+	// execution (see the zygote protocol below). The agent answers once
+	// the zygote reports it is ready.
+	Zygote bool `json:"zygote,omitempty"`
+	// Via, when set, runs the process as a child of the zygote the host
+	// started under this id: the zygote forks and the child runs Argv its
+	// way (for python, Argv is the script and its arguments).
+	Via uint32 `json:"via,omitempty"`
 }
 
 type startedReply struct {
 	PID int `json:"pid"`
+	// Ready is what a zygote reported when it became ready.
+	Ready json.RawMessage `json:"ready,omitempty"`
+}
+
+// The zygote protocol. The agent and a zygote talk over a SOCK_SEQPACKET
+// unix socket (fd 3 in the zygote), one JSON message per packet:
+//
+//	zygote → agent  {"ready": {...}}                 once, after preloading
+//	agent → zygote  {"id": n, "argv": [...], "env": [...], "dir": "...",
+//	                 "status_fd": bool}              with SCM_RIGHTS fds:
+//	                                                 stdin, stdout, stderr
+//	                                                 [, status]
+//	zygote → agent  {"id": n, "pid": p}              the child runs
+//	zygote → agent  {"id": n, "pid": p, "code": c}   or "signal": s; it ended
+//	agent → zygote  {"ping": n}  /  zygote → agent  {"pong": n}
+//
+// The zygote forks a child per request; the child makes the fds its stdin,
+// stdout, stderr (and fd 3), closes everything else (the control socket
+// included), restores the signal dispositions of a fresh interpreter,
+// starts a new session, enters dir with env and runs argv. The zygote
+// reaps it and reports its status.
+type zygoteMsg struct {
+	ID       uint32          `json:"id,omitempty"`
+	Argv     []string        `json:"argv,omitempty"`
+	Env      []string        `json:"env,omitempty"`
+	Dir      string          `json:"dir,omitempty"`
+	StatusFD bool            `json:"status_fd,omitempty"`
+	PID      int             `json:"pid,omitempty"`
+	Code     *int            `json:"code,omitempty"`
+	Signal   int             `json:"signal,omitempty"`
+	Ping     uint32          `json:"ping,omitempty"`
+	Pong     uint32          `json:"pong,omitempty"`
+	Ready    json.RawMessage `json:"ready,omitempty"`
+	Error    string          `json:"error,omitempty"`
 }
 
 // ExitStatus is how a process ended.
@@ -113,6 +157,12 @@ type fileHeader struct {
 type ResetRequest struct {
 	// Clear lists directories whose contents are removed.
 	Clear []string `json:"clear"`
+	// IPC removes every System V shared memory segment, semaphore set and
+	// message queue of the sandbox.
+	IPC bool `json:"ipc,omitempty"`
+	// Zygotes lists zygotes (by their start request's id) that must be
+	// alive and answer; a reset that finds one dead or mute fails.
+	Zygotes []uint32 `json:"zygotes,omitempty"`
 }
 
 // ForwardRequest makes the agent accept TCP connections on Listen (inside

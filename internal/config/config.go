@@ -44,6 +44,19 @@ type Tenant struct {
 	CallbackSecret string   `toml:"callback_secret"`
 }
 
+// PoolWarm is one class of warm sandboxes.
+type PoolWarm struct {
+	Image    string `toml:"image"`    // default: the language's default image
+	Tier     string `toml:"tier"`     // container or gvisor
+	Language string `toml:"language"` // default python
+	MinIdle  int    `toml:"min_idle"`
+	MaxIdle  int    `toml:"max_idle"`
+	// Zygote pre-starts the language's interpreter (python), importing
+	// Preload, and forks each execution from it.
+	Zygote  bool     `toml:"zygote"`
+	Preload []string `toml:"preload"`
+}
+
 // Config is everything corral serve needs.
 type Config struct {
 	Listen       string `toml:"listen"`
@@ -145,6 +158,18 @@ type Config struct {
 		Defaults map[string]string `toml:"defaults"`
 	} `toml:"images"`
 
+	// Pool keeps sandboxes ready (see internal/pool and docs/pool.md).
+	Pool struct {
+		// MaxUses is how many executions of one tenant a pooled sandbox
+		// serves, reset between each, before it is replaced (1: a sandbox
+		// per execution).
+		MaxUses int `toml:"max_uses"`
+		// IdleTimeout (Go duration) destroys sandboxes idle that long
+		// beyond min_idle, and used ones.
+		IdleTimeout string     `toml:"idle_timeout"`
+		Warm        []PoolWarm `toml:"warm"`
+	} `toml:"pool"`
+
 	Log struct {
 		Level  string `toml:"level"`  // debug, info, warn, error
 		Format string `toml:"format"` // json or text
@@ -181,6 +206,9 @@ func Default() Config {
 	c.Sessions.ReapInterval = "30s"
 	c.Inputs.FetchTimeout = "60s"
 	c.Images.Budget = "20GiB"
+	c.Pool.MaxUses = 100
+	c.Pool.IdleTimeout = "5m"
+	c.Pool.Warm = []PoolWarm{{Image: images.HostName, Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16, Zygote: true}}
 	c.Log.Level = "info"
 	c.Log.Format = "json"
 	return c
@@ -271,6 +299,20 @@ func (c *Config) Validate() error {
 		"sessions.default_ttl": c.Sessions.DefaultTTL, "sessions.max_ttl": c.Sessions.MaxTTL, "sessions.reap_interval": c.Sessions.ReapInterval} {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			bad("%s %q: a positive duration such as 60s", name, v)
+		}
+	}
+	if d, err := time.ParseDuration(c.Pool.IdleTimeout); err != nil || d <= 0 {
+		bad("pool.idle_timeout %q: a positive duration such as 5m", c.Pool.IdleTimeout)
+	}
+	if c.Pool.MaxUses < 1 {
+		bad("pool.max_uses must be at least 1")
+	}
+	for i, w := range c.Pool.Warm {
+		if w.Tier != "container" && w.Tier != "gvisor" {
+			bad("pool.warm[%d].tier %q: use container or gvisor", i, w.Tier)
+		}
+		if w.MinIdle < 0 || w.MaxIdle < w.MinIdle || w.MaxIdle > 256 {
+			bad("pool.warm[%d]: need 0 <= min_idle <= max_idle <= 256", i)
 		}
 	}
 	if c.Sessions.DiskMB < 16 || c.Sessions.DiskMB > c.Sessions.MaxDiskMB {

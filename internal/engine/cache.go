@@ -158,7 +158,7 @@ func (e *Engine) warm(ctx context.Context, c lang.Cache, img images.Image, final
 			continue
 		}
 		out := newCapture(4096, nil)
-		st, err := e.step(ctx, sb, *s, env, nil, 10*time.Minute, out)
+		st, err := e.step(ctx, sb, stepRun{Step: *s}, env, nil, 10*time.Minute, out)
 		if err != nil {
 			return err
 		}

@@ -118,6 +118,8 @@ type Engine struct {
 	// destroyed, for the sweeper.
 	mu   sync.Mutex
 	live map[string]liveSandbox
+	// pool lends sandboxes to executions outside sessions.
+	pool Acquirer
 }
 
 type liveSandbox struct {
@@ -137,6 +139,7 @@ func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, 
 	}
 	e := &Engine{cfg: cfg, runtimes: m, images: imgs, log: log, scratch: scratch, emptyDir: filepath.Join(scratch, "empty"),
 		live: map[string]liveSandbox{}}
+	e.pool = fresh{e}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
 	if err := os.MkdirAll(e.emptyDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create engine dir: %w", err)
@@ -160,8 +163,12 @@ func (e *Engine) Close() {
 // It returns how many it destroyed.
 func (e *Engine) Sweep(ctx context.Context, minAge time.Duration, keep func(sandboxID string) bool) int {
 	var doomed []runtime.Sandbox
+	pool, _ := e.pool.(interface{ Holds(id string) bool })
 	e.mu.Lock()
 	for id, l := range e.live {
+		if pool != nil && pool.Holds(id) {
+			continue
+		}
 		if time.Since(l.created) >= minAge && !keep(id) {
 			doomed = append(doomed, l.sb)
 			delete(e.live, id)
@@ -197,8 +204,11 @@ type Job struct {
 
 	// What the caller adds after Prepare:
 
-	// Acquirer lends the sandbox; nil means a fresh one, destroyed after.
+	// Acquirer lends the sandbox; nil means the engine's pool (see
+	// SetPool), by default a fresh one, destroyed after.
 	Acquirer Acquirer
+	// Tenant owns the execution (pooled sandboxes serve one tenant).
+	Tenant string
 	// Artifacts, if set, receives the files under /workspace/output, each
 	// under ArtifactPrefix + its path.
 	Artifacts      ArtifactStore
@@ -272,9 +282,12 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 	facts, lease, err := e.executeHeld(ctx, job, out, &res)
 	if lease != nil {
 		// After the record is complete: the teardown is not the program's
-		// time. A sandbox that was killed (timeout, cancel) or failed is not
-		// handed on.
-		defer func() { lease.Release(err == nil && !facts.TimedOut && !facts.Cancelled && !facts.AgentKilled) }()
+		// time. A sandbox that was killed (timeout, cancel), failed, or
+		// whose program hit a limit is not handed on.
+		defer func() {
+			intact := res.Error == nil || res.Error.Type == sandbox.ErrRuntime || res.Error.Type == sandbox.ErrCompile
+			lease.Release(err == nil && intact && !facts.TimedOut && !facts.Cancelled && !facts.AgentKilled)
+		}()
 	}
 	res.Stdout, res.StdoutBytes, res.StdoutLines, res.StdoutTruncated = out.stdout.Text(), out.stdout.Bytes(), out.stdout.Lines(), out.stdout.Truncated()
 	res.Stderr, res.StderrBytes, res.StderrLines, res.StderrTruncated = out.stderr.Text(), out.stderr.Bytes(), out.stderr.Lines(), out.stderr.Truncated()
@@ -329,9 +342,9 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 	acq := job.Acquirer
 	if acq == nil {
-		acq = fresh{e}
+		acq = e.pool
 	}
-	lease, err := acq.Acquire(ctx, job.Tier, spec)
+	lease, err := acq.Acquire(ctx, Claim{Tier: job.Tier, Spec: spec, Tenant: job.Tenant, Image: job.Image})
 	if err != nil {
 		return facts, nil, err
 	}
@@ -365,7 +378,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 
 	if plan.Compile != nil {
-		st, err := e.step(ctx, sb, *plan.Compile, env, nil, e.cfg.CompileTimeout, out)
+		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile}, env, nil, e.cfg.CompileTimeout, out)
 		if err != nil {
 			return facts, lease, err
 		}
@@ -384,7 +397,13 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	if err := sb.ResetStats(ctx); err != nil {
 		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
 	}
-	st, err := e.step(ctx, sb, plan.Run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
+	run := stepRun{Step: plan.Run}
+	if z := lease.Zygote; z != nil && z.Language == job.Runner.Name() {
+		if zr, ok := job.Runner.(lang.Zygoter); ok && zr.Forkable(plan.Run, z.Env, stepEnv(env, plan.Run.Env, req.Env)) {
+			run.via = z.ID
+		}
+	}
+	st, err := e.step(ctx, sb, run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
 	if err != nil {
 		return facts, lease, err
 	}
@@ -471,9 +490,15 @@ type stepResult struct {
 	duration    time.Duration
 }
 
+// stepRun is a step and, if via is set, the zygote that forks it.
+type stepRun struct {
+	lang.Step
+	via uint32
+}
+
 // step runs one process to its end, killing everything in the sandbox at
 // the deadline or on cancellation.
-func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base map[string]string, reqEnv map[string]string, timeout time.Duration, out *capture) (stepResult, error) {
+func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base map[string]string, reqEnv map[string]string, timeout time.Duration, out *capture) (stepResult, error) {
 	dir := s.Dir
 	if dir == "" {
 		dir = "/workspace"
@@ -484,6 +509,7 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s lang.Step, base
 		Env:      stepEnv(base, s.Env, reqEnv),
 		Dir:      dir,
 		StatusFD: s.StatusFD,
+		Via:      s.via,
 	}, out)
 	if err != nil {
 		return stepResult{}, err

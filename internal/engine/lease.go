@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/internal/runtime"
 )
 
@@ -15,6 +17,9 @@ type Lease struct {
 	// empties /tmp before the program runs and collects only outputs the
 	// execution wrote.
 	Session bool
+	// Zygote, if set, is a pre-started interpreter in the sandbox that can
+	// fork the execution's process (see lang.Zygoter).
+	Zygote *Zygote
 	// release gives the sandbox back; clean says the execution ended with
 	// the sandbox intact (not killed), so it may serve again.
 	release func(clean bool)
@@ -29,19 +34,50 @@ func NewLease(sb runtime.Sandbox, session bool, release func(clean bool)) *Lease
 	return &Lease{Sandbox: sb, Session: session, release: release}
 }
 
-// Acquirer lends sandboxes: fresh ones by default, a session's own one, or
-// (later) warm ones from a pool. An implementation must never return a
-// sandbox weaker than spec and tier describe.
-type Acquirer interface {
-	Acquire(ctx context.Context, tier runtime.Tier, spec runtime.Spec) (*Lease, error)
+// Zygote is a running zygote: its agent process id (StartRequest.Via), the
+// language whose runner started it and the environment it started with.
+type Zygote struct {
+	ID       uint32
+	Language string
+	Env      []string
 }
+
+// Claim is what an execution asks a sandbox for.
+type Claim struct {
+	Tier runtime.Tier
+	Spec runtime.Spec
+	// Tenant owns the execution: a sandbox that served one tenant never
+	// serves another.
+	Tenant string
+	Image  images.Image
+}
+
+// NewLeaseZygote makes a lease of a sandbox running the zygote z (nil:
+// none).
+func NewLeaseZygote(sb runtime.Sandbox, z *Zygote, release func(clean bool)) *Lease {
+	return &Lease{Sandbox: sb, Zygote: z, release: release}
+}
+
+// Acquirer lends sandboxes: fresh ones by default, a session's own one, or
+// warm ones from a pool. An implementation must never return a sandbox
+// weaker than the claim's tier and spec describe.
+type Acquirer interface {
+	Acquire(ctx context.Context, c Claim) (*Lease, error)
+}
+
+// SetPool makes a lends sandboxes to executions that are not in a session
+// (by default each gets a fresh one). Call before the first Run.
+func (e *Engine) SetPool(a Acquirer) { e.pool = a }
 
 // fresh is the default Acquirer: a new sandbox per execution, destroyed
 // after it.
 type fresh struct{ e *Engine }
 
-func (f fresh) Acquire(ctx context.Context, tier runtime.Tier, spec runtime.Spec) (*Lease, error) {
-	sb, err := f.e.Create(ctx, tier, spec)
+// Fresh returns the Acquirer of fresh sandboxes, destroyed after use.
+func (e *Engine) Fresh() Acquirer { return fresh{e} }
+
+func (f fresh) Acquire(ctx context.Context, c Claim) (*Lease, error) {
+	sb, err := f.e.Create(ctx, c.Tier, c.Spec)
 	if err != nil {
 		return nil, err
 	}
@@ -115,4 +151,45 @@ func (e *Engine) Spec(ctx context.Context, job *Job) (runtime.Spec, error) {
 			DiskBytes:   l.DiskMB << 20,
 		},
 	}, nil
+}
+
+// Fixed returns the part of l that a sandbox of tier keeps from its creation
+// (see runtime.Fixer): all of it on a runtime that cannot say.
+func (e *Engine) Fixed(tier runtime.Tier, l runtime.Limits) runtime.Limits {
+	if f, ok := e.runtimes[tier].(runtime.Fixer); ok {
+		return f.Fixed(l)
+	}
+	return l
+}
+
+// WarmSpec returns the spec of a sandbox for language's executions on
+// image with the server's default limits: what a warm pool keeps ready.
+func (e *Engine) WarmSpec(ctx context.Context, tier runtime.Tier, language, image string) (runtime.Spec, images.Image, error) {
+	if _, ok := e.runtimes[tier]; !ok {
+		return runtime.Spec{}, images.Image{}, fmt.Errorf("no %s runtime", tier)
+	}
+	r, ok := lang.Get(language)
+	if !ok {
+		return runtime.Spec{}, images.Image{}, fmt.Errorf("unknown language %q", language)
+	}
+	if image == "" {
+		image = e.defaultImage(r)
+	}
+	img, err := e.images.Resolve(image)
+	if err != nil {
+		return runtime.Spec{}, images.Image{}, err
+	}
+	job := &Job{Runner: r, Image: img, Tier: tier}
+	job.Req.Limits = e.cfg.Default
+	spec, err := e.Spec(ctx, job)
+	return spec, img, err
+}
+
+// HoldImage marks img in use (so the image store does not evict it) until
+// the returned func is called.
+func (e *Engine) HoldImage(img images.Image) (func(), error) {
+	if h, ok := e.images.(ImageHolder); ok {
+		return h.Acquire(img)
+	}
+	return func() {}, nil
 }

@@ -173,6 +173,7 @@ func (n *Node) execute(ctx context.Context, k string) {
 		}
 		return
 	}
+	job.Tenant = tenant
 	if req.SessionID != "" && n.sessions != nil {
 		job.Acquirer = n.sessions.Acquirer(tenant, req.SessionID)
 	}

@@ -6,6 +6,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/corralhq/corral/internal/agent"
@@ -116,6 +117,13 @@ type LimitProber interface {
 	Processes(ctx context.Context) (n, limit int64, err error)
 }
 
+// Fixer is a Runtime that can say which limits its sandboxes keep from
+// creation; the others change with Sandbox.Update. A runtime without it
+// fixes them all.
+type Fixer interface {
+	Fixed(l Limits) Limits
+}
+
 // AgentWitness is a Sandbox that can say whether its agent, once lost,
 // died silently: killed by a signal rather than failing with a message.
 // Where programs can signal the agent (gVisor does not shield a pid
@@ -138,3 +146,15 @@ type HostWorkspace interface {
 // ErrUnavailable reports that the runtime cannot run here (binary missing,
 // no cgroups); the message says what to install.
 var ErrUnavailable = errors.New("runtime unavailable")
+
+// Key says what a running sandbox can serve: the same tier, root
+// filesystem, mounts and overlays. Limits come on top (see Fixer).
+func Key(tier Tier, spec Spec) string {
+	b, _ := json.Marshal(struct {
+		Tier     Tier
+		Rootfs   string
+		Mounts   []Mount
+		Overlays []Overlay
+	}{tier, spec.Rootfs, spec.Mounts, spec.Overlays})
+	return string(b)
+}

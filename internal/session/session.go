@@ -95,7 +95,7 @@ type entry struct {
 	// Guarded by Manager.mu:
 	info Info
 	sb   runtime.Sandbox // kept clean sandbox, if any
-	sbOf string          // what sb was made for (see specKey)
+	sbOf string          // what sb was made for (see runtime.Key)
 	gone bool            // deleted or expired
 }
 
@@ -318,18 +318,6 @@ func (m *Manager) reap() {
 	}
 }
 
-// specKey says what a kept sandbox can serve: the same tier and image and
-// the same caches.
-func specKey(tier runtime.Tier, spec runtime.Spec) string {
-	b, _ := json.Marshal(struct {
-		Tier     runtime.Tier
-		Rootfs   string
-		Mounts   []runtime.Mount
-		Overlays []runtime.Overlay
-	}{tier, spec.Rootfs, spec.Mounts, spec.Overlays})
-	return string(b)
-}
-
 // Acquirer lends the session's sandbox to one execution at a time,
 // creating the session if needed.
 func (m *Manager) Acquirer(tenant, id string) engine.Acquirer {
@@ -341,7 +329,8 @@ type acquirer struct {
 	tenant, id string
 }
 
-func (a acquirer) Acquire(ctx context.Context, tier runtime.Tier, spec runtime.Spec) (*engine.Lease, error) {
+func (a acquirer) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, error) {
+	tier, spec := c.Tier, c.Spec
 	if _, _, err := a.m.Touch(a.tenant, a.id, Options{}); err != nil {
 		return nil, err
 	}
@@ -373,7 +362,7 @@ func (a acquirer) Acquire(ctx context.Context, tier runtime.Tier, spec runtime.S
 // sandbox returns a sandbox on e's disk for spec: the kept one if it fits
 // and is alive (with its limits updated), else a new one. e's lock is held.
 func (m *Manager) sandbox(ctx context.Context, e *entry, tier runtime.Tier, spec runtime.Spec) (runtime.Sandbox, error) {
-	k := specKey(tier, spec)
+	k := runtime.Key(tier, spec)
 	m.mu.Lock()
 	kept, of := e.sb, e.sbOf
 	m.takeIdleLocked(e)
@@ -406,7 +395,7 @@ func (m *Manager) release(e *entry, sb runtime.Sandbox, tier runtime.Tier, spec 
 		return
 	}
 	m.mu.Lock()
-	e.sb, e.sbOf = sb, specKey(tier, spec)
+	e.sb, e.sbOf = sb, runtime.Key(tier, spec)
 	m.idle = append(m.idle, e)
 	var evict []*entry
 	for len(m.idle) > m.cfg.MaxIdle {

@@ -194,3 +194,95 @@ func readKey(d, name, key string) (int64, error) {
 	}
 	return 0, nil
 }
+
+// Limits are the cgroup limits a running sandbox can change. Zero leaves
+// a limit as it is.
+type Limits struct {
+	MemoryBytes int64 // memory, and memory+swap when swap is accounted
+	CPUQuotaUS  int64 // per PeriodUS; -1 lifts the quota
+	PeriodUS    int64
+	Pids        int64
+}
+
+// SetLimits writes limits straight into the cgroup at path: a few small
+// writes, where `runc update` costs a process start. In v1 memory+swap may
+// never be below memory, so the order of the two writes follows the
+// direction of the change.
+func SetLimits(path string, l Limits, swap bool) error {
+	write := func(d, name string, v int64) error {
+		if err := os.WriteFile(filepath.Join(d, name), []byte(strconv.FormatInt(v, 10)+"\n"), 0); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		return nil
+	}
+	if Unified() {
+		d := dir("", path)
+		if l.MemoryBytes > 0 {
+			if err := write(d, "memory.max", l.MemoryBytes); err != nil {
+				return err
+			}
+			if swap {
+				if err := write(d, "memory.swap.max", 0); err != nil {
+					return err
+				}
+			}
+		}
+		if l.PeriodUS > 0 {
+			q := "max"
+			if l.CPUQuotaUS > 0 {
+				q = strconv.FormatInt(l.CPUQuotaUS, 10)
+			}
+			if err := os.WriteFile(filepath.Join(d, "cpu.max"), []byte(q+" "+strconv.FormatInt(l.PeriodUS, 10)+"\n"), 0); err != nil {
+				return fmt.Errorf("set cpu.max: %w", err)
+			}
+		}
+		if l.Pids > 0 {
+			return write(d, "pids.max", l.Pids)
+		}
+		return nil
+	}
+	if l.MemoryBytes > 0 {
+		d := dir("memory", path)
+		cur, err := readInt(d, "memory.limit_in_bytes")
+		if err != nil {
+			return err
+		}
+		order := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}
+		if l.MemoryBytes > cur {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, name := range order {
+			if name == "memory.memsw.limit_in_bytes" && !swap {
+				continue
+			}
+			if err := write(d, name, l.MemoryBytes); err != nil {
+				return err
+			}
+		}
+	}
+	if l.PeriodUS > 0 {
+		d := dir("cpu", path)
+		if err := write(d, "cpu.cfs_period_us", l.PeriodUS); err != nil {
+			return err
+		}
+		q := l.CPUQuotaUS
+		if q <= 0 {
+			q = -1
+		}
+		if err := write(d, "cpu.cfs_quota_us", q); err != nil {
+			return err
+		}
+	}
+	if l.Pids > 0 {
+		return write(dir("pids", path), "pids.max", l.Pids)
+	}
+	return nil
+}
+
+// MemoryUsage returns the cgroup's current memory use.
+func MemoryUsage(path string) (int64, error) {
+	if Unified() {
+		return readInt(dir("", path), "memory.current")
+	}
+	return readInt(dir("memory", path), "memory.usage_in_bytes")
+}

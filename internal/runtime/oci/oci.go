@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -400,24 +401,39 @@ func (s *Sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 // ResetStats restarts the peak-memory measurement.
 func (s *Sandbox) ResetStats(ctx context.Context) error { return cgroup.ResetPeak(s.cgroup) }
 
-// Update applies new memory, CPU and pids limits to the running sandbox.
-// The disk size is fixed at creation.
+// Update applies new memory, CPU and pids limits to the running sandbox by
+// writing its cgroup (a warm claim must not pay for a runtime process).
+// The disk size is fixed at creation, and on gVisor so is the task limit
+// (RLIMIT_NPROC inside the sandbox): Fixed says which limits those are.
 func (s *Sandbox) Update(ctx context.Context, l runtime.Limits) error {
-	res := resources(hostLimits(bundle{Limits: l, GVisor: s.rt.cfg.Tier == runtime.TierGVisor}), s.rt.swap)
-	res.Devices = nil
-	b, err := json.Marshal(res)
-	if err != nil {
-		return fmt.Errorf("encode resources: %w", err)
+	gvisor := s.rt.cfg.Tier == runtime.TierGVisor
+	host := hostLimits(bundle{Limits: l, GVisor: gvisor})
+	cl := cgroup.Limits{MemoryBytes: host.MemoryBytes, PeriodUS: cfsPeriod, CPUQuotaUS: -1, Pids: host.Pids}
+	if host.CPUCores > 0 {
+		cl.CPUQuotaUS = int64(math.Round(host.CPUCores * cfsPeriod))
 	}
-	cmd := s.rt.command(ctx, "update", "--resources", "-", s.id)
-	cmd.Stdin = bytes.NewReader(b)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("update sandbox %s: %w: %s", s.id, err, bytes.TrimSpace(out))
+	if err := cgroup.SetLimits(s.cgroup, cl, s.rt.swap); err != nil {
+		return fmt.Errorf("update sandbox %s: %w", s.id, err)
 	}
 	l.DiskBytes = s.limits.Load().DiskBytes
 	s.limits.Store(&l)
 	return nil
 }
+
+// Fixed returns the part of l that a sandbox keeps from its creation: the
+// disk size and, on gVisor, the task limit. Sandboxes whose Fixed limits
+// are equal can serve each other's requests after an Update.
+func (r *Runtime) Fixed(l runtime.Limits) runtime.Limits {
+	f := runtime.Limits{DiskBytes: l.DiskBytes}
+	if r.cfg.Tier == runtime.TierGVisor {
+		f.Pids = gvisorTasks(l)
+	}
+	return f
+}
+
+// MemoryUsage returns what the sandbox's processes use now (a pre-started
+// interpreter, say).
+func (s *Sandbox) MemoryUsage() (int64, error) { return cgroup.MemoryUsage(s.cgroup) }
 
 // Processes reports how many tasks the sandbox runs and may run: from the
 // cgroup for runc, from the sentry's own count for runsc.

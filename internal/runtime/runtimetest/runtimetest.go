@@ -285,6 +285,16 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		if stats.PeakMemoryBytes > 96<<20 {
 			t.Errorf("peak %d above the updated limit", stats.PeakMemoryBytes)
 		}
+		// And up: raising a limit must work as well as lowering it (in v1,
+		// memory+swap has to grow first). A fresh sandbox: on gVisor the
+		// OOM kill above ends the sandbox.
+		low := create(t, rt, env, runtime.Limits{MemoryBytes: 96 << 20, CPUCores: 0.5, Pids: 64, DiskBytes: 64 << 20})
+		if err := low.Update(t.Context(), runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128}); err != nil {
+			t.Fatal(err)
+		}
+		if st, out := Exec(t, low, "python3", "-c", alloc); st.Code != 0 {
+			t.Errorf("160 MB after raising a 96 MB limit to 512 MB failed: %+v %s", st, out.ErrString())
+		}
 	})
 
 	t.Run("DestroyLeavesNothing", func(t *testing.T) {

@@ -1,0 +1,416 @@
+//go:build linux
+
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxOrphans bounds the exit statuses the agent keeps for processes it
+// reaped before anyone claimed them.
+const maxOrphans = 4096
+
+// zygoteTimeout bounds how long a zygote may take to fork a child or to
+// answer a ping, and readyTimeout how long it may take to preload.
+const (
+	zygoteTimeout = 10 * time.Second
+	readyTimeout  = 2 * time.Minute
+)
+
+// zygote is a pre-started interpreter (see the protocol in proto.go).
+type zygote struct {
+	id   uint32 // its start request's id
+	proc *proc
+	conn *net.UnixConn
+
+	mu      sync.Mutex
+	waiting map[uint32]chan zygoteMsg // replies awaited, by request id or ping tag
+	ready   chan zygoteMsg
+	dead    chan struct{}
+	tag     uint32
+}
+
+func socketpair() (parent, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("zygote socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote-child"), nil
+}
+
+func (a *Agent) zygote(id uint32) *zygote {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.zygotes[id]
+}
+
+// newZygote registers the zygote p, whose end of the control socket is s,
+// and starts reading what it says.
+func (a *Agent) newZygote(id uint32, p *proc, s *os.File) *zygote {
+	z := &zygote{id: id, proc: p, waiting: map[uint32]chan zygoteMsg{}, ready: make(chan zygoteMsg, 1),
+		dead: make(chan struct{}), tag: 1 << 31}
+	c, err := net.FileConn(s)
+	s.Close()
+	if err == nil {
+		z.conn, _ = c.(*net.UnixConn)
+	}
+	a.mu.Lock()
+	a.zygotes[id] = z
+	a.mu.Unlock()
+	go z.read(a)
+	return z
+}
+
+// read dispatches the zygote's messages until its socket closes.
+func (z *zygote) read(a *Agent) {
+	defer func() {
+		a.mu.Lock()
+		delete(a.zygotes, z.id)
+		a.mu.Unlock()
+		z.mu.Lock()
+		close(z.dead)
+		z.mu.Unlock()
+	}()
+	if z.conn == nil {
+		return
+	}
+	defer z.conn.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := z.conn.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		var m zygoteMsg
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			a.log.Warn("zygote said something unreadable", "err", err)
+			return
+		}
+		if m.Ready != nil {
+			select {
+			case z.ready <- m:
+			default:
+			}
+			continue
+		}
+		tag := m.ID
+		if m.Pong != 0 {
+			tag = m.Pong
+		}
+		z.mu.Lock()
+		ch := z.waiting[tag]
+		delete(z.waiting, tag)
+		z.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	}
+}
+
+// call sends m (with fds) and waits for the reply to tag.
+func (z *zygote) call(tag uint32, m zygoteMsg, fds []*os.File, timeout time.Duration) (zygoteMsg, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return zygoteMsg{}, fmt.Errorf("encode zygote request: %w", err)
+	}
+	ch := make(chan zygoteMsg, 1)
+	z.mu.Lock()
+	select {
+	case <-z.dead:
+		z.mu.Unlock()
+		return zygoteMsg{}, errors.New("the zygote is gone")
+	default:
+	}
+	z.waiting[tag] = ch
+	z.mu.Unlock()
+	defer func() {
+		z.mu.Lock()
+		delete(z.waiting, tag)
+		z.mu.Unlock()
+	}()
+	var oob []byte
+	if len(fds) > 0 {
+		ints := make([]int, len(fds))
+		for i, f := range fds {
+			ints[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(ints...)
+	}
+	if _, _, err := z.conn.WriteMsgUnix(b, oob, nil); err != nil {
+		return zygoteMsg{}, fmt.Errorf("write to the zygote: %w", err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		if r.Error != "" {
+			return r, fmt.Errorf("zygote: %s", r.Error)
+		}
+		return r, nil
+	case <-z.dead:
+		return zygoteMsg{}, errors.New("the zygote is gone")
+	case <-t.C:
+		return zygoteMsg{}, errors.New("the zygote does not answer")
+	}
+}
+
+// fork asks the zygote to fork a child for req with the given stdio.
+func (z *zygote) fork(id uint32, req StartRequest, child []*os.File) error {
+	b, err := json.Marshal(zygoteMsg{ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, StatusFD: req.StatusFD})
+	if err != nil {
+		return fmt.Errorf("encode zygote request: %w", err)
+	}
+	ch := make(chan zygoteMsg, 1)
+	z.mu.Lock()
+	select {
+	case <-z.dead:
+		z.mu.Unlock()
+		return errors.New("start: the zygote is gone")
+	default:
+	}
+	z.waiting[id] = ch
+	z.mu.Unlock()
+	ints := make([]int, len(child))
+	for i, f := range child {
+		ints[i] = int(f.Fd())
+	}
+	if _, _, err := z.conn.WriteMsgUnix(b, unix.UnixRights(ints...), nil); err != nil {
+		z.mu.Lock()
+		delete(z.waiting, id)
+		z.mu.Unlock()
+		return fmt.Errorf("start: write to the zygote: %w", err)
+	}
+	return nil
+}
+
+// adoptVia waits for the zygote to report the child it forked for p, then
+// registers and runs it like a child of the agent's own. The child's parent
+// exits right after forking it, so the agent, as init, reaps it.
+func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO) {
+	z.mu.Lock()
+	ch := z.waiting[p.id]
+	z.mu.Unlock()
+	t := time.NewTimer(zygoteTimeout)
+	defer t.Stop()
+	var m zygoteMsg
+	var err error
+	select {
+	case m = <-ch:
+		if m.Error != "" {
+			err = fmt.Errorf("start: zygote: %s", m.Error)
+		} else if m.PID <= 1 {
+			err = fmt.Errorf("start: zygote reported pid %d", m.PID)
+		}
+	case <-z.dead:
+		err = errors.New("start: the zygote is gone")
+	case <-t.C:
+		err = errors.New("start: the zygote does not answer")
+	}
+	if err != nil {
+		z.mu.Lock()
+		delete(z.waiting, p.id)
+		z.mu.Unlock()
+		io.closeParent(p)
+		a.fail(p.id, err)
+		return
+	}
+	a.mu.Lock()
+	p.pid = m.PID
+	a.procs[p.pid] = p
+	if st, ok := a.orphans[p.pid]; ok {
+		delete(a.orphans, p.pid)
+		p.status = st
+		close(p.exited)
+	}
+	a.mu.Unlock()
+	a.run(p, io)
+	a.sendJSON(msgStarted, p.id, startedReply{PID: p.pid})
+}
+
+// awaitReady answers a zygote's start request once it is ready, or fails it
+// (and kills the zygote) if it dies or takes too long.
+func (a *Agent) awaitReady(z *zygote) {
+	t := time.NewTimer(readyTimeout)
+	defer t.Stop()
+	select {
+	case m := <-z.ready:
+		a.sendJSON(msgStarted, z.id, startedReply{PID: z.proc.pid, Ready: m.Ready})
+		return
+	case <-z.dead:
+	case <-t.C:
+	}
+	_ = syscall.Kill(z.proc.pid, syscall.SIGKILL)
+	a.fail(z.id, errors.New("start: the zygote did not become ready"))
+}
+
+// reset kills every non-persistent process, empties req.Clear and the
+// sandbox's other shared places (/dev/shm, POSIX and System V IPC), checks
+// that no program changed what new processes inherit, and pings zygotes.
+func (a *Agent) reset(req ResetRequest) error {
+	a.killAll(syscall.SIGKILL, false)
+	a.mu.Lock()
+	clear(a.orphans)
+	a.mu.Unlock()
+	for _, dir := range req.Clear {
+		if err := clearDir(dir); err != nil {
+			return err
+		}
+	}
+	if req.IPC {
+		if err := clearIPC(); err != nil {
+			return err
+		}
+		if now := readIntegrity(); !now.equal(a.baseline) {
+			return fmt.Errorf("reset: the sandbox's inherited limits changed: %s", now.diff(a.baseline))
+		}
+	}
+	for _, id := range req.Zygotes {
+		z := a.zygote(id)
+		if z == nil {
+			return fmt.Errorf("reset: zygote %d is gone", id)
+		}
+		z.mu.Lock()
+		z.tag++
+		tag := z.tag
+		z.mu.Unlock()
+		if _, err := z.call(tag, zygoteMsg{Ping: tag}, nil, zygoteTimeout); err != nil {
+			return fmt.Errorf("reset: zygote %d: %w", z.proc.pid, err)
+		}
+	}
+	return nil
+}
+
+// clearIPC removes what programs left in the sandbox's IPC namespace:
+// /dev/shm and POSIX message queues (files), System V shared memory,
+// semaphores and message queues.
+func clearIPC() error {
+	for _, dir := range []string{"/dev/shm", "/dev/mqueue"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue // not mounted (gVisor has no /dev/mqueue)
+		}
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("reset: clear %s: %w", dir, err)
+			}
+		}
+	}
+	for _, k := range []struct {
+		file string
+		rm   func(id int) error
+	}{
+		{"shm", func(id int) error { _, err := unix.SysvShmCtl(id, unix.IPC_RMID, nil); return err }},
+		{"sem", func(id int) error {
+			_, _, e := unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), 0, unix.IPC_RMID, 0, 0, 0)
+			return errnoErr(e)
+		}},
+		{"msg", func(id int) error {
+			_, _, e := unix.Syscall(unix.SYS_MSGCTL, uintptr(id), unix.IPC_RMID, 0)
+			return errnoErr(e)
+		}},
+	} {
+		ids, ok := sysvIDs("/proc/sysvipc/" + k.file)
+		if !ok {
+			// gVisor has no /proc/sysvipc and numbers objects from 0.
+			ids = make([]int, sysvScan)
+			for i := range ids {
+				ids[i] = i
+			}
+		}
+		for _, id := range ids {
+			if err := k.rm(id); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EIDRM) {
+				return fmt.Errorf("reset: remove System V %s %d: %w", k.file, id, err)
+			}
+		}
+	}
+	return nil
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+// sysvScan is how many System V object ids a reset tries where the kernel
+// cannot list them.
+const sysvScan = 4096
+
+// sysvIDs reads the ids column of a /proc/sysvipc table.
+func sysvIDs(path string) ([]int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	var ids []int
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 2 {
+			continue // header
+		}
+		if id, err := strconv.Atoi(f[1]); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, true
+}
+
+// integrity is what a process passes on to the processes it starts and
+// another process of the same uid can change: resource limits, niceness
+// and CPU affinity.
+type integrity struct {
+	rlimits  [16]unix.Rlimit
+	nice     int
+	affinity []int
+}
+
+func readIntegrity() integrity {
+	var in integrity
+	for r := range in.rlimits {
+		_ = unix.Getrlimit(r, &in.rlimits[r])
+	}
+	in.nice, _ = unix.Getpriority(unix.PRIO_PROCESS, 0)
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) == nil {
+		for c := 0; c < len(set)*64; c++ {
+			if set.IsSet(c) {
+				in.affinity = append(in.affinity, c)
+			}
+		}
+	}
+	return in
+}
+
+func (in integrity) equal(o integrity) bool {
+	return in.rlimits == o.rlimits && in.nice == o.nice && slices.Equal(in.affinity, o.affinity)
+}
+
+func (in integrity) diff(o integrity) string {
+	var d []string
+	for r := range in.rlimits {
+		if in.rlimits[r] != o.rlimits[r] {
+			d = append(d, fmt.Sprintf("rlimit %d %v (was %v)", r, in.rlimits[r], o.rlimits[r]))
+		}
+	}
+	if in.nice != o.nice {
+		d = append(d, fmt.Sprintf("priority %d (was %d)", in.nice, o.nice))
+	}
+	if !slices.Equal(in.affinity, o.affinity) {
+		d = append(d, fmt.Sprintf("affinity %v (was %v)", in.affinity, o.affinity))
+	}
+	return strings.Join(d, ", ")
+}

@@ -1,0 +1,514 @@
+// Package pool keeps sandboxes ready so that an execution does not wait for
+// one to be created: per configured (image, tier) class, a number of idle
+// sandboxes (optionally running a pre-started interpreter, a zygote) that
+// follows demand between a minimum and a maximum.
+//
+// A claim is served by an idle sandbox only when it matches the request
+// exactly (tier, image, mounts, overlays and the limits fixed at creation);
+// the request's memory and CPU limits are then applied to it. Anything else
+// is a cold start, never a weaker sandbox.
+//
+// After an execution a sandbox is reset — every process but the zygote
+// killed, /workspace, /tmp, /dev/shm and IPC emptied, inherited limits
+// checked, the zygote pinged — and kept for the same tenant only, up to
+// MaxUses executions. A sandbox whose execution timed out, was cancelled,
+// hit a kernel limit or whose reset fails is destroyed. MaxUses 1 destroys
+// every sandbox after one execution.
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/metrics"
+	"github.com/corralhq/corral/internal/runtime"
+)
+
+// Warm is one class of sandboxes to keep ready.
+type Warm struct {
+	// Image names the image (empty: the language's default image).
+	Image string
+	Tier  runtime.Tier
+	// Language is the language the sandboxes are made for (its caches
+	// decide the spec) and, with Zygote, whose interpreter is pre-started.
+	// Default python.
+	Language string
+	// MinIdle sandboxes are always ready; up to MaxIdle when claims miss.
+	MinIdle, MaxIdle int
+	// Zygote runs a pre-started interpreter that imports Preload.
+	Zygote  bool
+	Preload []string
+}
+
+// Config configures a pool.
+type Config struct {
+	Warm []Warm
+	// MaxUses is how many executions a sandbox serves before it is
+	// destroyed (1: one).
+	MaxUses int
+	// IdleTimeout: a sandbox idle for longer is destroyed when the class
+	// holds more than MinIdle, and a used sandbox always (its tenant is
+	// gone).
+	IdleTimeout time.Duration
+	// Headroom is the memory a claim's limit must leave above what the
+	// idle sandbox already uses (its zygote).
+	Headroom int64
+}
+
+// DefaultConfig returns a pool with no classes.
+func DefaultConfig() Config {
+	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20}
+}
+
+// Pool is an engine.Acquirer backed by warm sandboxes.
+type Pool struct {
+	e       *engine.Engine
+	cfg     Config
+	m       *metrics.Metrics
+	log     *slog.Logger
+	fresh   engine.Acquirer
+	classes []*class
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	hmu  sync.Mutex
+	held map[string]bool // sandboxes the pool holds (not lent), by id
+}
+
+type class struct {
+	warm  Warm
+	key   string
+	fixed runtime.Limits
+	spec  runtime.Spec
+	img   images.Image
+
+	mu       sync.Mutex
+	idle     []*member // most recently released last
+	creating int
+	target   int // idle sandboxes wanted, between MinIdle and MaxIdle
+	lastMiss time.Time
+	kick     chan struct{}
+}
+
+type member struct {
+	sb      runtime.Sandbox
+	zygote  *engine.Zygote
+	unhold  func()
+	owner   string // the tenant it served; "" while fresh
+	uses    int
+	idleAt  time.Time
+	created time.Time
+}
+
+// New resolves each class's image and spec and starts filling the pool. A
+// class that cannot be served here (its image or tier is missing) is left
+// out and reported in skipped.
+func New(ctx context.Context, e *engine.Engine, cfg Config, m *metrics.Metrics, log *slog.Logger) (_ *Pool, skipped []error) {
+	p := &Pool{e: e, cfg: cfg, m: m, log: log, fresh: e.Fresh(), held: map[string]bool{}}
+	if p.cfg.MaxUses < 1 {
+		p.cfg.MaxUses = 1
+	}
+	for i, w := range cfg.Warm {
+		if w.Language == "" {
+			w.Language = "python"
+		}
+		if w.MaxIdle < w.MinIdle {
+			w.MaxIdle = w.MinIdle
+		}
+		spec, img, err := e.WarmSpec(ctx, w.Tier, w.Language, w.Image)
+		if err != nil {
+			skipped = append(skipped, fmt.Errorf("pool class %d (%s %s on %s): %w", i, w.Language, w.Image, w.Tier, err))
+			continue
+		}
+		fixed := e.Fixed(w.Tier, spec.Limits)
+		p.classes = append(p.classes, &class{warm: w, key: classKey(w.Tier, spec, fixed), fixed: fixed, spec: spec,
+			img: img, target: w.MinIdle, kick: make(chan struct{}, 1)})
+	}
+	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for _, c := range p.classes {
+		p.wg.Add(1)
+		go p.fill(c)
+	}
+	return p, skipped
+}
+
+func classKey(tier runtime.Tier, spec runtime.Spec, fixed runtime.Limits) string {
+	b, _ := json.Marshal(fixed)
+	return runtime.Key(tier, spec) + string(b)
+}
+
+// Close stops refilling and destroys every idle sandbox. Sandboxes still
+// lent are destroyed when they come back.
+func (p *Pool) Close() {
+	p.cancel()
+	p.wg.Wait()
+	for _, c := range p.classes {
+		c.mu.Lock()
+		idle := c.idle
+		c.idle = nil
+		c.mu.Unlock()
+		for _, mb := range idle {
+			p.destroy(c, mb)
+		}
+		p.gauge(c)
+	}
+}
+
+// Acquire lends a warm sandbox that matches the claim exactly, or a fresh
+// one.
+func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, error) {
+	start := time.Now()
+	c := p.classOf(cl)
+	if c == nil {
+		return p.fresh.Acquire(ctx, cl)
+	}
+	for {
+		mb := c.take(cl.Tenant)
+		if mb == nil {
+			break
+		}
+		p.gauge(c)
+		p.hold(mb, false)
+		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
+			p.log.Debug("pooled sandbox does not fit the claim", "sandbox", mb.sb.ID(), "err", err)
+			go p.destroy(c, mb)
+			continue
+		}
+		p.claimed(c, "hit", start)
+		p.log.Debug("pool hit", "sandbox", mb.sb.ID(), "tenant", cl.Tenant, "uses", mb.uses)
+		tenant := cl.Tenant
+		return engine.NewLeaseZygote(mb.sb, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
+	}
+	c.missed()
+	p.claimed(c, "miss", start)
+	// Cold: a sandbox made for this claim, which then joins the pool for
+	// its tenant (without a zygote: the caller is waiting).
+	mb, err := p.create(ctx, c, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
+		p.destroy(c, mb)
+		return nil, err
+	}
+	tenant := cl.Tenant
+	return engine.NewLeaseZygote(mb.sb, nil, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
+}
+
+// classOf is the class whose sandboxes can serve cl, if any.
+func (p *Pool) classOf(cl engine.Claim) *class {
+	if len(p.classes) == 0 {
+		return nil
+	}
+	key := classKey(cl.Tier, cl.Spec, p.e.Fixed(cl.Tier, cl.Spec.Limits))
+	for _, c := range p.classes {
+		if c.key == key && c.img.Digest == cl.Image.Digest && cl.Spec.Workspace == "" {
+			return c
+		}
+	}
+	return nil
+}
+
+// take removes and returns an idle sandbox for tenant: one it used before,
+// else a fresh one; never one another tenant used.
+func (c *class) take(tenant string) *member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pick := -1
+	for i := len(c.idle) - 1; i >= 0; i-- {
+		if o := c.idle[i].owner; o == tenant {
+			pick = i
+			break
+		} else if o == "" && pick < 0 {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		return nil
+	}
+	mb := c.idle[pick]
+	c.idle = slices.Delete(c.idle, pick, pick+1)
+	if mb.owner == "" {
+		c.poke()
+	}
+	return mb
+}
+
+// missed grows the class's target: demand is above what it keeps.
+func (c *class) missed() {
+	c.mu.Lock()
+	c.lastMiss = time.Now()
+	if c.target < c.warm.MaxIdle {
+		c.target++
+	}
+	c.mu.Unlock()
+	c.poke()
+}
+
+func (c *class) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// memoryUser is a sandbox that can say what it uses now.
+type memoryUser interface{ MemoryUsage() (int64, error) }
+
+// fit applies a claim's limits to a ready sandbox.
+func (p *Pool) fit(ctx context.Context, mb *member, l runtime.Limits) error {
+	if u, ok := mb.sb.(memoryUser); ok {
+		used, err := u.MemoryUsage()
+		if err != nil {
+			return err
+		}
+		if used+p.cfg.Headroom > l.MemoryBytes {
+			return fmt.Errorf("uses %d bytes, the claim allows %d", used, l.MemoryBytes)
+		}
+	}
+	return mb.sb.Update(ctx, l)
+}
+
+func (p *Pool) claimed(c *class, result string, start time.Time) {
+	if p.m == nil {
+		return
+	}
+	tier := string(c.warm.Tier)
+	p.m.PoolClaims.WithLabelValues(tier, c.img.Name, result).Inc()
+	p.m.PoolClaim.WithLabelValues(tier).Observe(time.Since(start).Seconds())
+}
+
+func (p *Pool) gauge(c *class) {
+	if p.m == nil {
+		return
+	}
+	c.mu.Lock()
+	n := len(c.idle)
+	c.mu.Unlock()
+	p.m.PoolIdle.WithLabelValues(string(c.warm.Tier), c.img.Name).Set(float64(n))
+}
+
+// release takes a sandbox back after an execution. It returns at once: the
+// reset happens in the background, off the caller's answer.
+func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
+	mb.uses++
+	mb.owner = tenant
+	p.log.Debug("pool release", "sandbox", mb.sb.ID(), "tenant", tenant, "clean", clean)
+	if !clean || mb.uses >= p.cfg.MaxUses || p.ctx.Err() != nil {
+		go p.destroy(c, mb)
+		return
+	}
+	p.hold(mb, true)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := p.reset(mb); err != nil {
+			p.log.Debug("pooled sandbox not reused", "sandbox", mb.sb.ID(), "reason", err)
+			p.destroy(c, mb)
+			return
+		}
+		mb.idleAt = time.Now()
+		c.mu.Lock()
+		full := len(c.idle) >= c.warm.MaxIdle
+		if !full {
+			c.idle = append(c.idle, mb)
+		}
+		c.mu.Unlock()
+		if full {
+			p.destroy(c, mb)
+			return
+		}
+		p.gauge(c)
+	}()
+}
+
+// errTainted reports a sandbox whose kernel counters say an execution hit
+// a limit: its next execution would inherit the count.
+var errTainted = errors.New("an execution hit a limit")
+
+// reset makes a used sandbox ready for its tenant's next execution.
+func (p *Pool) reset(mb *member) error {
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	st, err := mb.sb.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if st.OOMKills > 0 || st.PidsLimitHits > 0 || st.DiskFull {
+		return errTainted
+	}
+	req := agent.ResetRequest{Clear: []string{"/workspace", "/tmp"}, IPC: true}
+	if mb.zygote != nil {
+		req.Zygotes = []uint32{mb.zygote.ID}
+	}
+	err = mb.sb.Agent().Reset(ctx, req)
+	if err != nil {
+		return err
+	}
+	return mb.sb.ResetStats(ctx)
+}
+
+// create makes a sandbox of class c, with its zygote if asked.
+func (p *Pool) create(ctx context.Context, c *class, zygote bool) (*member, error) {
+	unhold, err := p.e.HoldImage(c.img)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := p.e.Create(ctx, c.warm.Tier, c.spec)
+	if err != nil {
+		unhold()
+		return nil, err
+	}
+	mb := &member{sb: sb, unhold: unhold, created: time.Now()}
+	p.hold(mb, true)
+	if zygote {
+		z, err := p.e.StartZygote(ctx, sb, c.warm.Language, c.img, c.warm.Preload)
+		if err != nil {
+			p.destroy(c, mb)
+			return nil, err
+		}
+		mb.zygote = z
+	}
+	return mb, nil
+}
+
+func (p *Pool) destroy(c *class, mb *member) {
+	p.hold(mb, false)
+	p.e.Destroy(mb.sb)
+	mb.unhold()
+}
+
+// hold records whether the pool holds mb (rather than an execution).
+func (p *Pool) hold(mb *member, held bool) {
+	p.hmu.Lock()
+	defer p.hmu.Unlock()
+	if held {
+		p.held[mb.sb.ID()] = true
+	} else {
+		delete(p.held, mb.sb.ID())
+	}
+}
+
+// Holds reports whether the pool holds the sandbox: the engine's sweeper
+// leaves it alone.
+func (p *Pool) Holds(id string) bool {
+	p.hmu.Lock()
+	defer p.hmu.Unlock()
+	return p.held[id]
+}
+
+// fill keeps c's fresh idle sandboxes at its target, shrinks the target
+// back to MinIdle when claims stop missing, and destroys sandboxes idle for
+// longer than IdleTimeout.
+func (p *Pool) fill(c *class) {
+	defer p.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	failures := 0
+	for {
+		p.expire(c)
+		c.mu.Lock()
+		fresh := c.creating
+		for _, mb := range c.idle {
+			if mb.owner == "" {
+				fresh++
+			}
+		}
+		need := c.target - fresh
+		if need > 0 && len(c.idle)+c.creating >= c.warm.MaxIdle {
+			need = 0
+		}
+		if need > 0 {
+			c.creating++
+		}
+		c.mu.Unlock()
+		if need > 0 && failures < 3 {
+			mb, err := p.create(p.ctx, c, c.warm.Zygote)
+			c.mu.Lock()
+			c.creating--
+			if err == nil {
+				mb.idleAt = time.Now()
+				c.idle = append([]*member{mb}, c.idle...) // fresh ones are taken after a tenant's own
+			}
+			c.mu.Unlock()
+			if err != nil {
+				if p.ctx.Err() != nil {
+					return
+				}
+				failures++
+				p.log.Warn("warm pool: create sandbox", "tier", c.warm.Tier, "image", c.img.Name, "err", err)
+			} else {
+				failures = 0
+				p.gauge(c)
+				continue
+			}
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-c.kick:
+		case <-tick.C:
+			if failures > 0 {
+				failures-- // retry slowly
+			}
+		}
+	}
+}
+
+// expire destroys sandboxes idle for too long and lets the target follow
+// demand down.
+func (p *Pool) expire(c *class) {
+	now := time.Now()
+	var doomed []*member
+	c.mu.Lock()
+	if c.target > c.warm.MinIdle && now.Sub(c.lastMiss) > p.cfg.IdleTimeout {
+		c.target = c.warm.MinIdle
+	}
+	fresh := 0
+	keep := c.idle[:0]
+	for _, mb := range c.idle {
+		old := now.Sub(mb.idleAt) > p.cfg.IdleTimeout
+		switch {
+		case mb.owner != "" && old:
+			doomed = append(doomed, mb)
+		case mb.owner == "" && fresh >= c.target && old:
+			doomed = append(doomed, mb)
+		default:
+			if mb.owner == "" {
+				fresh++
+			}
+			keep = append(keep, mb)
+		}
+	}
+	c.idle = keep
+	c.mu.Unlock()
+	for _, mb := range doomed {
+		p.destroy(c, mb)
+	}
+	if len(doomed) > 0 {
+		p.gauge(c)
+	}
+}
+
+// Idle returns how many sandboxes are ready, per class, in configuration
+// order.
+func (p *Pool) Idle() []int {
+	n := make([]int, len(p.classes))
+	for i, c := range p.classes {
+		c.mu.Lock()
+		n[i] = len(c.idle)
+		c.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,350 @@
+package pool_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/metrics"
+	"github.com/corralhq/corral/internal/pool"
+	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+var tiers = []runtime.Tier{runtime.TierContainer, runtime.TierGVisor}
+
+// fixture is an engine whose executions go through a pool of one class:
+// python on the host image, with a zygote.
+type fixture struct {
+	t    *testing.T
+	e    *engine.Engine
+	p    *pool.Pool
+	tier runtime.Tier
+}
+
+func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int) *fixture {
+	e := testenv.Engine(t)
+	cfg := pool.DefaultConfig()
+	cfg.MaxUses = maxUses
+	cfg.Warm = []pool.Warm{{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}}
+	p, skipped := pool.New(context.Background(), e, cfg, metrics.New(), slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if len(skipped) > 0 {
+		t.Fatal(skipped)
+	}
+	t.Cleanup(p.Close) // before the engine's Close (cleanups run last-in first)
+	e.SetPool(p)
+	f := &fixture{t: t, e: e, p: p, tier: tier}
+	f.waitIdle(1)
+	return f
+}
+
+// waitIdle waits until the pool holds at least n ready sandboxes.
+func (f *fixture) waitIdle(n int) {
+	f.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); f.p.Idle()[0] < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("pool holds %d ready sandboxes, want %d", f.p.Idle()[0], n)
+		}
+	}
+}
+
+func (f *fixture) run(tenant, code string, mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
+	f.t.Helper()
+	req := sandbox.ExecuteRequest{Language: "python", Code: code, Isolation: sandbox.Isolation(f.tier)}
+	for _, m := range mutate {
+		m(&req)
+	}
+	job, err := f.e.Prepare(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	job.Tenant = tenant
+	return f.e.Run(context.Background(), job, nil)
+}
+
+// marker says which sandbox an execution ran in: its agent's start time
+// (unique on runc) and the kernel's boot id (unique per gVisor sandbox).
+const marker = `
+def _sandbox():
+    with open('/proc/1/stat') as f:
+        start = f.read().rsplit(')', 1)[1].split()[19]
+    with open('/proc/sys/kernel/random/boot_id') as f:
+        return start + '/' + f.read().strip()
+`
+
+// pollute changes everything an execution could leave to the next one.
+const pollute = marker + `
+import os, sys, signal, json, random, subprocess, string, decimal
+GLOBAL_LEAK = 1
+string.corral_leak = 1            # a module's state
+import email.mime.text            # a module nobody imports
+os.environ['CORRAL_LEAK'] = '1'   # the environment
+os.chdir('/tmp')                  # the working directory
+os.umask(0o077)
+open('/tmp/leak', 'w').write('x')
+open('/workspace/leak', 'w').write('x')
+os.makedirs('/workspace/output/deep', exist_ok=True)
+open('/dev/shm/leak', 'w').write('x')
+fd = os.open('/workspace/leak', os.O_RDONLY)
+os.set_inheritable(fd, True)      # an inheritable descriptor
+signal.signal(signal.SIGUSR1, lambda *a: None)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+subprocess.run(['ipcmk', '-M', '4096'], check=True, capture_output=True)
+subprocess.run(['ipcmk', '-S', '1'], check=True, capture_output=True)
+subprocess.run(['ipcmk', '-Q'], check=True, capture_output=True)
+# A daemon that outlives the execution.
+subprocess.Popen(['sleep', '600'], start_new_session=True)
+print(json.dumps({'sandbox': _sandbox(), 'random': random.random()}))
+`
+
+// inspect reports what a fresh interpreter in a fresh sandbox would show.
+const inspect = marker + `
+import os, sys, signal, json, random, subprocess
+def ipcs(kind):
+    out = subprocess.run(['ipcs', kind], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if l[:2] == '0x']
+procs = []
+for p in os.listdir('/proc'):
+    if p.isdigit():
+        try:
+            procs.append(open('/proc/%s/cmdline' % p).read().replace('\0', ' ').strip())
+        except OSError:
+            pass
+print(json.dumps({
+    'sandbox': _sandbox(),
+    'random': random.random(),
+    'global': 'GLOBAL_LEAK' in globals(),
+    'module_state': hasattr(sys.modules.get('string'), 'corral_leak'),
+    'module_loaded': 'email.mime.text' in sys.modules,
+    'env': os.environ.get('CORRAL_LEAK'),
+    'cwd': os.getcwd(),
+    'umask': os.umask(0o022),
+    'tmp': os.listdir('/tmp'),
+    'workspace': sorted(os.listdir('/workspace')),
+    'shm': os.listdir('/dev/shm'),
+    'fds': sorted(int(x) for x in os.listdir('/proc/self/fd')),
+    'sigusr1': signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL,
+    'sigterm': signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+    'sigint': signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+    'blocked': sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    'ipc': ipcs('-m') + ipcs('-s') + ipcs('-q'),
+    'sleepers': [p for p in procs if p.startswith('sleep')],
+    'argv': sys.argv,
+    'main': __name__,
+}))
+`
+
+type observed struct {
+	Sandbox      string   `json:"sandbox"`
+	Random       float64  `json:"random"`
+	Global       bool     `json:"global"`
+	ModuleState  bool     `json:"module_state"`
+	ModuleLoaded bool     `json:"module_loaded"`
+	Env          *string  `json:"env"`
+	Cwd          string   `json:"cwd"`
+	Umask        int      `json:"umask"`
+	Tmp          []string `json:"tmp"`
+	Workspace    []string `json:"workspace"`
+	Shm          []string `json:"shm"`
+	FDs          []int    `json:"fds"`
+	SigUSR1      bool     `json:"sigusr1"`
+	SigTERM      bool     `json:"sigterm"`
+	SigINT       bool     `json:"sigint"`
+	Blocked      []int    `json:"blocked"`
+	IPC          []string `json:"ipc"`
+	Sleepers     []string `json:"sleepers"`
+	Argv         []string `json:"argv"`
+	Main         string   `json:"main"`
+}
+
+func decode[T any](t *testing.T, r sandbox.Result) T {
+	t.Helper()
+	var v T
+	if r.Status != sandbox.StatusSuccess {
+		t.Fatalf("execution %s: %+v\nstdout: %s\nstderr: %s", r.Status, r.Error, r.Stdout, r.Stderr)
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &v); err != nil {
+		t.Fatalf("decode %q: %v", r.Stdout, err)
+	}
+	return v
+}
+
+// TestNothingLeaks runs a program that changes everything it can, then, in
+// the same pooled sandbox, one that looks for every change: it must see a
+// fresh interpreter in a fresh sandbox. With and without the zygote, on
+// both tiers.
+func TestNothingLeaks(t *testing.T) {
+	for _, tier := range tiers {
+		for _, zygote := range []bool{true, false} {
+			name := string(tier) + "/plain"
+			if zygote {
+				name = string(tier) + "/zygote"
+			}
+			t.Run(name, func(t *testing.T) {
+				f := newFixture(t, tier, zygote, 100)
+				// The baseline: what an execution in a sandbox of its own,
+				// without a zygote, sees (another disk size is not pooled).
+				fresh := decode[observed](t, f.run("other", inspect, func(r *sandbox.ExecuteRequest) { r.Limits.DiskMB = 64 }))
+				first := decode[struct {
+					Sandbox string  `json:"sandbox"`
+					Random  float64 `json:"random"`
+				}](t, f.run("a", pollute))
+				f.waitIdle(2) // the used sandbox is back, reset
+				got := decode[observed](t, f.run("a", inspect))
+				if got.Sandbox != first.Sandbox {
+					t.Fatalf("the second execution ran in another sandbox (%s, not %s): nothing was reused", got.Sandbox, first.Sandbox)
+				}
+				if got.Random == first.Random {
+					t.Errorf("random.random() repeated %v: the generator state leaked", got.Random)
+				}
+				want := fresh
+				want.Sandbox, want.Random = got.Sandbox, got.Random
+				gotJSON, _ := json.Marshal(got)
+				wantJSON, _ := json.Marshal(want)
+				if string(gotJSON) != string(wantJSON) {
+					t.Errorf("state leaked into the next execution:\n got  %s\n want %s", gotJSON, wantJSON)
+				}
+				if fresh.Global || fresh.ModuleState || fresh.ModuleLoaded || fresh.Env != nil || fresh.Cwd != "/workspace" ||
+					!slices.Equal(fresh.Tmp, []string{".corral"}) || len(fresh.Shm) > 0 || len(fresh.IPC) > 0 || len(fresh.Sleepers) > 0 ||
+					!fresh.SigUSR1 || !fresh.SigTERM || !fresh.SigINT || len(fresh.Blocked) > 0 || fresh.Umask != 0o022 || fresh.Main != "__main__" {
+					t.Errorf("a first execution does not look fresh: %+v", fresh)
+				}
+			})
+		}
+	}
+}
+
+// TestTenantsDoNotShare checks that a sandbox one tenant used never serves
+// another.
+func TestTenantsDoNotShare(t *testing.T) {
+	f := newFixture(t, runtime.TierContainer, true, 100)
+	a := decode[observed](t, f.run("a", inspect))
+	f.waitIdle(2)
+	for range 3 {
+		b := decode[observed](t, f.run("b", inspect))
+		if b.Sandbox == a.Sandbox {
+			t.Fatalf("tenant b ran in the sandbox tenant a used (%s)", a.Sandbox)
+		}
+		f.waitIdle(2)
+	}
+	again := decode[observed](t, f.run("a", inspect))
+	if again.Sandbox != a.Sandbox {
+		t.Errorf("tenant a did not get its own sandbox back")
+	}
+}
+
+// TestTamperedSandboxIsReplaced: an execution that kills, stops or changes
+// the limits of the zygote, or that hits a limit, leaves a sandbox that is
+// destroyed, not reused; the tenant's next execution is unaffected.
+func TestTamperedSandboxIsReplaced(t *testing.T) {
+	const findZygote = `
+import os, signal
+def zygote():
+    for p in os.listdir('/proc'):
+        if p.isdigit():
+            try:
+                if '_corral_zygote' in open('/proc/%s/cmdline' % p).read():
+                    return int(p)
+            except OSError:
+                pass
+    raise SystemExit('no zygote')
+`
+	for _, tier := range tiers {
+		for _, c := range []struct {
+			name, code string
+			mutate     func(*sandbox.ExecuteRequest)
+			status     sandbox.Status
+		}{
+			{"kill", findZygote + "os.kill(zygote(), signal.SIGKILL)", nil, sandbox.StatusSuccess},
+			{"stop", findZygote + "os.kill(zygote(), signal.SIGSTOP)", nil, sandbox.StatusSuccess},
+			{"rlimit", findZygote + "import resource\nresource.prlimit(zygote(), resource.RLIMIT_NOFILE, (64, 64))", nil, sandbox.StatusSuccess},
+			{"nice", findZygote + "os.setpriority(os.PRIO_PROCESS, zygote(), 19)", nil, sandbox.StatusSuccess},
+			// The default memory limit: on gVisor a lower one also lowers
+			// the task limit, fixed at creation, and is not served warm.
+			{"oom", "b = bytearray(800 << 20)\nb[::4096] = b'x' * len(b[::4096])", nil, sandbox.StatusFailed},
+		} {
+			t.Run(string(tier)+"/"+c.name, func(t *testing.T) {
+				f := newFixture(t, tier, true, 100)
+				before := decode[observed](t, f.run("a", inspect))
+				f.waitIdle(2)
+				mutate := []func(*sandbox.ExecuteRequest){}
+				if c.mutate != nil {
+					mutate = append(mutate, c.mutate)
+				}
+				r := f.run("a", c.code+"\n"+marker+"\nprint(_sandbox())", mutate...)
+				if r.Status != c.status {
+					t.Fatalf("tampering: %s %+v\n%s", r.Status, r.Error, r.Stderr)
+				}
+				t.Logf("tampering: %s %+v stdout %q", r.Status, r.Error, r.Stdout)
+				if c.status == sandbox.StatusSuccess && strings.TrimSpace(r.Stdout) != before.Sandbox {
+					t.Fatalf("tampering ran in sandbox %q, not the tenant's %s", r.Stdout, before.Sandbox)
+				}
+				time.Sleep(500 * time.Millisecond) // the release runs in the background
+				f.waitIdle(1)
+				after := decode[observed](t, f.run("a", inspect))
+				if after.Sandbox == before.Sandbox {
+					t.Errorf("the tampered sandbox %s served again", before.Sandbox)
+				}
+			})
+		}
+	}
+}
+
+// TestMaxUses: with max_uses 1 every execution gets a sandbox nobody used.
+func TestMaxUses(t *testing.T) {
+	f := newFixture(t, runtime.TierContainer, true, 1)
+	seen := map[string]bool{}
+	for range 4 {
+		o := decode[observed](t, f.run("a", inspect))
+		if seen[o.Sandbox] {
+			t.Fatalf("sandbox %s served twice with max_uses 1", o.Sandbox)
+		}
+		seen[o.Sandbox] = true
+		f.waitIdle(1)
+	}
+}
+
+// TestClaimAppliesLimits: a pooled sandbox gets the request's limits; a
+// request the pool cannot serve exactly (another disk size) is a cold
+// start that still works.
+func TestClaimAppliesLimits(t *testing.T) {
+	for _, tier := range tiers {
+		t.Run(string(tier), func(t *testing.T) {
+			f := newFixture(t, tier, true, 100)
+			r := f.run("a", "b = bytearray(300 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('ok')", func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 128 })
+			if r.Error == nil || r.Error.Type != sandbox.ErrOOM {
+				t.Fatalf("300 MB under a 128 MB limit: %s %+v", r.Status, r.Error)
+			}
+			r = f.run("a", "b = bytearray(300 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('ok')", func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 1024 })
+			if r.Status != sandbox.StatusSuccess || r.Stdout != "ok\n" {
+				t.Fatalf("300 MB under a 1024 MB limit: %s %+v %s", r.Status, r.Error, r.Stderr)
+			}
+			r = f.run("a", "print('cold')", func(r *sandbox.ExecuteRequest) { r.Limits.DiskMB = 64 })
+			if r.Status != sandbox.StatusSuccess || r.Stdout != "cold\n" {
+				t.Fatalf("cold start: %s %+v %s", r.Status, r.Error, r.Stderr)
+			}
+		})
+	}
+}

@@ -182,7 +182,7 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 		p.hold(mb, false)
 		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
 			p.log.Debug("pooled sandbox does not fit the claim", "sandbox", mb.sb.ID(), "err", err)
-			go p.destroy(c, mb)
+			p.destroy(c, mb)
 			continue
 		}
 		p.claimed(c, "hit", start)
@@ -306,7 +306,7 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	mb.owner = tenant
 	p.log.Debug("pool release", "sandbox", mb.sb.ID(), "tenant", tenant, "clean", clean)
 	if !clean || mb.uses >= p.cfg.MaxUses || p.ctx.Err() != nil {
-		go p.destroy(c, mb)
+		p.destroy(c, mb)
 		return
 	}
 	p.hold(mb, true)

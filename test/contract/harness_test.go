@@ -82,6 +82,9 @@ type options struct {
 	listen string
 	extra  []string
 	config string // TOML appended to the default test config
+	// pool keeps the embedded warm pool; otherwise it is off, so that
+	// tests can count the sandboxes their executions leave.
+	pool bool
 }
 
 func freeAddr(t *testing.T) string {
@@ -124,6 +127,9 @@ callback_secret = "beta-callback-secret"
 allow_private = true
 base_delay = "300ms"
 `, api.HashKey(alphaKey), alphaSecret, api.HashKey(betaKey)) + o.config
+	if !o.pool && !strings.Contains(o.config, "[pool]") {
+		cfg += "\n[pool]\nwarm = []\n"
+	}
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -49,10 +49,11 @@ func (p warmPool) toml() string {
 		p.image, p.tier, p.minIdle, p.maxIdle, p.zygote, pre)
 }
 
-// poolConfig is the [pool] section for pools; none gives none.
+// poolConfig is the [pool] section for pools; none turns off the embedded
+// default pool (cold rows).
 func poolConfig(pools ...warmPool) string {
 	if len(pools) == 0 {
-		return ""
+		return "\n[pool]\nwarm = []\n"
 	}
 	s := "\n[pool]\nmax_uses = 100\nidle_timeout = \"5m\"\n"
 	for _, p := range pools {

@@ -16,6 +16,7 @@ deps:
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/corral
+	$(GO) build -trimpath -o bin/corral-agent ./cmd/corral-agent
 
 run: deps build
 	./scripts/run.sh

@@ -67,17 +67,31 @@ func agentBinary() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find own executable: %w", err)
 	}
-	f, err := elf.Open(exe)
+	// The agent alone (make build puts it next to corral) is leaner than
+	// the whole binary; every sandbox runs one.
+	if lean := filepath.Join(filepath.Dir(exe), "corral-agent"); staticELF(lean) == nil {
+		return lean, nil
+	}
+	if err := staticELF(exe); err != nil {
+		return "", err
+	}
+	return exe, nil
+}
+
+// staticELF checks that path is a statically linked executable, which can
+// run as PID 1 of any image.
+func staticELF(path string) error {
+	f, err := elf.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("inspect %s: %w", exe, err)
+		return fmt.Errorf("inspect %s: %w", path, err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return "", fmt.Errorf("%s is dynamically linked; build corral with CGO_ENABLED=0 (make build) so it can run as the sandbox agent", exe)
+			return fmt.Errorf("%s is dynamically linked; build corral with CGO_ENABLED=0 (make build) so it can run as the sandbox agent", path)
 		}
 	}
-	return exe, nil
+	return nil
 }
 
 type local struct {

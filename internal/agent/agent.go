@@ -43,7 +43,10 @@ type Agent struct {
 	// registered (children of zygotes), by pid.
 	orphans map[int]ExitStatus
 	zygotes map[uint32]*zygote // by the id of their start request
-	files   map[uint32]*os.File
+	// spares are children zygotes forked ahead of a request (see
+	// zygote.go); they are spared like persistent processes until used.
+	spares map[int]bool
+	files  map[uint32]*os.File
 	// baseline is the agent's scheduling and resource limits at start,
 	// which every process inherits; a reset checks they are unchanged.
 	baseline integrity
@@ -63,7 +66,7 @@ type proc struct {
 // are the stream; log receives diagnostics (the sandbox's stderr).
 func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	a := &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{},
-		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}}
+		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}, spares: map[int]bool{}}
 	return a.serve()
 }
 
@@ -655,6 +658,7 @@ func (a *Agent) reap() {
 			if len(a.orphans) < maxOrphans {
 				a.orphans[pid] = st
 			}
+			delete(a.spares, pid)
 			continue
 		}
 		p.status = st
@@ -673,6 +677,11 @@ func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
 	a.mu.Lock()
 	for pid, p := range a.procs {
 		if p.persistent && !includePersistent {
+			keep[pid] = true
+		}
+	}
+	if !includePersistent {
+		for pid := range a.spares {
 			keep[pid] = true
 		}
 	}

@@ -111,6 +111,12 @@ type startedReply struct {
 //	zygote → agent  {"id": n, "pid": p}              the child runs
 //	zygote → agent  {"id": n, "pid": p, "code": c}   or "signal": s; it ended
 //	agent → zygote  {"ping": n}  /  zygote → agent  {"pong": n}
+//	zygote → agent  {"spare": p}                     a child forked ahead
+//
+// A zygote may fork a child ahead of the next request (a spare, made when
+// it starts and at each ping, i.e. after each pooled sandbox's reset); the
+// spare waits for its request and serves it without a fork on the way.
+// The agent spares a spare from killAll until a request names its pid.
 //
 // The zygote forks a child per request; the child makes the fds its stdin,
 // stdout, stderr (and fd 3), closes everything else (the control socket
@@ -129,6 +135,7 @@ type zygoteMsg struct {
 	Ping     uint32          `json:"ping,omitempty"`
 	Pong     uint32          `json:"pong,omitempty"`
 	Ready    json.RawMessage `json:"ready,omitempty"`
+	Spare    int             `json:"spare,omitempty"`
 	Error    string          `json:"error,omitempty"`
 }
 

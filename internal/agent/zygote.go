@@ -99,6 +99,12 @@ func (z *zygote) read(a *Agent) {
 			a.log.Warn("zygote said something unreadable", "err", err)
 			return
 		}
+		if m.Spare > 1 {
+			a.mu.Lock()
+			a.spares[m.Spare] = true
+			a.mu.Unlock()
+			continue
+		}
 		if m.Ready != nil {
 			select {
 			case z.ready <- m:
@@ -230,6 +236,7 @@ func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO) {
 	a.mu.Lock()
 	p.pid = m.PID
 	a.procs[p.pid] = p
+	delete(a.spares, p.pid)
 	if st, ok := a.orphans[p.pid]; ok {
 		delete(a.orphans, p.pid)
 		p.status = st

@@ -42,14 +42,10 @@ def _corral_zygote():
     ctl = socket.socket(fileno=3)
     def send(m):
         ctl.send(json.dumps(m).encode())
-    send({'ready': {'python': sys.version.split()[0], 'modules': sorted(preloaded), 'failed': failed}})
 
-    def child(m, fds):
-        # Runs in the forked child: become what `python3 -c CODE ARGS` would
-        # be in a fresh process, then run CODE and exit like the interpreter.
-        for i, fd in enumerate(fds):
-            os.dup2(fd, i)
-        os.closerange(len(fds), 1 << 20)
+    def prepare():
+        # In a forked child, before its request: what does not depend on
+        # the request (a spare does this while it waits).
         try:
             os.setsid()
             for s, h in dispositions.items():
@@ -58,6 +54,33 @@ def _corral_zygote():
                 except (OSError, ValueError, TypeError):
                     pass
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        except BaseException as e:
+            os.write(2, ('corral zygote: cannot set up the child: %r\n' % (e,)).encode())
+            os._exit(70)
+        for name in unload:
+            sys.modules.pop(name, None)
+        np = sys.modules.get('numpy')
+        if np is not None:
+            try:
+                np.random.seed()
+            except Exception:
+                pass
+
+    def child(m, fds):
+        # Runs in the forked child, prepared: become what `python3 -c CODE
+        # ARGS` would be in a fresh process, then run CODE and exit like
+        # the interpreter.
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)
+        # Close the rest by listing them: a range up to the fd limit is a
+        # million close() calls where close_range is missing.
+        for fd in os.listdir('/proc/self/fd'):
+            if int(fd) >= len(fds):
+                try:
+                    os.close(int(fd))
+                except OSError:
+                    pass
+        try:
             libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
             os.environ.clear()
             for kv in m.get('env') or []:
@@ -69,14 +92,6 @@ def _corral_zygote():
             os.write(2, ('corral zygote: cannot set up the child: %r\n' % (e,)).encode())
             os._exit(70)
         argv = m['argv']
-        for name in unload:
-            sys.modules.pop(name, None)
-        np = sys.modules.get('numpy')
-        if np is not None:
-            try:
-                np.random.seed()
-            except Exception:
-                pass
         main = type(sys)('__main__')
         main.__builtins__ = __builtins__
         sys.modules['__main__'] = main
@@ -120,6 +135,92 @@ def _corral_zygote():
                 code = code or 120
         os._exit(code)
 
+    def spare_main(sp):
+        # A spare: forked ahead, it waits for one request and serves it.
+        try:
+            ctl.close()
+            prefault()
+            prepare()
+            sp.send(str(os.getpid()).encode())
+            msg, fds, _, _ = socket.recv_fds(sp, 1 << 20, 8)
+            if not msg:
+                os._exit(0)
+            m = json.loads(msg)
+            sp.close()
+            child(m, fds)
+        finally:
+            os._exit(70)
+
+    def prefault():
+        # Copy our writable pages now, while idle, rather than one fault at
+        # a time once a request runs (MADV_POPULATE_WRITE, Linux 5.14).
+        try:
+            with open('/proc/self/maps') as f:
+                maps = f.read().splitlines()
+        except OSError:
+            return
+        for line in maps:
+            f = line.split()
+            if len(f) < 2 or f[1][:2] != 'rw' or f[1][3] != 'p' or (len(f) > 5 and f[5] in ('[stack]', '[vvar]', '[vsyscall]')):
+                continue
+            lo, hi = (int(x, 16) for x in f[0].split('-'))
+            if hi - lo > 256 << 20:
+                continue  # a reservation, not memory in use
+            libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 23)
+
+    spare = None
+
+    def make_spare():
+        # Fork a spare through a short-lived intermediate, so that its
+        # parent is the agent; tell the agent before anyone can use it.
+        nonlocal spare
+        drop_spare()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            mine.close()
+            theirs.close()
+            return
+        if pid == 0:
+            try:
+                mine.close()
+                if os.fork() == 0:
+                    spare_main(theirs)
+            finally:
+                os._exit(0)
+        theirs.close()
+        while True:
+            try:
+                os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                break
+        mine.settimeout(10)
+        try:
+            gpid = int(mine.recv(64))
+        except (OSError, ValueError):
+            mine.close()
+            return
+        mine.settimeout(None)
+        send({'spare': gpid})
+        spare = (gpid, mine)
+
+    def drop_spare():
+        nonlocal spare
+        if spare is not None:
+            try:
+                os.kill(spare[0], signal.SIGKILL)
+            except OSError:
+                pass
+            spare[1].close()
+            spare = None
+
+    make_spare()
+    send({'ready': {'python': sys.version.split()[0], 'modules': sorted(preloaded), 'failed': failed}})
+
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
@@ -133,6 +234,10 @@ def _corral_zygote():
             now = snapshot()
             if now != baseline:
                 r['error'] = 'inherited limits changed: %r, was %r' % (now, baseline)
+            else:
+                # After a reset nothing of the last execution runs: a
+                # spare made now has seen none of it.
+                make_spare()
             send(r)
             continue
         rid = m.get('id')
@@ -142,6 +247,20 @@ def _corral_zygote():
                 os.close(fd)
             send({'id': rid, 'error': 'bad request'})
             continue
+        if spare is not None:
+            gpid, sp = spare
+            spare = None
+            try:
+                socket.send_fds(sp, [msg], fds)
+                served = True
+            except OSError:
+                served = False  # it died: fork one now
+            sp.close()
+            if served:
+                for fd in fds:
+                    os.close(fd)
+                send({'id': rid, 'pid': gpid})
+                continue
         try:
             pid = os.fork()
         except OSError as e:
@@ -161,6 +280,7 @@ def _corral_zygote():
                 if gpid == 0:
                     try:
                         ctl.close()
+                        prepare()
                         child(m, fds)
                     finally:
                         os._exit(70)

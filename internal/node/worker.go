@@ -129,16 +129,20 @@ func (n *Node) cancelLocal(k string, cause error) {
 // fetch loads the execution a queue entry names; the submitter enqueues
 // before it stores, so a fresh entry may briefly have no record yet.
 func (n *Node) fetch(ctx context.Context, tenant, id string) (*store.Execution, error) {
-	for attempt := 0; ; attempt++ {
+	// The record usually lands within a millisecond or two: retry soon,
+	// then back off, for about a second in all.
+	delay := time.Millisecond
+	for waited := time.Duration(0); ; waited += delay {
 		ex, err := n.store.GetExecution(ctx, tenant, id)
-		if !errors.Is(err, store.ErrNotFound) || attempt == 20 {
+		if !errors.Is(err, store.ErrNotFound) || waited >= time.Second {
 			return ex, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(delay):
 		}
+		delay = min(2*delay, 50*time.Millisecond)
 	}
 }
 

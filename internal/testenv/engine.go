@@ -42,7 +42,7 @@ func Runtimes(t testing.TB, dataDir string) []runtime.Runtime {
 		}
 		rt, err := oci.New(oci.Config{
 			Tier: tier, Binary: bin, Flags: flags, DataDir: dataDir,
-			AgentBinary: Corral(t), CgroupParent: CgroupParent, UID: 1000, GID: 1000,
+			AgentBinary: Agent(t), CgroupParent: CgroupParent, UID: 1000, GID: 1000,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -85,15 +85,26 @@ func Corral(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(dir, "corral")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", buildPath, "./cmd/corral")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOut, buildErr = cmd.CombinedOutput()
+		// corral-agent next to it is the agent corral binds into sandboxes.
+		for _, b := range []struct{ out, pkg string }{{buildPath, "./cmd/corral"}, {filepath.Join(dir, "corral-agent"), "./cmd/corral-agent"}} {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", b.out, b.pkg)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if buildOut, buildErr = cmd.CombinedOutput(); buildErr != nil {
+				return
+			}
+		}
 	})
 	if buildErr != nil {
 		t.Fatalf("build corral: %v\n%s", buildErr, buildOut)
 	}
 	return buildPath
+}
+
+// Agent returns the agent binary that Corral built next to corral.
+func Agent(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(filepath.Dir(Corral(t)), "corral-agent")
 }
 
 // Cleanup removes the binary Corral built and stops the PostgreSQL, Redis

@@ -215,6 +215,7 @@ func BenchmarkHarness(b *testing.B) {
 	var ids atomic.Int64
 	id := func() string { return fmt.Sprintf("bench-%d-%d", os.Getpid(), ids.Add(1)) }
 	pyRoot := pythonRootfs(b)
+	cliData := b.TempDir()
 
 	cells := []*cell{
 		{name: "bare /usr/bin/python3 -c", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
@@ -229,6 +230,14 @@ func BenchmarkHarness(b *testing.B) {
 		{name: "runsc run (hand-made bundle)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
 			return exec.CommandContext(ctx, runsc, "--root", runscState, "--network=none", "--overlay2=none",
 				"run", "--bundle", bundle, id())
+		})},
+		// The one-shot CLI: a fresh engine per execution, no server.
+		{name: "corral run (cold, CLI, container)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+			cmd := exec.CommandContext(ctx, testenv.Corral(b), "run", "--lang", "python", "--isolation", "container", "-")
+			cmd.Stdin = strings.NewReader(helloPy)
+			cmd.Env = append(os.Environ(), "CORRAL_DATA_DIR="+cliData, "CORRAL_CGROUP_PARENT="+testenv.CgroupParent,
+				"CORRAL_CACHE_DIR="+testenv.CacheDir())
+			return cmd
 		})},
 	}
 

@@ -24,9 +24,10 @@ import (
 const maxOrphans = 4096
 
 // zygoteTimeout bounds how long a zygote may take to fork a child or to
-// answer a ping, and readyTimeout how long it may take to preload.
+// answer a ping (generous: a gVisor sandbox on a loaded machine can take
+// seconds to fork), and readyTimeout how long it may take to preload.
 const (
-	zygoteTimeout = 10 * time.Second
+	zygoteTimeout = time.Minute
 	readyTimeout  = 2 * time.Minute
 )
 

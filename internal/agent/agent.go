@@ -468,12 +468,13 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	}
 	defer io.closeChild()
 	if z != nil {
-		if err := z.fork(id, req, io.child); err != nil {
+		reply, err := z.fork(id, req, io.child)
+		if err != nil {
 			io.closeParent(p)
 			return 0, err
 		}
 		io.closeChild() // before waiting: the child's exit must reach EOF
-		go a.adoptVia(z, p, io)
+		go a.adoptVia(z, p, io, reply)
 		return 0, nil
 	}
 	files := make([]uintptr, len(io.child))

@@ -24,10 +24,10 @@ import (
 const maxOrphans = 4096
 
 // zygoteTimeout bounds how long a zygote may take to fork a child or to
-// answer a ping (generous: a gVisor sandbox on a loaded machine can take
-// seconds to fork), and readyTimeout how long it may take to preload.
+// answer a ping (a gVisor sandbox on a loaded machine can take seconds to
+// fork), and readyTimeout how long it may take to preload.
 const (
-	zygoteTimeout = time.Minute
+	zygoteTimeout = 30 * time.Second
 	readyTimeout  = 2 * time.Minute
 )
 
@@ -174,18 +174,19 @@ func (z *zygote) call(tag uint32, m zygoteMsg, fds []*os.File, timeout time.Dura
 	}
 }
 
-// fork asks the zygote to fork a child for req with the given stdio.
-func (z *zygote) fork(id uint32, req StartRequest, child []*os.File) error {
+// fork asks the zygote to fork a child for req with the given stdio; the
+// reply comes on the returned channel.
+func (z *zygote) fork(id uint32, req StartRequest, child []*os.File) (<-chan zygoteMsg, error) {
 	b, err := json.Marshal(zygoteMsg{ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, StatusFD: req.StatusFD})
 	if err != nil {
-		return fmt.Errorf("encode zygote request: %w", err)
+		return nil, fmt.Errorf("encode zygote request: %w", err)
 	}
 	ch := make(chan zygoteMsg, 1)
 	z.mu.Lock()
 	select {
 	case <-z.dead:
 		z.mu.Unlock()
-		return errors.New("start: the zygote is gone")
+		return nil, errors.New("start: the zygote is gone")
 	default:
 	}
 	z.waiting[id] = ch
@@ -198,18 +199,15 @@ func (z *zygote) fork(id uint32, req StartRequest, child []*os.File) error {
 		z.mu.Lock()
 		delete(z.waiting, id)
 		z.mu.Unlock()
-		return fmt.Errorf("start: write to the zygote: %w", err)
+		return nil, fmt.Errorf("start: write to the zygote: %w", err)
 	}
-	return nil
+	return ch, nil
 }
 
 // adoptVia waits for the zygote to report the child it forked for p, then
 // registers and runs it like a child of the agent's own. The child's parent
 // exits right after forking it, so the agent, as init, reaps it.
-func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO) {
-	z.mu.Lock()
-	ch := z.waiting[p.id]
-	z.mu.Unlock()
+func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO, ch <-chan zygoteMsg) {
 	t := time.NewTimer(zygoteTimeout)
 	defer t.Stop()
 	var m zygoteMsg

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -234,7 +235,7 @@ func BenchmarkHarness(b *testing.B) {
 		// The one-shot CLI: a fresh engine per execution, no server.
 		{name: "corral run (cold, CLI, container)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
 			cmd := exec.CommandContext(ctx, testenv.Corral(b), "run", "--lang", "python", "--isolation", "container", "-")
-			cmd.Stdin = strings.NewReader(helloPy)
+			cmd.Stdin, cmd.Stderr = strings.NewReader(helloPy), io.Discard
 			cmd.Env = append(os.Environ(), "CORRAL_DATA_DIR="+cliData, "CORRAL_CGROUP_PARENT="+testenv.CgroupParent,
 				"CORRAL_CACHE_DIR="+testenv.CacheDir())
 			return cmd
@@ -453,7 +454,10 @@ func spawn(want string, cmd func(ctx context.Context) *exec.Cmd) func(context.Co
 	return func(ctx context.Context) error {
 		c := cmd(ctx)
 		var out bytes.Buffer
-		c.Stdout, c.Stderr = &out, &out
+		c.Stdout = &out
+		if c.Stderr == nil { // a cell may send stderr elsewhere (corral run's verdict line)
+			c.Stderr = &out
+		}
 		if err := c.Run(); err != nil {
 			return fmt.Errorf("%s: %w: %.500s", c.Args[0], err, out.String())
 		}

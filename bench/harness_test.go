@@ -46,6 +46,8 @@ type cell struct {
 	run  func(ctx context.Context) error
 	// na, when set, is why the cell is not measured.
 	na string
+	// serial cells run at concurrency 1 only.
+	serial string
 	// srv and pool are a warm cell's server and the pool its requests
 	// should hit.
 	srv  *server
@@ -232,8 +234,10 @@ func BenchmarkHarness(b *testing.B) {
 			return exec.CommandContext(ctx, runsc, "--root", runscState, "--network=none", "--overlay2=none",
 				"run", "--bundle", bundle, id())
 		})},
-		// The one-shot CLI: a fresh engine per execution, no server.
-		{name: "corral run (cold, CLI, container)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+		// The one-shot CLI: a fresh engine per execution, no server. Each
+		// start reaps what it finds in its data directory, so concurrent
+		// runs on one directory would reap each other.
+		{name: "corral run (cold, CLI, container)", serial: "n/a (one-shot CLI: concurrency 1 only)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
 			cmd := exec.CommandContext(ctx, testenv.Corral(b), "run", "--lang", "python", "--isolation", "container", "-")
 			cmd.Stdin, cmd.Stderr = strings.NewReader(helloPy), io.Discard
 			cmd.Env = append(os.Environ(), "CORRAL_DATA_DIR="+cliData, "CORRAL_CGROUP_PARENT="+testenv.CgroupParent,
@@ -340,6 +344,9 @@ func BenchmarkHarness(b *testing.B) {
 				size = n - size*(rounds-1)
 			}
 			for _, c := range h.rotated(r) {
+				if c.serial != "" {
+					continue
+				}
 				if err := h.block(ctx, c, conc, size, cellBudget/time.Duration(rounds)); err != nil {
 					b.Fatal(err)
 				}
@@ -382,7 +389,10 @@ func BenchmarkHarness(b *testing.B) {
 		base[conc] = cells[0].series(conc)
 		for _, c := range cells {
 			r := row{s: &series{name: c.name}, conc: conc, na: c.na}
-			if c.na == "" {
+			if c.serial != "" && conc > 1 {
+				r.na = c.serial
+			}
+			if r.na == "" {
 				r.s = c.series(conc)
 				if c.srv != nil && c.claims[conc] > 0 {
 					r.note = fmt.Sprintf("pool hits %.0f%%", 100*c.hits[conc]/c.claims[conc])

@@ -434,7 +434,15 @@ func (p *Pool) fill(c *class) {
 		}
 		c.mu.Unlock()
 		if need > 0 && failures < 3 {
-			mb, err := p.create(p.ctx, c, c.warm.Zygote)
+			// Not cancelled by Close: a runtime interrupted mid-create can
+			// leave parts of a sandbox behind. Close waits for it instead.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 2*time.Minute)
+			mb, err := p.create(ctx, c, c.warm.Zygote)
+			cancel()
+			if err == nil && p.ctx.Err() != nil {
+				p.destroy(c, mb)
+				err = p.ctx.Err()
+			}
 			c.mu.Lock()
 			c.creating--
 			if err == nil {

@@ -264,6 +264,10 @@ func (r *Runtime) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, r.cfg.Binary, full...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.WaitDelay = time.Second
+	// A runtime outliving a killed corral would finish creating a sandbox
+	// after the next corral reaped its directory, and leave its cgroup.
+	// Dying with us leaves a directory the next Reap finds.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 

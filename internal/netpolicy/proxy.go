@@ -172,22 +172,33 @@ func splitHostPort(hostport string, def int) (string, int, error) {
 	return host, port, nil
 }
 
-// connect opens a tunnel (HTTPS and anything else over CONNECT).
-func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
-	a := Attempt{Time: p.now().UTC(), Method: http.MethodConnect}
-	host, port, err := splitHostPort(r.Host, 443)
+// admit decides an attempt to reach hostport (defPort if it names none):
+// the address to dial, or false after recording the refusal in a and
+// answering w.
+func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, a *Attempt, hostport string, defPort int) (netip.AddrPort, bool) {
+	host, port, err := splitHostPort(hostport, defPort)
 	a.Host, a.Port = host, port
 	if err != nil {
 		a.Reason = err.Error()
-		p.record(a)
+		p.record(*a)
 		http.Error(w, a.Reason, http.StatusBadRequest)
-		return
+		return netip.AddrPort{}, false
 	}
 	addr, why := p.check(r.Context(), host, port)
 	if why != "" {
 		a.Reason = why
-		p.record(a)
+		p.record(*a)
 		http.Error(w, "corral egress: "+why, http.StatusForbidden)
+		return netip.AddrPort{}, false
+	}
+	return addr, true
+}
+
+// connect opens a tunnel (HTTPS and anything else over CONNECT).
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	a := Attempt{Time: p.now().UTC(), Method: http.MethodConnect}
+	addr, ok := p.admit(w, r, &a, r.Host, 443)
+	if !ok {
 		return
 	}
 	upstream, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(r.Context(), "tcp", addr.String())
@@ -278,19 +289,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "corral egress: "+a.Reason, http.StatusBadRequest)
 		return
 	}
-	host, port, err := splitHostPort(r.URL.Host, 80)
-	a.Host, a.Port = host, port
-	if err != nil {
-		a.Reason = err.Error()
-		p.record(a)
-		http.Error(w, a.Reason, http.StatusBadRequest)
-		return
-	}
-	addr, why := p.check(r.Context(), host, port)
-	if why != "" {
-		a.Reason = why
-		p.record(a)
-		http.Error(w, "corral egress: "+why, http.StatusForbidden)
+	addr, ok := p.admit(w, r, &a, r.URL.Host, 80)
+	if !ok {
 		return
 	}
 	a.Allowed, a.Address = true, addr.String()
@@ -300,7 +300,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		out.Header.Del(h)
 	}
 	for _, s := range p.policy.Secrets {
-		if Match(s.Domain, host) {
+		if Match(s.Domain, a.Host) {
 			out.Header.Set(s.Header, s.Value)
 		}
 	}

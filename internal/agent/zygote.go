@@ -127,27 +127,23 @@ func (z *zygote) read(a *Agent) {
 	}
 }
 
-// call sends m (with fds) and waits for the reply to tag.
-func (z *zygote) call(tag uint32, m zygoteMsg, fds []*os.File, timeout time.Duration) (zygoteMsg, error) {
+// send registers a wait for the reply to tag and writes m with fds; the
+// reply comes on the returned channel (forget ends the wait).
+func (z *zygote) send(tag uint32, m zygoteMsg, fds []*os.File) (<-chan zygoteMsg, error) {
 	b, err := json.Marshal(m)
 	if err != nil {
-		return zygoteMsg{}, fmt.Errorf("encode zygote request: %w", err)
+		return nil, fmt.Errorf("encode zygote request: %w", err)
 	}
 	ch := make(chan zygoteMsg, 1)
 	z.mu.Lock()
 	select {
 	case <-z.dead:
 		z.mu.Unlock()
-		return zygoteMsg{}, errors.New("the zygote is gone")
+		return nil, errors.New("the zygote is gone")
 	default:
 	}
 	z.waiting[tag] = ch
 	z.mu.Unlock()
-	defer func() {
-		z.mu.Lock()
-		delete(z.waiting, tag)
-		z.mu.Unlock()
-	}()
 	var oob []byte
 	if len(fds) > 0 {
 		ints := make([]int, len(fds))
@@ -157,8 +153,26 @@ func (z *zygote) call(tag uint32, m zygoteMsg, fds []*os.File, timeout time.Dura
 		oob = unix.UnixRights(ints...)
 	}
 	if _, _, err := z.conn.WriteMsgUnix(b, oob, nil); err != nil {
-		return zygoteMsg{}, fmt.Errorf("write to the zygote: %w", err)
+		z.forget(tag)
+		return nil, fmt.Errorf("write to the zygote: %w", err)
 	}
+	return ch, nil
+}
+
+// forget stops waiting for the reply to tag.
+func (z *zygote) forget(tag uint32) {
+	z.mu.Lock()
+	delete(z.waiting, tag)
+	z.mu.Unlock()
+}
+
+// call sends m and waits for the reply to tag.
+func (z *zygote) call(tag uint32, m zygoteMsg, timeout time.Duration) (zygoteMsg, error) {
+	ch, err := z.send(tag, m, nil)
+	if err != nil {
+		return zygoteMsg{}, err
+	}
+	defer z.forget(tag)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -177,29 +191,9 @@ func (z *zygote) call(tag uint32, m zygoteMsg, fds []*os.File, timeout time.Dura
 // fork asks the zygote to fork a child for req with the given stdio; the
 // reply comes on the returned channel.
 func (z *zygote) fork(id uint32, req StartRequest, child []*os.File) (<-chan zygoteMsg, error) {
-	b, err := json.Marshal(zygoteMsg{ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, StatusFD: req.StatusFD})
+	ch, err := z.send(id, zygoteMsg{ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, StatusFD: req.StatusFD}, child)
 	if err != nil {
-		return nil, fmt.Errorf("encode zygote request: %w", err)
-	}
-	ch := make(chan zygoteMsg, 1)
-	z.mu.Lock()
-	select {
-	case <-z.dead:
-		z.mu.Unlock()
-		return nil, errors.New("start: the zygote is gone")
-	default:
-	}
-	z.waiting[id] = ch
-	z.mu.Unlock()
-	ints := make([]int, len(child))
-	for i, f := range child {
-		ints[i] = int(f.Fd())
-	}
-	if _, _, err := z.conn.WriteMsgUnix(b, unix.UnixRights(ints...), nil); err != nil {
-		z.mu.Lock()
-		delete(z.waiting, id)
-		z.mu.Unlock()
-		return nil, fmt.Errorf("start: write to the zygote: %w", err)
+		return nil, fmt.Errorf("start: %w", err)
 	}
 	return ch, nil
 }
@@ -225,9 +219,7 @@ func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO, ch <-chan zygoteMsg) {
 		err = errors.New("start: the zygote does not answer")
 	}
 	if err != nil {
-		z.mu.Lock()
-		delete(z.waiting, p.id)
-		z.mu.Unlock()
+		z.forget(p.id)
 		io.closeParent(p)
 		a.fail(p.id, err)
 		return
@@ -292,7 +284,7 @@ func (a *Agent) reset(req ResetRequest) error {
 		z.tag++
 		tag := z.tag
 		z.mu.Unlock()
-		if _, err := z.call(tag, zygoteMsg{Ping: tag}, nil, zygoteTimeout); err != nil {
+		if _, err := z.call(tag, zygoteMsg{Ping: tag}, zygoteTimeout); err != nil {
 			return fmt.Errorf("reset: zygote %d: %w", z.proc.pid, err)
 		}
 	}

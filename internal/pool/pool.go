@@ -102,13 +102,12 @@ type class struct {
 }
 
 type member struct {
-	sb      runtime.Sandbox
-	zygote  *engine.Zygote
-	unhold  func()
-	owner   string // the tenant it served; "" while fresh
-	uses    int
-	idleAt  time.Time
-	created time.Time
+	sb     runtime.Sandbox
+	zygote *engine.Zygote
+	unhold func()
+	owner  string // the tenant it served; "" while fresh
+	uses   int
+	idleAt time.Time
 }
 
 // New resolves each class's image and spec and starts filling the pool. A
@@ -370,7 +369,7 @@ func (p *Pool) create(ctx context.Context, c *class, zygote bool) (*member, erro
 		unhold()
 		return nil, err
 	}
-	mb := &member{sb: sb, unhold: unhold, created: time.Now()}
+	mb := &member{sb: sb, unhold: unhold}
 	p.hold(mb, true)
 	if zygote {
 		z, err := p.e.StartZygote(ctx, sb, c.warm.Language, c.img, c.warm.Preload)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,6 +115,10 @@ func (t *Templates) path(ctx context.Context, size int64) (string, error) {
 type Disk struct {
 	Image string // the image file
 	Dir   string // where it is mounted on the host
+	loop  string // the loop device's name under /sys/block: loop7
+	// backing is the image as the kernel names it in the loop device's
+	// backing_file: absolute, symbolic links resolved.
+	backing string
 }
 
 // Create copies a template of size bytes to image and mounts it at dir.
@@ -150,7 +155,14 @@ func Attach(image, dir string) (*Disk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", image, dir, err)
 	}
-	return &Disk{Image: image, Dir: dir}, nil
+	backing, err := filepath.Abs(image)
+	if err == nil {
+		backing, err = filepath.EvalSymlinks(backing)
+	}
+	if err != nil {
+		backing = image
+	}
+	return &Disk{Image: image, Dir: dir, loop: filepath.Base(dev.Name()), backing: backing}, nil
 }
 
 // Full reports whether the disk is out of inodes or as good as out of
@@ -166,9 +178,13 @@ func (d *Disk) Full() bool {
 	return st.Bavail < slack || st.Ffree == 0
 }
 
-// Detach unmounts the disk and, if remove, deletes its image.
+// Detach unmounts the disk, waits for its loop device to let go of the
+// image and, if remove, deletes the image.
 func (d *Disk) Detach(remove bool) error {
 	if err := Unmount(d.Dir); err != nil {
+		return err
+	}
+	if err := d.awaitLoopGone(); err != nil {
 		return err
 	}
 	if remove {
@@ -177,6 +193,32 @@ func (d *Disk) Detach(remove bool) error {
 		}
 	}
 	return nil
+}
+
+// loopGrace bounds the wait for a loop device to detach after the unmount.
+const loopGrace = 5 * time.Second
+
+// awaitLoopGone waits until d's loop device no longer backs d's image. The
+// unmount drops this mount only: a sandbox's mount namespace that is still
+// being torn down holds the file system, and so the loop device, a little
+// longer. Autoclear detaches the device once the last holder goes; until
+// then a loop device is used up and the image is pinned.
+func (d *Disk) awaitLoopGone() error {
+	if d.loop == "" {
+		return nil
+	}
+	backing := filepath.Join("/sys/block", d.loop, "loop", "backing_file")
+	deadline := time.Now().Add(loopGrace)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		b, err := os.ReadFile(backing)
+		if err != nil || strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") != d.backing {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("loop device %s still backs %s %v after the unmount", d.loop, d.Image, loopGrace)
+		}
+		time.Sleep(pause)
+	}
 }
 
 // Unmount unmounts dir, retrying while it is busy and detaching lazily as a

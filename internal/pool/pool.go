@@ -62,11 +62,14 @@ type Config struct {
 	// Headroom is the memory a claim's limit must leave above what the
 	// idle sandbox already uses (its zygote).
 	Headroom int64
+	// ReturnWait is how long a claim that finds nothing idle waits for one
+	// of its tenant's sandboxes still being reset, before a cold start.
+	ReturnWait time.Duration
 }
 
 // DefaultConfig returns a pool with no classes.
 func DefaultConfig() Config {
-	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20}
+	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20, ReturnWait: time.Second}
 }
 
 // Pool is an engine.Acquirer backed by warm sandboxes.
@@ -99,6 +102,10 @@ type class struct {
 	target   int // idle sandboxes wanted, between MinIdle and MaxIdle
 	lastMiss time.Time
 	kick     chan struct{}
+	// resetting counts, per tenant, its sandboxes on their way back to
+	// idle; back is closed (and replaced) whenever one arrives or fails.
+	resetting map[string]int
+	back      chan struct{}
 }
 
 type member struct {
@@ -132,7 +139,8 @@ func New(ctx context.Context, e *engine.Engine, cfg Config, m *metrics.Metrics, 
 		}
 		fixed := e.Fixed(w.Tier, spec.Limits)
 		p.classes = append(p.classes, &class{warm: w, key: classKey(w.Tier, spec, fixed), fixed: fixed, spec: spec,
-			img: img, target: w.MinIdle, kick: make(chan struct{}, 1)})
+			img: img, target: w.MinIdle, kick: make(chan struct{}, 1),
+			resetting: map[string]int{}, back: make(chan struct{})})
 	}
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, c := range p.classes {
@@ -172,9 +180,23 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 	if c == nil {
 		return p.fresh.Acquire(ctx, cl)
 	}
+	deadline := time.NewTimer(p.cfg.ReturnWait)
+	defer deadline.Stop()
 	for {
-		mb := c.take(cl.Tenant)
+		mb, back := c.take(cl.Tenant)
 		if mb == nil {
+			if back == nil {
+				break
+			}
+			// One of the tenant's sandboxes is being reset: that is
+			// milliseconds away, a cold start is not.
+			select {
+			case <-back:
+				continue
+			case <-deadline.C:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 			break
 		}
 		p.gauge(c)
@@ -220,8 +242,10 @@ func (p *Pool) classOf(cl engine.Claim) *class {
 }
 
 // take removes and returns an idle sandbox for tenant: one it used before,
-// else a fresh one; never one another tenant used.
-func (c *class) take(tenant string) *member {
+// else a fresh one; never one another tenant used. When there is none but
+// one of the tenant's is being reset, take returns a channel closed when a
+// sandbox comes back.
+func (c *class) take(tenant string) (*member, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pick := -1
@@ -234,14 +258,29 @@ func (c *class) take(tenant string) *member {
 		}
 	}
 	if pick < 0 {
-		return nil
+		if c.resetting[tenant] > 0 {
+			return nil, c.back
+		}
+		return nil, nil
 	}
 	mb := c.idle[pick]
 	c.idle = slices.Delete(c.idle, pick, pick+1)
 	if mb.owner == "" {
 		c.poke()
 	}
-	return mb
+	return mb, nil
+}
+
+// returned records that one of tenant's sandboxes finished its reset
+// (joining idle or not) and wakes the claims waiting for one.
+func (c *class) returned(tenant string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resetting[tenant]--; c.resetting[tenant] <= 0 {
+		delete(c.resetting, tenant)
+	}
+	close(c.back)
+	c.back = make(chan struct{})
 }
 
 // missed grows the class's target: demand is above what it keeps.
@@ -309,10 +348,14 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 		return
 	}
 	p.hold(mb, true)
+	c.mu.Lock()
+	c.resetting[tenant]++
+	c.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		if err := p.reset(mb); err != nil {
+		defer c.returned(tenant)
+		if err := p.reset(c, mb); err != nil {
 			p.log.Debug("pooled sandbox not reused", "sandbox", mb.sb.ID(), "reason", err)
 			p.destroy(c, mb)
 			return
@@ -336,8 +379,10 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 // a limit: its next execution would inherit the count.
 var errTainted = errors.New("an execution hit a limit")
 
-// reset makes a used sandbox ready for its tenant's next execution.
-func (p *Pool) reset(mb *member) error {
+// reset makes a used sandbox ready for its tenant's next execution. A
+// sandbox of a zygote class made cold for a claim gets its zygote now, at
+// the class's own limits, so that its tenant's next executions fork too.
+func (p *Pool) reset(c *class, mb *member) error {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
 	st, err := mb.sb.Stats(ctx)
@@ -351,11 +396,24 @@ func (p *Pool) reset(mb *member) error {
 	if mb.zygote != nil {
 		req.Zygotes = []uint32{mb.zygote.ID}
 	}
-	err = mb.sb.Agent().Reset(ctx, req)
+	if err := mb.sb.Agent().Reset(ctx, req); err != nil {
+		return err
+	}
+	if err := mb.sb.ResetStats(ctx); err != nil {
+		return err
+	}
+	if mb.zygote != nil || !c.warm.Zygote {
+		return nil
+	}
+	if err := mb.sb.Update(ctx, c.spec.Limits); err != nil {
+		return err
+	}
+	z, err := p.e.StartZygote(ctx, mb.sb, c.warm.Language, c.img, c.warm.Preload)
 	if err != nil {
 		return err
 	}
-	return mb.sb.ResetStats(ctx)
+	mb.zygote = z
+	return nil
 }
 
 // create makes a sandbox of class c, with its zygote if asked.

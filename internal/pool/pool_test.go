@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"encoding/json"
+	dto "github.com/prometheus/client_model/go"
 	"log/slog"
 	"os"
 	"slices"
@@ -40,6 +41,7 @@ type fixture struct {
 	t    *testing.T
 	e    *engine.Engine
 	p    *pool.Pool
+	m    *metrics.Metrics
 	tier runtime.Tier
 }
 
@@ -48,13 +50,14 @@ func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int) *fixt
 	cfg := pool.DefaultConfig()
 	cfg.MaxUses = maxUses
 	cfg.Warm = []pool.Warm{{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}}
-	p, skipped := pool.New(context.Background(), e, cfg, metrics.New(), slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	m := metrics.New()
+	p, skipped := pool.New(context.Background(), e, cfg, m, slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if len(skipped) > 0 {
 		t.Fatal(skipped)
 	}
 	t.Cleanup(p.Close) // before the engine's Close (cleanups run last-in first)
 	e.SetPool(p)
-	f := &fixture{t: t, e: e, p: p, tier: tier}
+	f := &fixture{t: t, e: e, p: p, m: m, tier: tier}
 	f.waitIdle(1)
 	return f
 }
@@ -323,6 +326,28 @@ func TestMaxUses(t *testing.T) {
 		}
 		seen[o.Sandbox] = true
 		f.waitIdle(1)
+	}
+}
+
+// TestBackToBackWaitsForReset: a tenant whose next request comes while
+// its sandbox is still being reset, with no fresh one ready (the refill
+// is still creating it), gets its own sandbox back rather than a cold
+// start.
+func TestBackToBackWaitsForReset(t *testing.T) {
+	f := newFixture(t, runtime.TierContainer, true, 100)
+	first := decode[observed](t, f.run("a", inspect))
+	for i := range 5 {
+		o := decode[observed](t, f.run("a", inspect))
+		if i == 0 && o.Sandbox != first.Sandbox {
+			t.Logf("the refill was quicker than the reset: ran in the fresh sandbox")
+		}
+	}
+	var m dto.Metric
+	if err := f.m.PoolClaims.WithLabelValues(string(f.tier), images.HostName, "miss").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetCounter().GetValue(); n != 0 {
+		t.Errorf("%v of 6 back-to-back claims were cold starts", n)
 	}
 }
 

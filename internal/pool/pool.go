@@ -69,7 +69,7 @@ type Config struct {
 
 // DefaultConfig returns a pool with no classes.
 func DefaultConfig() Config {
-	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20, ReturnWait: time.Second}
+	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20, ReturnWait: 500 * time.Millisecond}
 }
 
 // Pool is an engine.Acquirer backed by warm sandboxes.
@@ -354,8 +354,17 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		defer c.returned(tenant)
-		if err := p.reset(c, mb); err != nil {
+		err := p.reset(mb)
+		if err == nil && mb.zygote == nil && c.warm.Zygote {
+			// A sandbox made cold for a claim starts its zygote now, so
+			// that its tenant's later executions fork too. That is not a
+			// quick reset: claims stop waiting for it.
+			c.returned(tenant)
+			err = p.startZygote(c, mb)
+		} else {
+			c.returned(tenant)
+		}
+		if err != nil {
 			p.log.Debug("pooled sandbox not reused", "sandbox", mb.sb.ID(), "reason", err)
 			p.destroy(c, mb)
 			return
@@ -379,10 +388,8 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 // a limit: its next execution would inherit the count.
 var errTainted = errors.New("an execution hit a limit")
 
-// reset makes a used sandbox ready for its tenant's next execution. A
-// sandbox of a zygote class made cold for a claim gets its zygote now, at
-// the class's own limits, so that its tenant's next executions fork too.
-func (p *Pool) reset(c *class, mb *member) error {
+// reset makes a used sandbox ready for its tenant's next execution.
+func (p *Pool) reset(mb *member) error {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
 	st, err := mb.sb.Stats(ctx)
@@ -399,12 +406,14 @@ func (p *Pool) reset(c *class, mb *member) error {
 	if err := mb.sb.Agent().Reset(ctx, req); err != nil {
 		return err
 	}
-	if err := mb.sb.ResetStats(ctx); err != nil {
-		return err
-	}
-	if mb.zygote != nil || !c.warm.Zygote {
-		return nil
-	}
+	return mb.sb.ResetStats(ctx)
+}
+
+// startZygote starts the class's zygote in a reset sandbox that has none,
+// at the class's own limits (the last claim's may be tighter).
+func (p *Pool) startZygote(c *class, mb *member) error {
+	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Minute)
+	defer cancel()
 	if err := mb.sb.Update(ctx, c.spec.Limits); err != nil {
 		return err
 	}

@@ -551,7 +551,7 @@ func TestCallbackSurvivesRestart(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.restart()
+	s.Restart()
 	var c callback
 	select {
 	case c = <-r.got:
@@ -603,7 +603,7 @@ func TestOrphanedNode(t *testing.T) {
 		}
 	}
 	b := startServer(t, options{store: storeURL, state: stateURL, extra: []string{"--node-id", "node-b"}})
-	a.kill()
+	a.Kill()
 	killed := time.Now()
 	var rec sandbox.Result
 	for {
@@ -628,7 +628,7 @@ func TestOrphanedNode(t *testing.T) {
 		t.Errorf("still running: %d", len(running.Executions))
 	}
 	// Node A comes back: it reaps the sandbox its previous process left.
-	a.start()
+	a.Launch()
 	if left := a.sandboxesLeft(); len(left) > 0 {
 		t.Errorf("after restart node A still has %v", left)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // Pid is the server process's id.
@@ -36,6 +37,12 @@ func (s *Server) PeakRSS() int64 {
 // returns the status and the raw body.
 func (s *Server) Call(key, method, path string, body any, out any) (int, []byte) {
 	s.t.Helper()
+	return Do(s.t, s.URL, key, method, path, body, out)
+}
+
+// Do is Call for a server at url, failing t.
+func Do(t testing.TB, url, key, method, path string, body any, out any) (int, []byte) {
+	t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -46,26 +53,29 @@ func (s *Server) Call(key, method, path string, body any, out any) (int, []byte)
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
-			s.t.Fatal(err)
+			t.Fatal(err)
 		}
 		r = bytes.NewReader(j)
 	}
-	req, err := http.NewRequest(method, s.URL+path, r)
+	req, err := http.NewRequest(method, url+path, r)
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	if r != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if out != nil && len(raw) > 0 {
 		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("%s %s: decode %.200q: %v", method, path, raw, err)
+			t.Fatalf("%s %s: decode %.200q: %v", method, path, raw, err)
 		}
 	}
 	return resp.StatusCode, raw

@@ -35,6 +35,12 @@ type Options struct {
 	Config string
 	// Extra are more command-line flags.
 	Extra []string
+	// Store and State are the --store and --state URLs; empty: the
+	// embedded backends.
+	Store, State string
+	// NoPool turns the embedded warm pool off, for tests that count the
+	// sandboxes their executions leave.
+	NoPool bool
 }
 
 // Server is a running corral serve.
@@ -43,6 +49,7 @@ type Server struct {
 	Data string
 
 	t    testing.TB
+	args []string
 	cmd  *exec.Cmd
 	logs *lockedBuffer
 	done chan struct{}
@@ -98,25 +105,24 @@ callback_secret = %q
 allow_private = true
 base_delay = "300ms"
 `, api.HashKey(AlphaKey), AlphaSecret, api.HashKey(BetaKey), BetaSecret) + o.Config
+	if o.NoPool {
+		cfg += "\n[pool]\nwarm = []\n"
+	}
 	cfgPath := filepath.Join(data, "corral.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"serve", "--config", cfgPath, "--listen", listen, "--data-dir", data,
-		"--cache-dir", testenv.CacheDir(), "--cgroup-parent", testenv.CgroupParent}, o.Extra...)
-	s := &Server{URL: "http://" + listen, Data: data, t: t, logs: &lockedBuffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(testenv.Corral(t), args...)
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+	args := []string{"serve", "--config", cfgPath, "--listen", listen, "--data-dir", data,
+		"--cache-dir", testenv.CacheDir(), "--cgroup-parent", testenv.CgroupParent}
+	if o.Store != "" {
+		args = append(args, "--store", o.Store)
 	}
-	go func() {
-		s.cmd.Wait()
-		close(s.done)
-	}()
+	if o.State != "" {
+		args = append(args, "--state", o.State)
+	}
+	s := &Server{URL: "http://" + listen, Data: data, t: t, args: append(args, o.Extra...), logs: &lockedBuffer{}}
 	t.Cleanup(func() {
-		s.stop()
+		s.Stop()
 		if t.Failed() {
 			log := s.logs.String()
 			if len(log) > 8000 {
@@ -125,25 +131,48 @@ base_delay = "300ms"
 			t.Logf("server log (%s):\n%s", s.URL, log)
 		}
 	})
+	s.Launch()
+	return s
+}
+
+// Launch starts the server process and waits until it is ready: at
+// Start, and again after Stop or Kill, on the same address and data.
+func (s *Server) Launch() {
+	s.t.Helper()
+	s.cmd = exec.Command(testenv.Corral(s.t), s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		cmd.Wait()
+		close(done)
+	}(s.cmd, s.done)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if resp, err := http.Get(s.URL + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return s
+				return
 			}
 		}
 		select {
 		case <-s.done:
-			t.Fatalf("corral serve exited:\n%s", s.logs.String())
+			s.t.Fatalf("corral serve exited:\n%s", s.logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("corral serve not ready:\n%s", s.logs.String())
+			s.t.Fatalf("corral serve not ready:\n%s", s.logs.String())
 		}
 	}
 }
 
-func (s *Server) stop() {
+// Stop ends the server with SIGTERM, as an operator would.
+func (s *Server) Stop() {
+	if s.done == nil {
+		return
+	}
 	select {
 	case <-s.done:
 		return
@@ -157,6 +186,19 @@ func (s *Server) stop() {
 		s.cmd.Process.Kill()
 		<-s.done
 	}
+}
+
+// Kill ends the server with SIGKILL, as a crash would.
+func (s *Server) Kill() {
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Restart stops the server and starts it again on the same address and
+// data directory.
+func (s *Server) Restart() {
+	s.Stop()
+	s.Launch()
 }
 
 // Env returns the environment a client of s runs with: CORRAL_ENDPOINT

@@ -95,8 +95,8 @@ const execTimeout = 2 * time.Minute
 
 // block runs up to n executions of c with up to conc in flight, starting
 // no new one after budget (when budget > 0), and adds them to c's series
-// at conc.
-func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.Duration) error {
+// at conc unless it is a warm-up.
+func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.Duration, warmup bool) error {
 	for _, s := range h.warm {
 		if err := s.waitIdle(ctx, 0, conc > 1, 2*time.Minute); err != nil {
 			return err
@@ -140,6 +140,9 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 	wall := time.Since(start)
 	if err := context.Cause(ctx); err != nil {
 		return err
+	}
+	if warmup {
+		return nil
 	}
 	s := c.series(conc)
 	s.samples = append(s.samples, lat...)
@@ -329,7 +332,7 @@ func BenchmarkHarness(b *testing.B) {
 	iters := 0
 	for b.Loop() {
 		for _, c := range h.rotated(iters) {
-			if err := h.block(ctx, c, 1, 1, 0); err != nil {
+			if err := h.block(ctx, c, 1, 1, 0, false); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -337,6 +340,17 @@ func BenchmarkHarness(b *testing.B) {
 	}
 	n := min((iters*8+2)/3, maxPerCell)
 	for _, conc := range concurrencies[1:] {
+		// A warm pool follows demand: before measuring a concurrency,
+		// each warm cell runs untimed at it until its pool has grown to
+		// what that load needs (steady state, not the growth).
+		for _, c := range h.rotated(0) {
+			if c.srv == nil || c.serial != "" {
+				continue
+			}
+			if err := h.block(ctx, c, conc, 3*conc, cellBudget, true); err != nil {
+				b.Fatal(err)
+			}
+		}
 		rounds := min(max(n/(4*conc), 1), 5)
 		for r := range rounds {
 			size := n / rounds
@@ -347,7 +361,7 @@ func BenchmarkHarness(b *testing.B) {
 				if c.serial != "" {
 					continue
 				}
-				if err := h.block(ctx, c, conc, size, cellBudget/time.Duration(rounds)); err != nil {
+				if err := h.block(ctx, c, conc, size, cellBudget/time.Duration(rounds), false); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -268,9 +268,10 @@ func (s *server) idle(ctx context.Context) (map[string]int, error) {
 }
 
 // waitIdle waits until each pool of the server holds at least its
-// minimum of ready sandboxes (or n, when n > 0) and, with settle, until
-// the counts stop changing for a quarter of a second: one measurement
-// must not pay for the refill after another.
+// minimum of ready sandboxes (or n, when n > 0), no used sandbox is still
+// being reset and, with settle, until the counts stop changing for a
+// quarter of a second: one measurement must not pay for the refill or the
+// reset after another.
 func (s *server) waitIdle(ctx context.Context, n int, settle bool, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -280,7 +281,11 @@ func (s *server) waitIdle(ctx context.Context, n int, settle bool, timeout time.
 		if err != nil {
 			return fmt.Errorf("%s server: %w", s.name, err)
 		}
-		ready := true
+		resetting, err := s.metric(ctx, "corral_pool_resetting", nil)
+		if err != nil {
+			return fmt.Errorf("%s server: %w", s.name, err)
+		}
+		ready := resetting == 0
 		for _, p := range s.pools {
 			want := p.minIdle
 			if n > 0 {
@@ -297,9 +302,19 @@ func (s *server) waitIdle(ctx context.Context, n int, settle bool, timeout time.
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s server: ready sandboxes %v, want at least %d (or each pool's minimum) and steady: %w", s.name, cur, n, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(poll(settle)):
 		}
 	}
+}
+
+// poll is how often waitIdle looks: a quarter second when the counts
+// must settle, else often, since at concurrency 1 it runs before every
+// execution.
+func poll(settle bool) time.Duration {
+	if settle {
+		return 250 * time.Millisecond
+	}
+	return 10 * time.Millisecond
 }
 
 // rss is the server process's resident memory in bytes.

@@ -137,14 +137,11 @@ def _corral_zygote():
 
     def spare_main(sp):
         # A spare: forked ahead, it waits for one request and serves it.
-        # It says it is there first: the reset whose ping made it need not
-        # wait while it readies itself (a request that comes sooner waits
-        # in the socket).
         try:
             ctl.close()
-            sp.send(str(os.getpid()).encode())
             prefault()
             prepare()
+            sp.send(str(os.getpid()).encode())
             msg, fds, _, _ = socket.recv_fds(sp, 1 << 20, 8)
             if not msg:
                 os._exit(0)

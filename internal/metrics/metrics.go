@@ -32,6 +32,7 @@ type Metrics struct {
 
 	// The warm pool (internal/pool), per tier and image.
 	PoolIdle   *prometheus.GaugeVec     // tier, image: ready sandboxes
+	PoolReset  *prometheus.GaugeVec     // tier, image: used sandboxes on their way back to idle
 	PoolClaims *prometheus.CounterVec   // tier, image, result: hit, miss
 	PoolClaim  *prometheus.HistogramVec // tier: time to hand out a sandbox
 }
@@ -75,6 +76,9 @@ func New() *Metrics {
 	m.PoolIdle = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "corral_pool_idle", Help: "Ready sandboxes in the warm pool.",
 	}, []string{"tier", "image"})
+	m.PoolReset = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "corral_pool_resetting", Help: "Used sandboxes being reset (or getting their zygote) before they are ready again.",
+	}, []string{"tier", "image"})
 	m.PoolClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "corral_pool_claims_total", Help: "Sandbox claims on the warm pool, by result (hit: a ready sandbox; miss: a cold start).",
 	}, []string{"tier", "image", "result"})
@@ -84,7 +88,7 @@ func New() *Metrics {
 	}, []string{"tier"})
 	for _, c := range []prometheus.Collector{m.Executions, m.Duration, m.Latency, m.QueueWait, m.PeakMemory,
 		m.InFlight, m.Queued, m.Rejected, m.Deliveries, m.Orphans, m.SweptSandbox, m.CancelledRuns, m.HTTPRequests,
-		m.PoolIdle, m.PoolClaims, m.PoolClaim,
+		m.PoolIdle, m.PoolReset, m.PoolClaims, m.PoolClaim,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

@@ -337,6 +337,13 @@ func (p *Pool) gauge(c *class) {
 	p.m.PoolIdle.WithLabelValues(string(c.warm.Tier), c.img.Name).Set(float64(n))
 }
 
+// resetGauge counts c's sandboxes on their way back to idle.
+func (p *Pool) resetGauge(c *class, d float64) {
+	if p.m != nil {
+		p.m.PoolReset.WithLabelValues(string(c.warm.Tier), c.img.Name).Add(d)
+	}
+}
+
 // release takes a sandbox back after an execution. It returns at once: the
 // reset happens in the background, off the caller's answer.
 func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
@@ -351,9 +358,11 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	c.mu.Lock()
 	c.resetting[tenant]++
 	c.mu.Unlock()
+	p.resetGauge(c, 1)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		defer p.resetGauge(c, -1)
 		err := p.reset(mb)
 		if err == nil && mb.zygote == nil && c.warm.Zygote {
 			// A sandbox made cold for a claim starts its zygote now, so

@@ -13,13 +13,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,11 +27,7 @@ import (
 	"github.com/corralhq/corral/test/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 const (
 	memorySecret = "memory-service-secret-0123456789"
@@ -435,8 +428,9 @@ func waitRunning(t *testing.T, client *sandbox.Client, id string) {
 	})
 }
 
-// cancelRunning starts a long execution in the session and cancels it.
-func cancelRunning(t *testing.T, client *sandbox.Client, ids *[]string) string {
+// startSleeping submits a long execution in the session and waits until
+// it runs.
+func startSleeping(t *testing.T, client *sandbox.Client, ids *[]string) string {
 	t.Helper()
 	id, err := client.Submit(t.Context(), sandbox.ExecuteRequest{SessionID: session, Language: "bash", Code: "sleep 30\n",
 		Limits: sandbox.Limits{TimeoutMS: 60000}})
@@ -445,6 +439,13 @@ func cancelRunning(t *testing.T, client *sandbox.Client, ids *[]string) string {
 	}
 	*ids = append(*ids, id)
 	waitRunning(t, client, id)
+	return id
+}
+
+// cancelRunning starts a long execution in the session and cancels it.
+func cancelRunning(t *testing.T, client *sandbox.Client, ids *[]string) string {
+	t.Helper()
+	id := startSleeping(t, client, ids)
 	res, err := client.CancelExecution(t.Context(), id)
 	if err != nil || res.Status != sandbox.StatusCancelled {
 		t.Fatalf("cancel: %v %+v", err, res)
@@ -457,93 +458,12 @@ func cancelRunning(t *testing.T, client *sandbox.Client, ids *[]string) string {
 // records the execution as lost.
 func crashDuring(t *testing.T, srv *testserver.Server, client *sandbox.Client, ids *[]string) string {
 	t.Helper()
-	id, err := client.Submit(t.Context(), sandbox.ExecuteRequest{SessionID: session, Language: "bash", Code: "sleep 30\n",
-		Limits: sandbox.Limits{TimeoutMS: 60000}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	*ids = append(*ids, id)
-	waitRunning(t, client, id)
-	pid := srv.Pid()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	// testserver reaps it; then the pid is gone.
-	waitFor(t, "corral to die", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
-	restart(t, srv)
+	id := startSleeping(t, client, ids)
+	srv.Kill()
+	srv.Launch()
 	waitFor(t, "recovery to record "+id, func() bool {
 		r, err := client.GetExecution(t.Context(), id)
 		return err == nil && r.Status.Final()
 	})
 	return id
-}
-
-// restart starts corral serve again as testserver started srv: same
-// configuration, data directory and address.
-func restart(t *testing.T, srv *testserver.Server) {
-	t.Helper()
-	listen := strings.TrimPrefix(srv.URL, "http://")
-	cmd := exec.Command(testenv.Corral(t), "serve", "--config", filepath.Join(srv.Data, "corral.toml"), "--listen", listen,
-		"--data-dir", srv.Data, "--cache-dir", testenv.CacheDir(), "--cgroup-parent", testenv.CgroupParent)
-	var logs lockedBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("restarted corral serve ignored SIGTERM")
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("restarted server log:\n%s", logs.tail(8000))
-		}
-	})
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(srv.URL + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("restarted corral serve exited:\n%s", logs.tail(8000))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restarted corral serve not ready:\n%s", logs.tail(8000))
-		}
-	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b = append(l.b, p...)
-	return len(p), nil
-}
-
-func (l *lockedBuffer) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.b) > n {
-		return "…" + string(l.b[len(l.b)-n:])
-	}
-	return string(l.b)
 }

@@ -135,6 +135,17 @@ def _corral_zygote():
                 code = code or 120
         os._exit(code)
 
+    def reap(pid):
+        # Wait for an intermediate child (it exits at once).
+        while True:
+            try:
+                os.waitpid(pid, 0)
+                return
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                return
+
     def spare_main(sp):
         # A spare: forked ahead, it waits for one request and serves it.
         try:
@@ -190,14 +201,7 @@ def _corral_zygote():
             finally:
                 os._exit(0)
         theirs.close()
-        while True:
-            try:
-                os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
+        reap(pid)
         mine.settimeout(10)
         try:
             gpid = int(mine.recv(64))
@@ -289,12 +293,5 @@ def _corral_zygote():
                 os._exit(0)
         for fd in fds:
             os.close(fd)
-        while True:
-            try:
-                os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
+        reap(pid)
 _corral_zygote()

@@ -17,11 +17,7 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // corral runs the real binary with a private data directory and the test
 // cgroup parent.

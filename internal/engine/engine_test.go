@@ -13,11 +13,7 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type verdictCase struct {
 	name     string

@@ -26,11 +26,7 @@ import (
 	"github.com/corralhq/corral/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // file is a tar entry: a directory (name ends in "/"), a file, a symlink.
 type file struct {

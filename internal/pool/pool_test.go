@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	dto "github.com/prometheus/client_model/go"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -20,11 +19,7 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type testLog struct{ t *testing.T }
 

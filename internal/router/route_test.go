@@ -2,7 +2,6 @@ package router_test
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,11 +13,7 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestAutoRouting runs requests with isolation "auto" through a real
 // engine: code calling subprocess runs on gVisor (its uname says so),

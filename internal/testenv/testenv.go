@@ -107,6 +107,14 @@ func Agent(t testing.TB) string {
 	return filepath.Join(filepath.Dir(Corral(t)), "corral-agent")
 }
 
+// Main runs a package's tests and then Cleanup: a TestMain for packages
+// with nothing else to set up.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
 // Cleanup removes the binary Corral built and stops the PostgreSQL, Redis
 // and S3 servers tests started; call it from TestMain.
 func Cleanup() {

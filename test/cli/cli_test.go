@@ -18,11 +18,7 @@ import (
 	"github.com/corralhq/corral/test/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type result struct {
 	stdout, stderr string

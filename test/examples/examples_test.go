@@ -16,11 +16,7 @@ import (
 	"github.com/corralhq/corral/test/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // want lists, per example, patterns its output must match, in order.
 var want = map[string][]string{

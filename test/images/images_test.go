@@ -34,11 +34,7 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 var tiers = []sandbox.Isolation{sandbox.IsolationContainer, sandbox.IsolationGVisor}
 

@@ -4,14 +4,9 @@
 package sdk
 
 import (
-	"os"
 	"testing"
 
 	"github.com/corralhq/corral/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }

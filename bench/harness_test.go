@@ -87,6 +87,10 @@ type harness struct {
 	// warm are the servers with pools: before each measurement their pools
 	// are back at their minimum, so no cell pays for another's refill.
 	warm []*server
+	// cold is the server without a pool: before each measurement it has
+	// torn down every sandbox (it does so after answering), so no cell
+	// pays for another's teardown.
+	cold *server
 }
 
 // execTimeout bounds one execution of any cell (the client waits a
@@ -97,6 +101,11 @@ const execTimeout = 2 * time.Minute
 // no new one after budget (when budget > 0), and adds them to c's series
 // at conc unless it is a warm-up.
 func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.Duration, warmup bool) error {
+	if h.cold != nil {
+		if err := h.cold.waitTornDown(ctx, 2*time.Minute); err != nil {
+			return err
+		}
+	}
 	for _, s := range h.warm {
 		if err := s.waitIdle(ctx, 0, conc > 1, 2*time.Minute); err != nil {
 			return err
@@ -265,7 +274,7 @@ func BenchmarkHarness(b *testing.B) {
 
 	// Corral, warm: one server per interpreter setting, since a request
 	// cannot choose whether its pooled sandbox runs one.
-	h := &harness{}
+	h := &harness{cold: cold}
 	poolNA := ""
 	warmCells := func(zygote bool, label string, extra ...warmPool) []*cell {
 		pools := []warmPool{

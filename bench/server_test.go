@@ -67,6 +67,7 @@ func poolConfig(pools ...warmPool) string {
 type server struct {
 	name  string
 	url   string
+	data  string
 	pools []warmPool
 
 	cmd    *exec.Cmd
@@ -123,7 +124,7 @@ format = "json"
 		return nil, err
 	}
 	s := &server{
-		name: name, url: "http://" + listen, pools: pools, logs: &tailBuffer{}, done: make(chan struct{}),
+		name: name, url: "http://" + listen, data: data, pools: pools, logs: &tailBuffer{}, done: make(chan struct{}),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 128}},
 	}
 	s.cmd = exec.Command(testenv.Corral(b), "serve", "--config", cfgPath, "--listen", listen, "--data-dir", data,
@@ -315,6 +316,27 @@ func poll(settle bool) time.Duration {
 		return 250 * time.Millisecond
 	}
 	return 10 * time.Millisecond
+}
+
+// waitTornDown waits until none of the server's sandboxes is left in its
+// data directory (a sandbox's directory goes last in its teardown).
+func (s *server) waitTornDown(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		left, err := filepath.Glob(filepath.Join(s.data, "sandboxes", "*", "sb-*"))
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s server: sandboxes still there: %v: %w", s.name, left, ctx.Err())
+		case <-time.After(poll(false)):
+		}
+	}
 }
 
 // rss is the server process's resident memory in bytes.

@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,7 +21,8 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	msqlite "modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/migrations"
@@ -69,7 +71,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	db := &DB{w: w}
-	if err := db.migrate(ctx); err != nil {
+	if err := db.migrateRetrying(ctx); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -121,6 +123,26 @@ func filePath(dsn string) (string, error) {
 // migrate applies pending migrations in one IMMEDIATE transaction: a second
 // process starting at the same time waits for the write lock, then finds
 // nothing left to do.
+// migrateRetrying migrates, trying again while the database is busy. Two
+// stores opening a new file at the same moment race to switch it to WAL,
+// and the loser's switch fails with SQLITE_BUSY at once, without waiting
+// in the busy handler; its next connection finds the file in WAL mode.
+func (db *DB) migrateRetrying(ctx context.Context) error {
+	deadline := time.Now().Add(busyTimeout)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		err := db.migrate(ctx)
+		var se *msqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate: %w", ctx.Err())
+		case <-time.After(pause + rand.N(pause)):
+		}
+	}
+}
+
 func (db *DB) migrate(ctx context.Context) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {

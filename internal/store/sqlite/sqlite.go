@@ -120,9 +120,6 @@ func filePath(dsn string) (string, error) {
 	return p, nil
 }
 
-// migrate applies pending migrations in one IMMEDIATE transaction: a second
-// process starting at the same time waits for the write lock, then finds
-// nothing left to do.
 // migrateRetrying migrates, trying again while the database is busy. Two
 // stores opening a new file at the same moment race to switch it to WAL,
 // and the loser's switch fails with SQLITE_BUSY at once, without waiting
@@ -143,6 +140,9 @@ func (db *DB) migrateRetrying(ctx context.Context) error {
 	}
 }
 
+// migrate applies pending migrations in one IMMEDIATE transaction: a second
+// process starting at the same time waits for the write lock, then finds
+// nothing left to do.
 func (db *DB) migrate(ctx context.Context) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {

@@ -180,8 +180,7 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 	if c == nil {
 		return p.fresh.Acquire(ctx, cl)
 	}
-	deadline := time.NewTimer(p.cfg.ReturnWait)
-	defer deadline.Stop()
+	var deadline *time.Timer // started by the first wait: a hit needs none
 	for {
 		mb, back := c.take(cl.Tenant)
 		if mb == nil {
@@ -190,6 +189,10 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 			}
 			// One of the tenant's sandboxes is being reset: that is
 			// milliseconds away, a cold start is not.
+			if deadline == nil {
+				deadline = time.NewTimer(p.cfg.ReturnWait)
+				defer deadline.Stop()
+			}
 			select {
 			case <-back:
 				continue
@@ -364,14 +367,12 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 		defer p.wg.Done()
 		defer p.resetGauge(c, -1)
 		err := p.reset(mb)
+		c.returned(tenant)
 		if err == nil && mb.zygote == nil && c.warm.Zygote {
 			// A sandbox made cold for a claim starts its zygote now, so
 			// that its tenant's later executions fork too. That is not a
-			// quick reset: claims stop waiting for it.
-			c.returned(tenant)
+			// quick reset: claims no longer wait for it.
 			err = p.startZygote(c, mb)
-		} else {
-			c.returned(tenant)
 		}
 		if err != nil {
 			p.log.Debug("pooled sandbox not reused", "sandbox", mb.sb.ID(), "reason", err)

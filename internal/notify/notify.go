@@ -118,9 +118,10 @@ func (n *Notifier) Run(ctx context.Context) {
 // attempt sends d once and records the outcome.
 func (n *Notifier) attempt(ctx context.Context, d store.Delivery) {
 	status, err := n.send(ctx, d)
-	if ctx.Err() != nil {
-		return // shutting down: the lease expires and another attempt follows
+	if status == 0 && ctx.Err() != nil {
+		return // shut down mid-send: the lease expires and another attempt follows
 	}
+	// A receiver that answered counts, even if we are shutting down now.
 	now := n.now()
 	d.Attempts++
 	d.LastStatus = status

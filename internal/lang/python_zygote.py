@@ -16,7 +16,11 @@ def _corral_zygote():
             dispositions[s] = signal.getsignal(s)
         except (OSError, ValueError):
             pass
-    preload = sys.argv[1:]
+    # argv[1] is the code every Run step passes to `python3 -c` (Corral's
+    # wrapper): compiled once here instead of in every child.
+    run_src = sys.argv[1]
+    run_code = compile(run_src, '<string>', 'exec')
+    preload = sys.argv[2:]
     failed = []
     for name in preload:
         try:
@@ -98,7 +102,8 @@ def _corral_zygote():
         sys.argv = ['-c'] + argv[3:]
         code = 0
         try:
-            exec(compile(argv[2], '<string>', 'exec'), main.__dict__)
+            code_obj = run_code if argv[2] == run_src else compile(argv[2], '<string>', 'exec')
+            exec(code_obj, main.__dict__)
         except SystemExit as e:
             c = e.code
             if c is None:

@@ -22,11 +22,13 @@ type Zygoter interface {
 var pythonZygote string
 
 // ZygoteStep starts python3 with the zygote script; the child of each
-// request runs `python3 -c CODE ARGS` (the Run step's argv) in-process.
+// request runs `python3 -c CODE ARGS` (the Run step's argv) in-process. The
+// zygote compiles the Run step's CODE (the wrapper) once, ahead.
 func (p python) ZygoteStep(preload []string) Step {
+	run := p.Plan("").Run
 	return Step{
-		Argv: append([]string{"python3", "-c", pythonZygote}, preload...),
-		Env:  p.Plan("").Run.Env,
+		Argv: append([]string{"python3", "-c", pythonZygote, run.Argv[2]}, preload...),
+		Env:  run.Env,
 	}
 }
 

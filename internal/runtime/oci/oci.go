@@ -410,6 +410,9 @@ func (s *Sandbox) ResetStats(ctx context.Context) error { return cgroup.ResetPea
 // The disk size is fixed at creation, and on gVisor so is the task limit
 // (RLIMIT_NPROC inside the sandbox): Fixed says which limits those are.
 func (s *Sandbox) Update(ctx context.Context, l runtime.Limits) error {
+	if cur := s.limits.Load(); cur.MemoryBytes == l.MemoryBytes && cur.CPUCores == l.CPUCores && cur.Pids == l.Pids {
+		return nil // in force already: a claim like the last one writes nothing
+	}
 	gvisor := s.rt.cfg.Tier == runtime.TierGVisor
 	host := hostLimits(bundle{Limits: l, GVisor: gvisor})
 	cl := cgroup.Limits{MemoryBytes: host.MemoryBytes, PeriodUS: cfsPeriod, CPUQuotaUS: -1, Pids: host.Pids}
@@ -471,6 +474,10 @@ func (s *Sandbox) Processes(ctx context.Context) (int64, int64, error) {
 func (s *Sandbox) Kill(ctx context.Context) error {
 	if err := cgroup.Unthrottle(s.cgroup); err != nil {
 		s.rt.cfg.Log.Debug("unthrottle before kill", "sandbox", s.id, "err", err)
+	} else {
+		l := *s.limits.Load()
+		l.CPUCores = 0 // what the cgroup now says
+		s.limits.Store(&l)
 	}
 	if s.initFD >= 0 && unix.PidfdSendSignal(s.initFD, unix.SIGKILL, nil, 0) == nil {
 		return nil

@@ -369,11 +369,23 @@ func (c *Client) signal(ctx context.Context, req signalRequest, procID uint32) e
 // the sandbox's user, so a link planted by a program cannot redirect a write
 // to the host.
 func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader) error {
+	placed, err := c.SendFile(ctx, path, mode, r)
+	if err != nil {
+		return err
+	}
+	return placed(ctx)
+}
+
+// SendFile is WriteFile without waiting for the agent's answer, which placed
+// waits for. The agent handles frames in order, so a process started after
+// SendFile returns sees the file (if placed reports no error): a caller can
+// save a round trip by starting the process first and calling placed after.
+func (c *Client) SendFile(ctx context.Context, path string, mode uint32, r io.Reader) (placed func(context.Context) error, err error) {
 	h, _ := json.Marshal(fileHeader{Path: path, Mode: mode})
 	id, k := c.newCall()
 	if err := c.send(msgFileBegin, id, h); err != nil {
 		c.forgetCall(id)
-		return err
+		return nil, err
 	}
 	buf := make([]byte, 256<<10)
 	for {
@@ -381,7 +393,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.R
 		if n > 0 {
 			if err := c.send(msgFileData, id, buf[:n]); err != nil {
 				c.forgetCall(id)
-				return err
+				return nil, err
 			}
 		}
 		if rerr == io.EOF {
@@ -391,23 +403,25 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.R
 			c.forgetCall(id)
 			// End the file so the agent frees it; the error is ours.
 			_ = c.send(msgFileEnd, id, nil)
-			return fmt.Errorf("read contents of %s: %w", path, rerr)
+			return nil, fmt.Errorf("read contents of %s: %w", path, rerr)
 		}
 		select {
 		case <-k.done: // the agent failed early
-			return k.err
+			return nil, k.err
 		case <-ctx.Done():
 			c.forgetCall(id)
-			return ctx.Err()
+			return nil, ctx.Err()
 		default:
 		}
 	}
 	if err := c.send(msgFileEnd, id, nil); err != nil {
 		c.forgetCall(id)
-		return err
+		return nil, err
 	}
-	_, err := c.wait(ctx, id, k)
-	return err
+	return func(ctx context.Context) error {
+		_, err := c.wait(ctx, id, k)
+		return err
+	}, nil
 }
 
 // Reset kills every non-persistent process and empties the given directories.

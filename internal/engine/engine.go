@@ -367,10 +367,21 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 		return facts, lease, err
 	}
 	plan := job.Runner.Plan(req.Code)
+	// The program's files go out now; the agent's answers are checked once
+	// the first step has started (see SendFile): one round trip fewer.
+	var placed []func(context.Context) error
 	for _, f := range plan.Files {
-		if err := client.WriteFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content)); err != nil {
+		wait, err := client.SendFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content))
+		if err != nil {
 			return facts, lease, fmt.Errorf("place %s: %w", f.Path, err)
 		}
+		path := f.Path
+		placed = append(placed, func(ctx context.Context) error {
+			if err := wait(ctx); err != nil {
+				return fmt.Errorf("place %s: %w", path, err)
+			}
+			return nil
+		})
 	}
 	env := e.baseEnv(job.Image)
 	if g != nil {
@@ -378,7 +389,8 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 
 	if plan.Compile != nil {
-		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile}, env, nil, e.cfg.CompileTimeout, out)
+		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed}, env, nil, e.cfg.CompileTimeout, out)
+		placed = nil
 		if err != nil {
 			return facts, lease, err
 		}
@@ -397,7 +409,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	if err := sb.ResetStats(ctx); err != nil {
 		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
 	}
-	run := stepRun{Step: plan.Run}
+	run := stepRun{Step: plan.Run, placed: placed}
 	if z := lease.Zygote; z != nil && z.Language == job.Runner.Name() {
 		if zr, ok := job.Runner.(lang.Zygoter); ok && zr.Forkable(plan.Run, z.Env, stepEnv(env, plan.Run.Env, req.Env)) {
 			run.via = z.ID
@@ -494,6 +506,9 @@ type stepResult struct {
 type stepRun struct {
 	lang.Step
 	via uint32
+	// placed are the answers for files sent ahead of this step: checked
+	// once it has started; a file that failed ends the step with an error.
+	placed []func(context.Context) error
 }
 
 // step runs one process to its end, killing everything in the sandbox at
@@ -513,6 +528,12 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 	}, out)
 	if err != nil {
 		return stepResult{}, err
+	}
+	for _, wait := range s.placed {
+		if err := wait(ctx); err != nil {
+			e.kill(sb)
+			return stepResult{}, err
+		}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()

@@ -468,6 +468,14 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	}
 	defer io.closeChild()
 	if z != nil {
+		if sp := z.takeSpare(); sp != nil {
+			if err := sp.serve(id, req, io.child); err == nil {
+				io.closeChild()
+				a.adopt(p, io, sp.pid)
+				return sp.pid, nil
+			}
+			// The spare is gone: the zygote forks one now.
+		}
 		reply, err := z.fork(id, req, io.child)
 		if err != nil {
 			io.closeParent(p)

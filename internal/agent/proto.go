@@ -111,12 +111,18 @@ type startedReply struct {
 //	zygote → agent  {"id": n, "pid": p}              the child runs
 //	zygote → agent  {"id": n, "pid": p, "code": c}   or "signal": s; it ended
 //	agent → zygote  {"ping": n}  /  zygote → agent  {"pong": n}
-//	zygote → agent  {"spare": p}                     a child forked ahead
+//	zygote → agent  {"spare": p}                     a child forked ahead,
+//	                                                 with SCM_RIGHTS: the
+//	                                                 socket it waits on
 //
 // A zygote may fork a child ahead of the next request (a spare, made when
-// it starts and at each ping, i.e. after each pooled sandbox's reset); the
-// spare waits for its request and serves it without a fork on the way.
-// The agent spares a spare from killAll until a request names its pid.
+// it starts and at each ping, i.e. after each pooled sandbox's reset) and
+// hand the agent the spare's socket. The agent sends the next request
+// (the same message and fds as to the zygote) to the spare directly, and
+// knows its pid: no fork and no zygote on the way. The agent spares a
+// spare from killAll until it serves a request; a newer spare replaces an
+// unused one, whose socket the agent closes (it exits). Without a spare
+// the request goes to the zygote, which forks.
 //
 // The zygote forks a child per request; the child makes the fds its stdin,
 // stdout, stderr (and fd 3), closes everything else (the control socket

@@ -42,6 +42,14 @@ type zygote struct {
 	ready   chan zygoteMsg
 	dead    chan struct{}
 	tag     uint32
+	spare   *spare // the latest spare, not yet used
+}
+
+// spare is a child a zygote forked ahead of a request, and the socket on
+// which it waits for one.
+type spare struct {
+	pid  int
+	conn *net.UnixConn
 }
 
 func socketpair() (parent, child *os.File, err error) {
@@ -89,14 +97,18 @@ func (z *zygote) read(a *Agent) {
 		return
 	}
 	defer z.conn.Close()
+	defer z.setSpare(nil)
 	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
-		n, err := z.conn.Read(buf)
+		n, oobn, _, _, err := z.conn.ReadMsgUnix(buf, oob)
 		if err != nil || n == 0 {
 			return
 		}
+		fds := receivedFDs(oob[:oobn])
 		var m zygoteMsg
 		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			closeFDs(fds)
 			a.log.Warn("zygote said something unreadable", "err", err)
 			return
 		}
@@ -104,8 +116,14 @@ func (z *zygote) read(a *Agent) {
 			a.mu.Lock()
 			a.spares[m.Spare] = true
 			a.mu.Unlock()
+			if len(fds) == 1 {
+				z.setSpare(newSpare(m.Spare, fds[0]))
+			} else {
+				closeFDs(fds)
+			}
 			continue
 		}
+		closeFDs(fds)
 		if m.Ready != nil {
 			select {
 			case z.ready <- m:
@@ -125,6 +143,83 @@ func (z *zygote) read(a *Agent) {
 			ch <- m
 		}
 	}
+}
+
+// receivedFDs returns the file descriptors an SCM_RIGHTS message carried.
+func receivedFDs(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if r, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, r...)
+		}
+	}
+	return fds
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// newSpare wraps the socket fd of the spare pid; nil if fd is not a socket.
+func newSpare(pid, fd int) *spare {
+	unix.CloseOnExec(fd)
+	f := os.NewFile(uintptr(fd), "spare")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil
+	}
+	return &spare{pid: pid, conn: uc}
+}
+
+// setSpare makes sp the zygote's spare; the one it replaces, if unused, gets
+// its socket closed and exits.
+func (z *zygote) setSpare(sp *spare) {
+	z.mu.Lock()
+	old := z.spare
+	z.spare = sp
+	z.mu.Unlock()
+	if old != nil {
+		old.conn.Close()
+	}
+}
+
+// takeSpare returns the zygote's spare, if any, for one request.
+func (z *zygote) takeSpare() *spare {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	sp := z.spare
+	z.spare = nil
+	return sp
+}
+
+// serve sends req with the child's stdio to sp, which runs it: no reply,
+// sp.pid is the process. An error means sp did not get it (it died).
+func (sp *spare) serve(id uint32, req StartRequest, child []*os.File) error {
+	defer sp.conn.Close()
+	b, err := json.Marshal(zygoteMsg{ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, StatusFD: req.StatusFD})
+	if err != nil {
+		return fmt.Errorf("encode spare request: %w", err)
+	}
+	ints := make([]int, len(child))
+	for i, f := range child {
+		ints[i] = int(f.Fd())
+	}
+	if _, _, err := sp.conn.WriteMsgUnix(b, unix.UnixRights(ints...), nil); err != nil {
+		return fmt.Errorf("write to the spare: %w", err)
+	}
+	return nil
 }
 
 // send registers a wait for the reply to tag and writes m with fds; the
@@ -224,8 +319,16 @@ func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO, ch <-chan zygoteMsg) {
 		a.fail(p.id, err)
 		return
 	}
+	a.adopt(p, io, m.PID)
+	a.sendJSON(msgStarted, p.id, startedReply{PID: p.pid})
+}
+
+// adopt registers pid, a child a zygote forked (the agent is its parent,
+// as init), as p's process and starts streaming its output. It may have
+// ended already: then the agent has its status among the orphans.
+func (a *Agent) adopt(p *proc, io *procIO, pid int) {
 	a.mu.Lock()
-	p.pid = m.PID
+	p.pid = pid
 	a.procs[p.pid] = p
 	delete(a.spares, p.pid)
 	if st, ok := a.orphans[p.pid]; ok {
@@ -235,7 +338,6 @@ func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO, ch <-chan zygoteMsg) {
 	}
 	a.mu.Unlock()
 	a.run(p, io)
-	a.sendJSON(msgStarted, p.id, startedReply{PID: p.pid})
 }
 
 // awaitReady answers a zygote's start request once it is ready, or fails it

@@ -152,7 +152,9 @@ def _corral_zygote():
                 return
 
     def spare_main(sp):
-        # A spare: forked ahead, it waits for one request and serves it.
+        # A spare: forked ahead, it waits for one request, which the agent
+        # sends straight to it (the zygote handed the agent the other end
+        # of sp), and serves it.
         try:
             ctl.close()
             prefault()
@@ -163,6 +165,10 @@ def _corral_zygote():
                 os._exit(0)
             m = json.loads(msg)
             sp.close()
+            argv = m.get('argv') or []
+            if len(argv) < 3 or argv[1] != '-c' or len(fds) not in (3, 4):
+                os.write(fds[2] if len(fds) > 2 else 2, b'corral zygote: bad request\n')
+                os._exit(70)
             child(m, fds)
         finally:
             os._exit(70)
@@ -184,13 +190,11 @@ def _corral_zygote():
                 continue  # a reservation, not memory in use
             libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 23)
 
-    spare = None
-
     def make_spare():
         # Fork a spare through a short-lived intermediate, so that its
-        # parent is the agent; tell the agent before anyone can use it.
-        nonlocal spare
-        drop_spare()
+        # parent is the agent, and hand the agent the spare's socket with
+        # its pid: the agent sends it a request without us on the way, and
+        # drops the spare it held before (which then exits).
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
@@ -210,22 +214,10 @@ def _corral_zygote():
         mine.settimeout(10)
         try:
             gpid = int(mine.recv(64))
+            socket.send_fds(ctl, [json.dumps({'spare': gpid}).encode()], [mine.fileno()])
         except (OSError, ValueError):
-            mine.close()
-            return
-        mine.settimeout(None)
-        send({'spare': gpid})
-        spare = (gpid, mine)
-
-    def drop_spare():
-        nonlocal spare
-        if spare is not None:
-            try:
-                os.kill(spare[0], signal.SIGKILL)
-            except OSError:
-                pass
-            spare[1].close()
-            spare = None
+            pass
+        mine.close()
 
     make_spare()
     send({'ready': {'python': sys.version.split()[0], 'modules': sorted(preloaded), 'failed': failed}})
@@ -256,20 +248,6 @@ def _corral_zygote():
                 os.close(fd)
             send({'id': rid, 'error': 'bad request'})
             continue
-        if spare is not None:
-            gpid, sp = spare
-            spare = None
-            try:
-                socket.send_fds(sp, [msg], fds)
-                served = True
-            except OSError:
-                served = False  # it died: fork one now
-            sp.close()
-            if served:
-                for fd in fds:
-                    os.close(fd)
-                send({'id': rid, 'pid': gpid})
-                continue
         try:
             pid = os.fork()
         except OSError as e:

@@ -1,4 +1,4 @@
-import sys, os
+import sys, os, io
 def _corral_zygote():
     # What a fresh interpreter has loaded; what the zygote imports for itself
     # beyond that is unloaded again in each child.
@@ -133,12 +133,49 @@ def _corral_zygote():
             atexit._run_exitfuncs()
         except BaseException:
             pass
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except BaseException:
-                code = code or 120
+        # The interpreter's order: standard streams flushed, then the
+        # program's objects released (whose finalizers may print), then
+        # the streams flushed again.
+        for last in (False, True):
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except BaseException:
+                    code = code or 120
+            if not last:
+                main = None
+                release()
         os._exit(code)
+
+    def release():
+        # What leaving the interpreter does for the program's own objects,
+        # without tearing down the zygote's heap (that would cost more than
+        # the execution): the program's __main__ is cleared the way the
+        # interpreter clears a module at exit (so objects are released in
+        # reference order: __del__ methods run, unclosed files are flushed
+        # and closed), a file still open elsewhere is flushed, and a
+        # collection finalizes the cycles left. gc.get_objects() leaves out
+        # the zygote's frozen heap.
+        try:
+            user = sys.modules.pop('__main__', None)
+            d = getattr(user, '__dict__', None)
+            user = None
+            if isinstance(d, dict):
+                for underscore in (True, False):
+                    for k in list(d):
+                        if k != '__builtins__' and (not underscore or (isinstance(k, str) and k[:1] == '_' and k[:2] != '__')):
+                            d[k] = None
+            d = None
+            for o in gc.get_objects():
+                if isinstance(o, io.IOBase):
+                    try:
+                        if not o.closed:
+                            o.flush()
+                    except Exception:
+                        pass
+            gc.collect()
+        except BaseException:
+            pass
 
     def reap(pid):
         # Wait for an intermediate child (it exits at once).

@@ -1,18 +1,24 @@
 package pool_test
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	dto "github.com/prometheus/client_model/go"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/metrics"
+	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/pool"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
@@ -69,6 +75,12 @@ func (f *fixture) waitIdle(n int) {
 
 func (f *fixture) run(tenant, code string, mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
 	f.t.Helper()
+	return f.runJob(tenant, code, nil, mutate...)
+}
+
+// runJob is run with a last change to the prepared job (nil: none).
+func (f *fixture) runJob(tenant, code string, change func(*engine.Job), mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
+	f.t.Helper()
 	req := sandbox.ExecuteRequest{Language: "python", Code: code, Isolation: sandbox.Isolation(f.tier)}
 	for _, m := range mutate {
 		m(&req)
@@ -78,6 +90,9 @@ func (f *fixture) run(tenant, code string, mutate ...func(*sandbox.ExecuteReques
 		f.t.Fatal(err)
 	}
 	job.Tenant = tenant
+	if change != nil {
+		change(job)
+	}
 	return f.e.Run(context.Background(), job, nil)
 }
 
@@ -231,6 +246,79 @@ func TestNothingLeaks(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestExitsLikeTheInterpreter: a program that leaves a file unclosed, a zip
+// archive unfinished and an object with a finalizer gets from a zygote's
+// child what the interpreter's exit gives it in a process of its own: the
+// data written, the archive finished, the finalizer run.
+func TestExitsLikeTheInterpreter(t *testing.T) {
+	const program = `
+import json, os, zipfile
+os.makedirs('/workspace/output')
+class Finalized:
+    def __del__(self, open=open):  # at exit, builtins may be gone
+        open('/workspace/output/finalizer.txt', 'w').write('finalizer ran')
+kept = Finalized()
+f = open('/workspace/output/unclosed.txt', 'w')
+f.write('unclosed data')
+z = zipfile.ZipFile('/workspace/output/archive.zip', 'w')
+z.writestr('inner.txt', 'zipped data')
+json.corral_file = open('/workspace/output/elsewhere.txt', 'w')
+json.corral_file.write('held by a module')
+print('done')
+`
+	want := map[string]string{
+		"finalizer.txt": "finalizer ran",
+		"unclosed.txt":  "unclosed data",
+		"elsewhere.txt": "held by a module",
+		"archive.zip":   "zipped data", // inner.txt of the archive
+	}
+	for _, zygote := range []bool{true, false} {
+		t.Run(fmt.Sprintf("zygote=%v", zygote), func(t *testing.T) {
+			f := newFixture(t, runtime.TierContainer, zygote, 100)
+			store, err := local.New(t.TempDir(), "http://127.0.0.1:1", nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { store.Close() })
+			res := f.runJob("a", program, func(j *engine.Job) {
+				j.Artifacts, j.ArtifactPrefix = node.BlobArtifacts{Store: store}, "out/"
+			})
+			if res.Status != sandbox.StatusSuccess {
+				t.Fatalf("execution %s: %+v\nstderr: %s", res.Status, res.Error, res.Stderr)
+			}
+			for name, text := range want {
+				rc, _, err := store.Get(t.Context(), "out/"+name)
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+					continue
+				}
+				b, err := io.ReadAll(rc)
+				rc.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if name == "archive.zip" {
+					zr, zerr := zip.NewReader(bytes.NewReader(b), int64(len(b)))
+					if zerr != nil {
+						t.Errorf("%s is not a finished archive (%d bytes): %v", name, len(b), zerr)
+						continue
+					}
+					inner, zerr := zr.Open("inner.txt")
+					if zerr != nil {
+						t.Errorf("%s: %v", name, zerr)
+						continue
+					}
+					b, _ = io.ReadAll(inner)
+					inner.Close()
+				}
+				if string(b) != text {
+					t.Errorf("%s holds %q, want %q", name, b, text)
+				}
+			}
+		})
 	}
 }
 

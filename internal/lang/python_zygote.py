@@ -161,10 +161,10 @@ def _corral_zygote():
             d = getattr(user, '__dict__', None)
             user = None
             if isinstance(d, dict):
-                for underscore in (True, False):
-                    for k in list(d):
-                        if k != '__builtins__' and (not underscore or (isinstance(k, str) and k[:1] == '_' and k[:2] != '__')):
-                            d[k] = None
+                # Names with one leading underscore first, as it does.
+                private = lambda k: isinstance(k, str) and k[:1] == '_' and k[:2] != '__'
+                for k in sorted((k for k in d if k != '__builtins__'), key=lambda k: not private(k)):
+                    d[k] = None
             d = None
             for o in gc.get_objects():
                 if isinstance(o, io.IOBase):
@@ -176,6 +176,12 @@ def _corral_zygote():
             gc.collect()
         except BaseException:
             pass
+
+    def servable(m, fds):
+        # A request is `python3 -c CODE ARGS` with stdin, stdout, stderr
+        # and perhaps a status fd.
+        argv = m.get('argv') or []
+        return len(argv) >= 3 and argv[1] == '-c' and len(fds) in (3, 4)
 
     def reap(pid):
         # Wait for an intermediate child (it exits at once).
@@ -202,8 +208,7 @@ def _corral_zygote():
                 os._exit(0)
             m = json.loads(msg)
             sp.close()
-            argv = m.get('argv') or []
-            if len(argv) < 3 or argv[1] != '-c' or len(fds) not in (3, 4):
+            if not servable(m, fds):
                 os.write(fds[2] if len(fds) > 2 else 2, b'corral zygote: bad request\n')
                 os._exit(70)
             child(m, fds)
@@ -279,8 +284,7 @@ def _corral_zygote():
             send(r)
             continue
         rid = m.get('id')
-        argv = m.get('argv') or []
-        if len(argv) < 3 or argv[1] != '-c' or len(fds) not in (3, 4):
+        if not servable(m, fds):
             for fd in fds:
                 os.close(fd)
             send({'id': rid, 'error': 'bad request'})

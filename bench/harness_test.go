@@ -93,9 +93,13 @@ type harness struct {
 	cold *server
 }
 
-// execTimeout bounds one execution of any cell (the client waits a
-// little longer, so Corral's own verdict arrives first).
-const execTimeout = 2 * time.Minute
+// execTimeout bounds one execution of any cell. A client waits longer
+// (clientTimeout): under load an execution's wait for a sandbox comes on
+// top, and Corral's own verdict should arrive first.
+const (
+	execTimeout   = 2 * time.Minute
+	clientTimeout = execTimeout + 5*time.Minute
+)
 
 // block runs up to n executions of c with up to conc in flight, starting
 // no new one after budget (when budget > 0), and adds them to c's series
@@ -130,7 +134,7 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 	for range min(conc, n) {
 		wg.Go(func() {
 			for ctx.Err() == nil && int(next.Add(1)) <= n && (budget <= 0 || time.Since(start) < budget) {
-				ectx, ecancel := context.WithTimeout(ctx, execTimeout+30*time.Second)
+				ectx, ecancel := context.WithTimeout(ctx, clientTimeout)
 				t0 := time.Now()
 				err := c.run(ectx)
 				d := time.Since(t0)

@@ -206,18 +206,64 @@ func (s *server) execute(ctx context.Context, req sandbox.ExecuteRequest, want s
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST /v1/executions: %s: %.300s", resp.Status, raw)
-	}
 	var res sandbox.Result
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return fmt.Errorf("decode result: %w", err)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return fmt.Errorf("decode result: %w", err)
+		}
+	case http.StatusAccepted:
+		// The server's wait ran out first (a loaded server): the
+		// execution goes on; the client keeps waiting, by polling.
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return fmt.Errorf("decode submission: %w", err)
+		}
+		if res, err = s.await(ctx, res.ExecutionID); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("POST /v1/executions: %s: %.300s", resp.Status, raw)
 	}
 	if res.Status != sandbox.StatusSuccess || res.Stdout != want || res.Tier != string(req.Isolation) {
 		return fmt.Errorf("execution %s: status %s, tier %s, error %+v, stdout %q, stderr %.300q",
 			res.ExecutionID, res.Status, res.Tier, res.Error, res.Stdout, res.Stderr)
 	}
 	return nil
+}
+
+// await polls execution id until it is final.
+func (s *server) await(ctx context.Context, id string) (sandbox.Result, error) {
+	for {
+		hr, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/v1/executions/"+id, nil)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		hr.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := s.client.Do(hr)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return sandbox.Result{}, fmt.Errorf("GET /v1/executions/%s: %s: %.300s", id, resp.Status, raw)
+		}
+		var res sandbox.Result
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return sandbox.Result{}, fmt.Errorf("decode result: %w", err)
+		}
+		if res.Status.Final() {
+			return res, nil
+		}
+		select {
+		case <-ctx.Done():
+			return sandbox.Result{}, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // metric returns the sum of metric name's samples whose labels include

@@ -191,23 +191,12 @@ func (s *server) execute(ctx context.Context, req sandbox.ExecuteRequest, want s
 	if err != nil {
 		return err
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/executions?wait=true", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	hr.Header.Set("Authorization", "Bearer "+apiKey)
-	hr.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(hr)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
+	status, raw, err := s.call(ctx, http.MethodPost, "/v1/executions?wait=true", body)
 	if err != nil {
 		return err
 	}
 	var res sandbox.Result
-	switch resp.StatusCode {
+	switch status {
 	case http.StatusOK:
 		if err := json.Unmarshal(raw, &res); err != nil {
 			return fmt.Errorf("decode result: %w", err)
@@ -222,7 +211,7 @@ func (s *server) execute(ctx context.Context, req sandbox.ExecuteRequest, want s
 			return err
 		}
 	default:
-		return fmt.Errorf("POST /v1/executions: %s: %.300s", resp.Status, raw)
+		return fmt.Errorf("POST /v1/executions: %d: %.300s", status, raw)
 	}
 	if res.Status != sandbox.StatusSuccess || res.Stdout != want || res.Tier != string(req.Isolation) {
 		return fmt.Errorf("execution %s: status %s, tier %s, error %+v, stdout %q, stderr %.300q",
@@ -234,22 +223,12 @@ func (s *server) execute(ctx context.Context, req sandbox.ExecuteRequest, want s
 // await polls execution id until it is final.
 func (s *server) await(ctx context.Context, id string) (sandbox.Result, error) {
 	for {
-		hr, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/v1/executions/"+id, nil)
+		status, raw, err := s.call(ctx, http.MethodGet, "/v1/executions/"+id, nil)
 		if err != nil {
 			return sandbox.Result{}, err
 		}
-		hr.Header.Set("Authorization", "Bearer "+apiKey)
-		resp, err := s.client.Do(hr)
-		if err != nil {
-			return sandbox.Result{}, err
-		}
-		raw, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return sandbox.Result{}, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return sandbox.Result{}, fmt.Errorf("GET /v1/executions/%s: %s: %.300s", id, resp.Status, raw)
+		if status != http.StatusOK {
+			return sandbox.Result{}, fmt.Errorf("GET /v1/executions/%s: %d: %.300s", id, status, raw)
 		}
 		var res sandbox.Result
 		if err := json.Unmarshal(raw, &res); err != nil {
@@ -264,6 +243,30 @@ func (s *server) await(ctx context.Context, id string) (sandbox.Result, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// call sends an authenticated API request (body, if any, is JSON) and
+// returns the answer's status and body.
+func (s *server) call(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, s.url+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	hr.Header.Set("Authorization", "Bearer "+apiKey)
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.client.Do(hr)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
 }
 
 // metric returns the sum of metric name's samples whose labels include

@@ -8,6 +8,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -107,6 +108,17 @@ type Node struct {
 	mu      sync.Mutex
 	running map[string]*run            // by key
 	waiters map[string][]chan struct{} // by key
+	// storing holds, by key, the record a submission on this node is
+	// storing: a local worker that pulls the entry before the record lands
+	// takes it from there rather than polling the store for it.
+	storing map[string]*storing
+}
+
+// storing is a record being stored: stored is set (nil: not stored by that
+// submission) before done is closed.
+type storing struct {
+	done   chan struct{}
+	stored *store.Execution
 }
 
 type run struct {
@@ -119,7 +131,8 @@ type run struct {
 // New returns a node. notifier may be nil (no callbacks).
 func New(cfg Config, eng *engine.Engine, st store.Store, ls state.State, notifier *notify.Notifier, m *metrics.Metrics, log *slog.Logger) *Node {
 	return &Node{cfg: cfg, engine: eng, store: st, state: ls, notifier: notifier, metrics: m, log: log,
-		ctx: context.Background(), running: map[string]*run{}, waiters: map[string][]chan struct{}{}}
+		ctx: context.Background(), running: map[string]*run{}, waiters: map[string][]chan struct{}{},
+		storing: map[string]*storing{}}
 }
 
 // SetFiles gives the node its session manager and artifact store; both
@@ -218,7 +231,20 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 	k := key(tenant, ex.ID)
 	// Queue first: the bound is checked atomically there, and a refused
 	// request leaves no record. A worker that pulls the id before the
-	// record exists waits for it.
+	// record exists waits for it: handed over here on this node, from the
+	// store on another.
+	handoff := &storing{done: make(chan struct{})}
+	n.mu.Lock()
+	n.storing[k] = handoff
+	n.mu.Unlock()
+	defer func() {
+		close(handoff.done)
+		n.mu.Lock()
+		if n.storing[k] == handoff {
+			delete(n.storing, k)
+		}
+		n.mu.Unlock()
+	}()
 	if err := n.state.Enqueue(ctx, k, n.cfg.QueueBound); err != nil {
 		if errors.Is(err, state.ErrQueueFull) {
 			n.metrics.Rejected.WithLabelValues("queue_full").Inc()
@@ -239,6 +265,7 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 	if _, err := n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusQueued)); err != nil {
 		n.log.Warn("append event", "execution_id", ex.ID, "err", err)
 	}
+	handoff.stored = stored
 	return Submission{Execution: stored, Created: true}, nil
 }
 
@@ -261,6 +288,9 @@ func (n *Node) Get(ctx context.Context, tenant, id string) (*sandbox.Result, err
 	}
 	rec := ex.Record
 	n.signArtifacts(ctx, tenant, &rec)
+	if !hasCallback(ex) {
+		return &rec, nil
+	}
 	if ds, err := n.store.Deliveries(ctx, tenant, id); err == nil {
 		for _, d := range ds {
 			if d.Kind == store.KindCallback {
@@ -273,6 +303,15 @@ func (n *Node) Get(ctx context.Context, tenant, id string) (*sandbox.Result, err
 		}
 	}
 	return &rec, nil
+}
+
+// hasCallback tells whether ex's request may have asked for a callback:
+// only then has it a delivery to report. The request was encoded by
+// Submit (encoding/json, callback_url omitted when empty), where the key
+// followed by its colon cannot appear inside a string; a false yes costs a
+// read, and the scan costs nothing like decoding a large program.
+func hasCallback(ex *store.Execution) bool {
+	return bytes.Contains(ex.Request, []byte(`"callback_url":`))
 }
 
 // List returns a tenant's executions matching q.

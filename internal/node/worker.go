@@ -127,8 +127,27 @@ func (n *Node) cancelLocal(k string, cause error) {
 }
 
 // fetch loads the execution a queue entry names; the submitter enqueues
-// before it stores, so a fresh entry may briefly have no record yet.
+// before it stores, so a fresh entry may briefly have no record yet. A
+// submission on this node hands its record over; one elsewhere is polled
+// for.
 func (n *Node) fetch(ctx context.Context, tenant, id string) (*store.Execution, error) {
+	n.mu.Lock()
+	handoff := n.storing[key(tenant, id)]
+	n.mu.Unlock()
+	if handoff != nil {
+		select {
+		case <-handoff.done:
+			if handoff.stored != nil {
+				// A copy: the worker changes it, the submitter reads its own.
+				ex := *handoff.stored
+				return &ex, nil
+			}
+			// Not stored by that submission (a duplicate, a failure):
+			// the store has the answer.
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	// The record usually lands within a millisecond or two: retry soon,
 	// then back off, for about a second in all.
 	delay := time.Millisecond

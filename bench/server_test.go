@@ -269,31 +269,8 @@ func (s *server) call(ctx context.Context, method, path string, body []byte) (in
 	return resp.StatusCode, raw, err
 }
 
-// metric returns the sum of metric name's samples whose labels include
-// want, from the server's /metrics.
-func (s *server) metric(ctx context.Context, name string, want map[string]string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	samples, err := parseMetrics(resp.Body, name)
-	if err != nil {
-		return 0, err
-	}
-	return sum(samples, want), nil
-}
-
-// idle returns the ready sandboxes of each of the server's pools, by
-// "image/tier".
-func (s *server) idle(ctx context.Context) (map[string]int, error) {
+// samples fetches the server's /metrics and returns metric name's samples.
+func (s *server) samples(ctx context.Context, name string) ([]sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -306,7 +283,23 @@ func (s *server) idle(ctx context.Context) (map[string]int, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	samples, err := parseMetrics(resp.Body, "corral_pool_idle")
+	return parseMetrics(resp.Body, name)
+}
+
+// metric returns the sum of metric name's samples whose labels include
+// want, from the server's /metrics.
+func (s *server) metric(ctx context.Context, name string, want map[string]string) (float64, error) {
+	samples, err := s.samples(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	return sum(samples, want), nil
+}
+
+// idle returns the ready sandboxes of each of the server's pools, by
+// "image/tier".
+func (s *server) idle(ctx context.Context) (map[string]int, error) {
+	samples, err := s.samples(ctx, "corral_pool_idle")
 	if err != nil {
 		return nil, err
 	}

@@ -272,6 +272,8 @@ def _corral_zygote():
         # instead of every writable page (several times fewer, each of
         # which costs the machine at fork, copy and exit). No program of
         # anybody's is involved. Empty where pagemap is missing (gVisor).
+        if not os.path.exists('/proc/self/pagemap'):
+            return []
         r, w = os.pipe()
         null = os.open('/dev/null', os.O_RDWR)
         try:

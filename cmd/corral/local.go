@@ -138,7 +138,7 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 				tier  runtime.Tier
 				bin   string
 				flags []string
-			}{runtime.TierGVisor, runsc, runscFlags})
+			}{runtime.TierGVisor, runsc, oci.GVisorFlags})
 		}
 	}
 	for _, t := range tiers {
@@ -180,9 +180,3 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 	}
 	return l, nil
 }
-
-// runscFlags configure gVisor: no network stack but loopback, the OCI
-// seccomp profile enforced inside the sandbox too, no rootfs overlay (the
-// root is read-only anyway), and connecting to host unix sockets bound into
-// the sandbox (the egress proxy's; no other is ever bound).
-var runscFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=open"}

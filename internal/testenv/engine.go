@@ -17,9 +17,6 @@ import (
 // server's, so the leak check can tell them apart.
 const CgroupParent = "corral-test"
 
-// RunscFlags are the gVisor flags corral uses.
-var RunscFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=open"}
-
 // CacheDir keeps warmed language caches between test runs on a machine
 // (outside the clone, like the runtime builds).
 func CacheDir() string {
@@ -38,7 +35,7 @@ func Runtimes(t testing.TB, dataDir string) []runtime.Runtime {
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		bin, flags := Runtime(t, "runc"), []string(nil)
 		if tier == runtime.TierGVisor {
-			bin, flags = Runtime(t, "runsc"), RunscFlags
+			bin, flags = Runtime(t, "runsc"), oci.GVisorFlags
 		}
 		rt, err := oci.New(oci.Config{
 			Tier: tier, Binary: bin, Flags: flags, DataDir: dataDir,

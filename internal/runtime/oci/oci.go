@@ -35,6 +35,13 @@ import (
 	"github.com/corralhq/corral/internal/runtime/disk"
 )
 
+// GVisorFlags are the runsc flags Corral runs gVisor with: no network
+// stack but loopback, the OCI seccomp profile enforced inside the sandbox
+// too, no rootfs overlay (the root is read-only anyway), and connecting to
+// host unix sockets bound into the sandbox (the egress proxy's; no other
+// is ever bound).
+var GVisorFlags = []string{"--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=open"}
+
 // Config configures a Runtime.
 type Config struct {
 	Tier runtime.Tier

@@ -38,7 +38,7 @@ func newFixture(t testing.TB, tier runtime.Tier, dataDir string) fixture {
 	testenv.RequireRoot(t)
 	bin, flags := testenv.Runtime(t, "runc"), []string(nil)
 	if tier == runtime.TierGVisor {
-		bin, flags = testenv.Runtime(t, "runsc"), testenv.RunscFlags
+		bin, flags = testenv.Runtime(t, "runsc"), oci.GVisorFlags
 	}
 	rt, err := oci.New(oci.Config{
 		Tier: tier, Binary: bin, Flags: flags, DataDir: dataDir,

@@ -342,12 +342,7 @@ func (db *DB) each(ctx context.Context, query string, args []any, row func(scan 
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return sqlstore.Each(rows, row)
 }
 
 // ClaimDeliveries implements store.Store. The single write connection

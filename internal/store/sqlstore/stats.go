@@ -14,6 +14,24 @@ import (
 // returns; each store implements it on its own connection.
 type EachRow func(ctx context.Context, query string, args []any, row func(scan func(dest ...any) error) error) error
 
+// Rows is what pgx.Rows and *sql.Rows both offer to read a result.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// Each calls row with the scanner of each of rows, for an EachRow; the
+// caller closes rows.
+func Each(rows Rows, row func(scan func(dest ...any) error) error) error {
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // Statements of ExecutionStats. Each takes the tenant and the window as
 // Micros(since), Micros(until); the window is on created_at, which the
 // (tenant, created_at, id) index serves.

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/runtime/oci"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -366,7 +367,7 @@ func (s *server) waitTornDown(ctx context.Context, timeout time.Duration) error 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		left, err := filepath.Glob(filepath.Join(s.data, "sandboxes", "*", "sb-*"))
+		left, err := oci.SandboxDirs(s.data)
 		if err != nil {
 			return err
 		}

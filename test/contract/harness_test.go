@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/runtime/oci"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/test/testserver"
 )
@@ -121,6 +121,6 @@ func (s *server) events(key, id, lastEventID string) []sse {
 
 // sandboxesLeft lists sandbox directories in the server's data dir.
 func (s *server) sandboxesLeft() []string {
-	dirs, _ := filepath.Glob(filepath.Join(s.Data, "sandboxes", "*", "sb-*"))
+	dirs, _ := oci.SandboxDirs(s.Data)
 	return dirs
 }

@@ -161,7 +161,16 @@ var _ runtime.Runtime = (*Runtime)(nil)
 func newID() string {
 	b := make([]byte, 10)
 	_, _ = rand.Read(b)
-	return "sb-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+	return idPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+const idPrefix = "sb-"
+
+// SandboxDirs lists the directories of the sandboxes of every runtime
+// whose data directory is dataDir: a sandbox's directory goes last in its
+// teardown, so none listed means none is left.
+func SandboxDirs(dataDir string) ([]string, error) {
+	return filepath.Glob(filepath.Join(dataDir, "sandboxes", "*", idPrefix+"*"))
 }
 
 // Create starts a sandbox and waits for its agent.

@@ -73,13 +73,20 @@ def _corral_zygote():
     def child(m, fds, report=None):
         # Runs in the forked child, prepared: become what `python3 -c CODE
         # ARGS` would be in a fresh process, then run CODE and exit like
-        # the interpreter. report (the probe's) is the fd after fds.
+        # the interpreter. report (the probe's, above fds) is kept open, as
+        # the fd after them, for report_copied.
+        keep = len(fds)
+        if report is not None and (report < keep or report in fds):
+            os._exit(70)
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
+        if report is not None:
+            os.dup2(report, keep)
+            report, keep = keep, keep + 1
         # Close the rest by listing them: a range up to the fd limit is a
         # million close() calls where close_range is missing.
         for fd in os.listdir('/proc/self/fd'):
-            if int(fd) >= len(fds):
+            if int(fd) >= keep:
                 try:
                     os.close(int(fd))
                 except OSError:
@@ -196,13 +203,15 @@ def _corral_zygote():
             except ChildProcessError:
                 return
 
-    def spare_main(sp):
+    def spare_main(sp, report=None):
         # A spare: forked ahead, it waits for one request, which the agent
         # sends straight to it (the zygote handed the agent the other end
-        # of sp), and serves it.
+        # of sp), and serves it. The probe is a spare that copies nothing
+        # ahead and reports to report what its request made it copy.
         try:
             ctl.close()
-            prefault()
+            if report is None:
+                prefault()
             prepare()
             sp.send(str(os.getpid()).encode())
             msg, fds, _, _ = socket.recv_fds(sp, 1 << 20, 8)
@@ -213,7 +222,7 @@ def _corral_zygote():
             if not servable(m, fds):
                 os.write(fds[2] if len(fds) > 2 else 2, b'corral zygote: bad request\n')
                 os._exit(70)
-            child(m, fds)
+            child(m, fds, report)
         finally:
             os._exit(70)
 
@@ -267,14 +276,20 @@ def _corral_zygote():
         os.write(fd, json.dumps(runs).encode())
 
     def probe():
-        # Run an empty program down a request's path in a child and learn
-        # which pages that path copies: a spare then copies those ahead
-        # instead of every writable page (several times fewer, each of
-        # which costs the machine at fork, copy and exit). No program of
-        # anybody's is involved. Empty where pagemap is missing (gVisor).
+        # Serve a made-up request in a spare that copies nothing ahead, and
+        # learn which pages serving it copied: later spares copy those
+        # ahead instead of every writable page (several times fewer, each
+        # of which costs the machine at fork, copy and exit). The request
+        # is ours, a program that prints one line, taking the path a real
+        # one takes from the socket to the exit; no program of anybody's
+        # is involved. None where pagemap is missing (gVisor).
         if not os.path.exists('/proc/self/pagemap'):
             return []
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         r, w = os.pipe()
+        src_r, src_w = os.pipe()
+        os.write(src_w, b'print(0)\n')
+        os.close(src_w)
         null = os.open('/dev/null', os.O_RDWR)
         try:
             pid = os.fork()
@@ -282,21 +297,32 @@ def _corral_zygote():
             pid = -1
         if pid == 0:
             try:
+                mine.close()
                 os.close(r)
-                ctl.close()
-                prepare()
-                child({'argv': ['python3', '-c', run_src, '/dev/null'], 'dir': '/'}, [null, null, null, null, w], report=4)
+                spare_main(theirs, report=w)
             finally:
                 os._exit(70)
+        theirs.close()
         os.close(w)
-        os.close(null)
         data = b''
-        while pid > 0 and len(data) < 1 << 20:
-            b = os.read(r, 1 << 16)
-            if not b:
-                break
-            data += b
-        os.close(r)
+        try:
+            if pid > 0:
+                mine.settimeout(10)
+                mine.recv(64)
+                req = {'argv': ['python3', '-c', run_src, '/dev/stdin'], 'dir': '/',
+                       'env': ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/workspace', 'LANG=C.UTF-8',
+                               'PYTHONDONTWRITEBYTECODE=1', 'PYTHONHASHSEED=0']}
+                socket.send_fds(mine, [json.dumps(req).encode()], [src_r, null, null, null])
+                while len(data) < 1 << 20:
+                    b = os.read(r, 1 << 16)
+                    if not b:
+                        break
+                    data += b
+        except OSError:
+            data = b''
+        for fd in (r, src_r, null):
+            os.close(fd)
+        mine.close()
         if pid > 0:
             reap(pid)
         try:

@@ -282,7 +282,7 @@ def _corral_zygote():
         # of which costs the machine at fork, copy and exit). The request
         # is ours, a program that prints one line, taking the path a real
         # one takes from the socket to the exit; no program of anybody's
-        # is involved. None where pagemap is missing (gVisor).
+        # is involved. Nothing is learned where pagemap is missing (gVisor).
         if not os.path.exists('/proc/self/pagemap'):
             return []
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -272,19 +272,14 @@ func (s *server) call(ctx context.Context, method, path string, body []byte) (in
 
 // samples fetches the server's /metrics and returns metric name's samples.
 func (s *server) samples(ctx context.Context, name string) ([]sample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
+	status, raw, err := s.call(ctx, http.MethodGet, "/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, err
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %d", status)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return parseMetrics(resp.Body, name)
+	return parseMetrics(bytes.NewReader(raw), name)
 }
 
 // metric returns the sum of metric name's samples whose labels include

@@ -97,7 +97,7 @@ func New(cfg Config) (*Runtime, error) {
 	r := &Runtime{
 		cfg:       cfg,
 		state:     filepath.Join(cfg.DataDir, "state", name),
-		sandboxes: filepath.Join(cfg.DataDir, "sandboxes", name),
+		sandboxes: filepath.Join(sandboxesDir(cfg.DataDir), name),
 		templates: disk.NewTemplates(filepath.Join(cfg.DataDir, "disks"), int(cfg.UID), int(cfg.GID)),
 		swap:      cgroup.SwapAccounting(),
 	}
@@ -170,8 +170,12 @@ const idPrefix = "sb-"
 // whose data directory is dataDir: a sandbox's directory goes last in its
 // teardown, so none listed means none is left.
 func SandboxDirs(dataDir string) ([]string, error) {
-	return filepath.Glob(filepath.Join(dataDir, "sandboxes", "*", idPrefix+"*"))
+	return filepath.Glob(filepath.Join(sandboxesDir(dataDir), "*", idPrefix+"*"))
 }
+
+// sandboxesDir holds a directory per runtime (named after its binary) of
+// the sandboxes it runs.
+func sandboxesDir(dataDir string) string { return filepath.Join(dataDir, "sandboxes") }
 
 // Create starts a sandbox and waits for its agent.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, err error) {

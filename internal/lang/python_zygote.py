@@ -76,7 +76,7 @@ def _corral_zygote():
         # the interpreter. report (the probe's, above fds) is kept open, as
         # the fd after them, for report_copied.
         keep = len(fds)
-        if report is not None and (report < keep or report in fds):
+        if report is not None and report < keep:
             os._exit(70)
         for i, fd in enumerate(fds):
             os.dup2(fd, i)

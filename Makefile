@@ -11,14 +11,19 @@ export CGO_ENABLED := 0
 
 all: build
 
+# Everything the suite needs (scripts/deps.sh test).
 deps:
-	./scripts/deps.sh
+	./scripts/deps.sh test
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/corral
 	$(GO) build -trimpath -o bin/corral-agent ./cmd/corral-agent
 
-run: deps build
+# Only what serving needs, runc's build beside corral's; runsc builds in the
+# background after, and the gvisor tier answers 503 (retryable) until then.
+run:
+	@./scripts/deps.sh serve & deps=$$!; $(MAKE) --no-print-directory build; built=$$?; wait $$deps && [ $$built = 0 ]
+	./scripts/deps.sh runsc-background
 	./scripts/run.sh
 
 # Root-only tests fail instead of skipping here (CORRAL_TEST_STRICT). Packages

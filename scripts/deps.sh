@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# deps.sh installs what Corral needs to build, run and test on a Debian machine,
-# as root. It is idempotent: a second run only checks. Heavy builds (runc, runsc)
-# are cached outside the clone under $CORRAL_CACHE, keyed by version, so a second
-# run on the same machine reuses them while a fresh machine builds them.
+# deps.sh installs what Corral needs on a Debian machine, as root. It is
+# idempotent: a second run only checks. Heavy builds (runc, runsc, versitygw)
+# are cached outside the clone under $CORRAL_CACHE, keyed by version, so a
+# second run on the same machine reuses them while a fresh machine builds them.
+#
+#   deps.sh serve            what `corral serve` needs before it answers:
+#                            mkfs.ext4, losetup and the pinned runc
+#   deps.sh runsc-background builds the pinned runsc in the background (niced,
+#                            logged to $CORRAL_CACHE/runsc-VERSION.log); serve
+#                            answers gVisor requests with a retryable error
+#                            until it is installed
+#   deps.sh test             everything the suite needs (the default): the
+#                            above in the foreground, PostgreSQL, Redis,
+#                            Chromium, mmdebstrap, bubblewrap, the S3 server
 set -euo pipefail
 
 RUNC_VERSION=1.5.3
@@ -14,6 +24,7 @@ VERSITYGW_VERSION=v1.8.0
 CACHE=${CORRAL_CACHE:-/var/cache/corral}
 PREFIX=${CORRAL_PREFIX:-/opt/corral}
 export PATH=/usr/local/go/bin:$PATH
+mode=${1:-test}
 
 log() { printf 'deps: %s\n' "$*" >&2; }
 
@@ -22,45 +33,43 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-# Debian packages. Installing postgresql or redis-server may start the
-# distribution's own service; tests never use it, they start throwaway instances.
-pkgs=(
-	libseccomp-dev   # runc's seccomp support
-	e2fsprogs        # mkfs.ext4 for per-sandbox disk images
-	util-linux       # losetup, mount
+# Debian packages serving needs: runc's seccomp support, ext4 disk images on
+# loop devices, TLS roots for fetched inputs and callbacks.
+serve_pkgs=(libseccomp-dev e2fsprogs util-linux ca-certificates)
+# What only the tests, the bench and image builds need. Installing
+# postgresql or redis-server may start the distribution's own service;
+# tests never use it, they start throwaway instances.
+test_pkgs=(
 	iproute2         # network namespaces for the egress tests
-	runsc            # Debian's gVisor, a fallback to the pinned build
 	bubblewrap       # a baseline in bench/
 	mmdebstrap       # image recipes
 	postgresql       # store conformance and contract tests
 	redis-server     # state conformance and contract tests
 	chromium         # headless browser for the dashboard tests (test/ui)
-	ca-certificates
 	file
 )
-missing=()
-for p in "${pkgs[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+
+apt_updated=
+# apt_install installs the packages among its arguments that are missing.
+apt_install() {
+	local missing=() p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	[ ${#missing[@]} -gt 0 ] || return 0
 	log "installing Debian packages: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
+	if [ -z "$apt_updated" ]; then
+		apt-get update -qq
+		apt_updated=1
+	fi
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
-# npm vendors registry packages into the node image (images/node.toml); a
-# NodeSource nodejs ships its own, Debian's comes as a separate package.
-if ! command -v npm >/dev/null; then
-	log "installing npm"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends npm >/dev/null
-fi
+}
 
 mkdir -p "$CACHE" "$PREFIX/bin"
 
-# install_if_changed SRC DST copies SRC to DST when they differ.
+# install_if_changed SRC DST copies SRC to DST when they differ, atomically,
+# so a server that looks for DST never sees half a binary.
 install_if_changed() {
 	if ! cmp -s "$1" "$2"; then
 		install -m 0755 "$1" "$2.new"
@@ -69,45 +78,101 @@ install_if_changed() {
 	fi
 }
 
+# with_lock NAME CMD... runs CMD holding $CACHE/NAME.lock, so a build started
+# in the background and one asked for in the foreground never run twice.
+with_lock() {
+	local name=$1
+	shift
+	(
+		flock 9
+		"$@"
+	) 9>"$CACHE/$name.lock"
+}
+
 # runc: `go install` refuses it (replace directives), so build from the module dir.
-runc_out="$CACHE/runc-$RUNC_VERSION/runc"
-if [ ! -x "$runc_out" ]; then
-	log "building runc $RUNC_VERSION (about a minute)"
-	dir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "github.com/opencontainers/runc@v$RUNC_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-	[ -n "$dir" ] || { log "could not download runc v$RUNC_VERSION"; exit 1; }
-	src="$CACHE/src/runc-$RUNC_VERSION"
-	rm -rf "$src"; mkdir -p "$(dirname "$src")"
-	cp -r "$dir" "$src"; chmod -R u+w "$src"
-	mkdir -p "$(dirname "$runc_out")"
-	(cd "$src" && CGO_ENABLED=1 go build -buildvcs=false -mod=mod -tags seccomp -trimpath \
-		-ldflags "-X main.version=$RUNC_VERSION" -o "$runc_out.tmp" .)
-	mv "$runc_out.tmp" "$runc_out"
-	rm -rf "$src"
-fi
-install_if_changed "$runc_out" "$PREFIX/bin/runc"
+build_runc() {
+	local out="$CACHE/runc-$RUNC_VERSION/runc"
+	if [ ! -x "$out" ]; then
+		log "building runc $RUNC_VERSION (about a minute)"
+		local dir src
+		dir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "github.com/opencontainers/runc@v$RUNC_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		[ -n "$dir" ] || { log "could not download runc v$RUNC_VERSION"; return 1; }
+		src="$CACHE/src/runc-$RUNC_VERSION"
+		rm -rf "$src"
+		mkdir -p "$(dirname "$src")"
+		cp -r "$dir" "$src"
+		chmod -R u+w "$src"
+		mkdir -p "$(dirname "$out")"
+		(cd "$src" && CGO_ENABLED=1 go build -buildvcs=false -mod=mod -tags seccomp -trimpath \
+			-ldflags "-X main.version=$RUNC_VERSION" -o "$out.tmp" .)
+		mv "$out.tmp" "$out"
+		rm -rf "$src"
+	fi
+	install_if_changed "$out" "$PREFIX/bin/runc"
+	printf '%s\n' "$RUNC_VERSION" >"$PREFIX/runc.version"
+}
 
 # runsc: must be built without cgo, or it cannot start sandboxes (RUNTIMES.md).
-runsc_out="$CACHE/runsc-$RUNSC_VERSION/runsc"
-if [ ! -x "$runsc_out" ]; then
-	log "building runsc $RUNSC_VERSION (a few minutes on a cold module cache)"
-	mkdir -p "$(dirname "$runsc_out")"
-	(cd /tmp && CGO_ENABLED=0 GOBIN="$(dirname "$runsc_out")" GOFLAGS=-buildvcs=false \
-		go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
-fi
-install_if_changed "$runsc_out" "$PREFIX/bin/runsc"
+build_runsc() {
+	local out="$CACHE/runsc-$RUNSC_VERSION/runsc"
+	if [ ! -x "$out" ]; then
+		log "building runsc $RUNSC_VERSION (a few minutes on a cold module cache)"
+		mkdir -p "$(dirname "$out")"
+		(cd /tmp && CGO_ENABLED=0 GOBIN="$(dirname "$out")" GOFLAGS=-buildvcs=false \
+			go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
+	fi
+	printf '%s\n' "$RUNSC_VERSION" >"$PREFIX/runsc.version"
+	install_if_changed "$out" "$PREFIX/bin/runsc"
+}
 
 # versitygw: an S3-compatible gateway over a local directory, for the blob
 # store's S3 tests. Pure Go, so CGO is off and the binary is static.
-versitygw_out="$CACHE/versitygw-$VERSITYGW_VERSION/versitygw"
-if [ ! -x "$versitygw_out" ]; then
-	log "building versitygw $VERSITYGW_VERSION (a few minutes on a cold module cache)"
-	mkdir -p "$(dirname "$versitygw_out")"
-	(cd /tmp && CGO_ENABLED=0 GOBIN="$(dirname "$versitygw_out")" GOFLAGS=-buildvcs=false \
-		go install -trimpath "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION")
-fi
-install_if_changed "$versitygw_out" "$PREFIX/bin/versitygw"
-printf '%s\n' "$VERSITYGW_VERSION" >"$PREFIX/versitygw.version"
+build_versitygw() {
+	local out="$CACHE/versitygw-$VERSITYGW_VERSION/versitygw"
+	if [ ! -x "$out" ]; then
+		log "building versitygw $VERSITYGW_VERSION (a few minutes on a cold module cache)"
+		mkdir -p "$(dirname "$out")"
+		(cd /tmp && CGO_ENABLED=0 GOBIN="$(dirname "$out")" GOFLAGS=-buildvcs=false \
+			go install -trimpath "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION")
+	fi
+	install_if_changed "$out" "$PREFIX/bin/versitygw"
+	printf '%s\n' "$VERSITYGW_VERSION" >"$PREFIX/versitygw.version"
+}
 
-printf '%s\n' "$RUNC_VERSION" >"$PREFIX/runc.version"
-printf '%s\n' "$RUNSC_VERSION" >"$PREFIX/runsc.version"
-log "ok: runc $("$PREFIX/bin/runc" --version | head -1 | awk '{print $3}'), runsc $RUNSC_VERSION, versitygw $VERSITYGW_VERSION in $PREFIX/bin"
+serve_deps() {
+	apt_install "${serve_pkgs[@]}"
+	with_lock runc build_runc
+}
+
+case $mode in
+serve)
+	serve_deps
+	log "ok: runc $RUNC_VERSION in $PREFIX/bin"
+	;;
+runsc-background)
+	if cmp -s "$CACHE/runsc-$RUNSC_VERSION/runsc" "$PREFIX/bin/runsc" 2>/dev/null; then
+		exit 0
+	fi
+	runsc_log="$CACHE/runsc-$RUNSC_VERSION.log"
+	log "building runsc in the background (log: $runsc_log); the gvisor tier answers 503 until it is installed"
+	# setsid: the build outlives this script and the terminal's signals.
+	CORRAL_CACHE=$CACHE CORRAL_PREFIX=$PREFIX setsid nice -n 19 "$0" runsc >"$runsc_log" 2>&1 </dev/null &
+	;;
+runsc)
+	with_lock runsc build_runsc
+	;;
+test)
+	serve_deps
+	apt_install "${test_pkgs[@]}"
+	# npm vendors registry packages into the node image (images/node.toml); a
+	# NodeSource nodejs ships its own, Debian's comes as a separate package.
+	command -v npm >/dev/null || apt_install npm
+	with_lock runsc build_runsc
+	with_lock versitygw build_versitygw
+	log "ok: runc $RUNC_VERSION, runsc $RUNSC_VERSION, versitygw $VERSITYGW_VERSION in $PREFIX/bin"
+	;;
+*)
+	log "usage: deps.sh [serve|runsc-background|test]"
+	exit 2
+	;;
+esac

@@ -22,6 +22,9 @@ var (
 	// ErrInvalid: the store refuses an argument (a cursor it did not hand
 	// out, text it cannot hold); the caller's input is at fault.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrUnavailable: the database could not be reached or is restarting;
+	// the call may succeed if repeated after a pause.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Execution is a stored execution.
@@ -40,6 +43,28 @@ type Execution struct {
 	Record sandbox.Result
 	// Node is the node that runs or ran it, if any.
 	Node string
+	// Target is the node that must run it while it is queued ("" any): a
+	// session's executions go to the node that holds the session. Set at
+	// creation.
+	Target string
+	// Cancel is set once a client asked to cancel it (RequestCancel); the
+	// node running it learns it from here if the signal was missed.
+	Cancel bool
+}
+
+// Node is a corral serve process of a cluster, as it announces itself.
+type Node struct {
+	ID string
+	// Address is where other nodes reach its API ("host:port").
+	Address   string
+	StartedAt time.Time
+	// SeenAt is its last heartbeat, by its own clock.
+	SeenAt time.Time
+}
+
+// SessionRef names a session.
+type SessionRef struct {
+	Tenant, ID string
 }
 
 // Query filters and orders ListExecutions. Zero fields do not filter.
@@ -154,9 +179,42 @@ type Store interface {
 	// for the next page ("" when there is none).
 	ListExecutions(ctx context.Context, tenant string, q Query) ([]*Execution, string, error)
 	// ExecutionsInStatus returns executions of every tenant in status,
-	// created before before, oldest first, at most limit. Recovery uses it
-	// for queued work after a restart.
+	// created before before, oldest first, at most limit.
 	ExecutionsInStatus(ctx context.Context, status sandbox.Status, before time.Time, limit int) ([]*Execution, error)
+
+	// ClaimExecution is how a node takes work: the oldest queued execution
+	// of any tenant that node may run (no target, or node as its target)
+	// becomes running on node, in one transaction no other claimer can
+	// interleave with, and is returned as stored — Record.Status running,
+	// Record.QueueMS the milliseconds from its creation to now, Node node.
+	// ErrNotFound when nothing is queued for node.
+	ClaimExecution(ctx context.Context, node string, now time.Time) (*Execution, error)
+	// CountQueued counts queued executions of every tenant.
+	CountQueued(ctx context.Context) (int, error)
+	// RequestCancel sets an execution's Cancel; ErrNotFound if absent.
+	RequestCancel(ctx context.Context, tenant, id string) error
+	// NodeExecutions returns the executions running on node and those
+	// queued for it (its target), oldest first.
+	NodeExecutions(ctx context.Context, node string) ([]*Execution, error)
+
+	// Beat records n as alive: its address, start and SeenAt.
+	Beat(ctx context.Context, n Node) error
+	// Nodes lists every node that announced itself and was not forgotten.
+	Nodes(ctx context.Context) ([]Node, error)
+	// ForgetNode removes node id unless it was seen after seenBefore (it
+	// came back meanwhile).
+	ForgetNode(ctx context.Context, id string, seenBefore time.Time) error
+
+	// ClaimSession returns the node that owns session (tenant, id), making
+	// node its owner if it has none.
+	ClaimSession(ctx context.Context, tenant, id, node string, now time.Time) (string, error)
+	// SessionOwner returns the node that owns a session, or ErrNotFound.
+	SessionOwner(ctx context.Context, tenant, id string) (string, error)
+	// ReleaseSession removes a session's owner if it is node; releasing a
+	// session node does not own is not an error.
+	ReleaseSession(ctx context.Context, tenant, id, node string) error
+	// NodeSessions lists the sessions node owns.
+	NodeSessions(ctx context.Context, node string) ([]SessionRef, error)
 	// CountExecutions counts a tenant's executions ("" for all tenants).
 	CountExecutions(ctx context.Context, tenant string) (int64, error)
 	// ExecutionStats summarises a tenant's executions created in [since,

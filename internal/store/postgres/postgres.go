@@ -10,9 +10,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/corralhq/corral/internal/store"
@@ -88,7 +93,8 @@ func (db *DB) migrate(ctx context.Context) error {
 }
 
 // CreateExecution implements store.Store.
-func (db *DB) CreateExecution(ctx context.Context, e *store.Execution) (*store.Execution, bool, error) {
+func (db *DB) CreateExecution(ctx context.Context, e *store.Execution) (_ *store.Execution, _ bool, err error) {
+	defer unavailable(&err)
 	row, err := sqlstore.NewRow(e)
 	if err != nil {
 		return nil, false, fmt.Errorf("create execution: %w", err)
@@ -110,12 +116,14 @@ func (db *DB) CreateExecution(ctx context.Context, e *store.Execution) (*store.E
 }
 
 // UpdateExecution implements store.Store.
-func (db *DB) UpdateExecution(ctx context.Context, e *store.Execution, from ...sandbox.Status) error {
+func (db *DB) UpdateExecution(ctx context.Context, e *store.Execution, from ...sandbox.Status) (err error) {
+	defer unavailable(&err)
 	return db.FinishExecution(ctx, e, nil, from...)
 }
 
 // FinishExecution implements store.Store.
-func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliveries []store.Delivery, from ...sandbox.Status) error {
+func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliveries []store.Delivery, from ...sandbox.Status) (err error) {
+	defer unavailable(&err)
 	row, err := sqlstore.NewRow(e)
 	if err != nil {
 		return fmt.Errorf("update execution: %w", err)
@@ -174,7 +182,8 @@ func (db *DB) whyNotUpdated(ctx context.Context, q querier, e *store.Execution, 
 }
 
 // GetExecution implements store.Store.
-func (db *DB) GetExecution(ctx context.Context, tenant, id string) (*store.Execution, error) {
+func (db *DB) GetExecution(ctx context.Context, tenant, id string) (_ *store.Execution, err error) {
+	defer unavailable(&err)
 	if !sqlstore.Text(tenant) || !sqlstore.Text(id) {
 		return nil, fmt.Errorf("get execution %q: %w", id, store.ErrNotFound)
 	}
@@ -189,7 +198,8 @@ func (db *DB) GetExecution(ctx context.Context, tenant, id string) (*store.Execu
 }
 
 // ListExecutions implements store.Store.
-func (db *DB) ListExecutions(ctx context.Context, tenant string, q store.Query) ([]*store.Execution, string, error) {
+func (db *DB) ListExecutions(ctx context.Context, tenant string, q store.Query) (_ []*store.Execution, _ string, err error) {
+	defer unavailable(&err)
 	l, err := sqlstore.NewList(tenant, q)
 	if err != nil {
 		return nil, "", fmt.Errorf("list executions: %w", err)
@@ -203,7 +213,8 @@ func (db *DB) ListExecutions(ctx context.Context, tenant string, q store.Query) 
 }
 
 // ExecutionsInStatus implements store.Store.
-func (db *DB) ExecutionsInStatus(ctx context.Context, status sandbox.Status, before time.Time, limit int) ([]*store.Execution, error) {
+func (db *DB) ExecutionsInStatus(ctx context.Context, status sandbox.Status, before time.Time, limit int) (_ []*store.Execution, err error) {
+	defer unavailable(&err)
 	if limit <= 0 {
 		return nil, fmt.Errorf("executions in status %s: limit %d must be positive", status, limit)
 	}
@@ -222,9 +233,9 @@ func (db *DB) executions(ctx context.Context, query string, args ...any) ([]*sto
 }
 
 // CountExecutions implements store.Store.
-func (db *DB) CountExecutions(ctx context.Context, tenant string) (int64, error) {
+func (db *DB) CountExecutions(ctx context.Context, tenant string) (_ int64, err error) {
+	defer unavailable(&err)
 	var n int64
-	var err error
 	if tenant == "" {
 		err = db.pool.QueryRow(ctx, sqlstore.CountAll).Scan(&n)
 	} else {
@@ -237,7 +248,8 @@ func (db *DB) CountExecutions(ctx context.Context, tenant string) (int64, error)
 }
 
 // ExecutionStats implements store.Store.
-func (db *DB) ExecutionStats(ctx context.Context, tenant string, since, until time.Time) (*store.Stats, error) {
+func (db *DB) ExecutionStats(ctx context.Context, tenant string, since, until time.Time) (_ *store.Stats, err error) {
+	defer unavailable(&err)
 	return sqlstore.ExecutionStats(ctx, db.each, tenant, since, until)
 }
 
@@ -254,7 +266,8 @@ func (db *DB) each(ctx context.Context, query string, args []any, row func(scan 
 // ClaimDeliveries implements store.Store. Rows another node is claiming
 // are skipped, and a row it claimed meanwhile no longer qualifies when
 // PostgreSQL re-checks the condition on the locked row.
-func (db *DB) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]store.Delivery, error) {
+func (db *DB) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) (_ []store.Delivery, err error) {
+	defer unavailable(&err)
 	args, err := sqlstore.ClaimArgs(now, lease, limit)
 	if err != nil {
 		return nil, err
@@ -268,7 +281,8 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Dur
 }
 
 // UpdateDelivery implements store.Store.
-func (db *DB) UpdateDelivery(ctx context.Context, d store.Delivery) error {
+func (db *DB) UpdateDelivery(ctx context.Context, d store.Delivery) (err error) {
+	defer unavailable(&err)
 	args, err := sqlstore.UpdateDeliveryArgs(d)
 	if err != nil {
 		return fmt.Errorf("update delivery: %w", err)
@@ -284,7 +298,8 @@ func (db *DB) UpdateDelivery(ctx context.Context, d store.Delivery) error {
 }
 
 // Deliveries implements store.Store.
-func (db *DB) Deliveries(ctx context.Context, tenant, executionID string) ([]store.Delivery, error) {
+func (db *DB) Deliveries(ctx context.Context, tenant, executionID string) (_ []store.Delivery, err error) {
+	defer unavailable(&err)
 	if !sqlstore.Text(tenant) || !sqlstore.Text(executionID) {
 		return nil, nil
 	}
@@ -303,7 +318,8 @@ func (db *DB) deliveries(ctx context.Context, query string, args ...any) ([]stor
 }
 
 // AddEgress implements store.Store.
-func (db *DB) AddEgress(ctx context.Context, tenant, executionID string, attempts []sandbox.EgressAttempt) error {
+func (db *DB) AddEgress(ctx context.Context, tenant, executionID string, attempts []sandbox.EgressAttempt) (err error) {
+	defer unavailable(&err)
 	if len(attempts) == 0 {
 		return nil
 	}
@@ -330,7 +346,8 @@ func (db *DB) AddEgress(ctx context.Context, tenant, executionID string, attempt
 }
 
 // Egress implements store.Store.
-func (db *DB) Egress(ctx context.Context, tenant, executionID string) ([]sandbox.EgressAttempt, error) {
+func (db *DB) Egress(ctx context.Context, tenant, executionID string) (_ []sandbox.EgressAttempt, err error) {
+	defer unavailable(&err)
 	rows, _ := db.pool.Query(ctx, sqlstore.ListEgress, tenant, executionID)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandbox.EgressAttempt, error) {
 		return sqlstore.ScanEgress(r.Scan)
@@ -342,7 +359,8 @@ func (db *DB) Egress(ctx context.Context, tenant, executionID string) ([]sandbox
 }
 
 // Ping implements store.Store.
-func (db *DB) Ping(ctx context.Context) error {
+func (db *DB) Ping(ctx context.Context) (err error) {
+	defer unavailable(&err)
 	if err := db.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("ping postgres: %w", err)
 	}
@@ -358,3 +376,31 @@ func (db *DB) Close() error {
 
 // Interface guards.
 var _ store.Store = (*DB)(nil)
+
+// unavailable marks *err with store.ErrUnavailable when it says the
+// database could not be reached or is going away (a restart, a failover):
+// what the caller may retry after a pause. A query the server refused for
+// its content is not marked.
+func unavailable(err *error) {
+	if *err == nil || errors.Is(*err, store.ErrUnavailable) {
+		return
+	}
+	var pe *pgconn.PgError
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.As(*err, &pe):
+		// Class 08: connection exception; 57P01-03: the server shuts down
+		// or is starting; 53300: too many connections.
+		if !strings.HasPrefix(pe.Code, "08") && pe.Code != "57P01" && pe.Code != "57P02" &&
+			pe.Code != "57P03" && pe.Code != "53300" {
+			return
+		}
+	case errors.As(*err, &ce), errors.As(*err, &ne), errors.Is(*err, io.ErrUnexpectedEOF),
+		errors.Is(*err, io.EOF), errors.Is(*err, syscall.ECONNREFUSED), errors.Is(*err, syscall.ECONNRESET),
+		pgconn.SafeToRetry(*err):
+	default:
+		return
+	}
+	*err = fmt.Errorf("%w: %w", store.ErrUnavailable, *err)
+}

@@ -70,13 +70,13 @@ func checkKey(field, s string) error {
 
 // executionColumns are what every SELECT of executions returns, in the
 // order ScanExecution reads them.
-const executionColumns = "tenant, id, request_hash, request, record, node"
+const executionColumns = "tenant, id, request_hash, request, record, node, target, cancel"
 
 // Statements on executions.
 const (
-	InsertExecution = `INSERT INTO executions (tenant, id, request_hash, request, record, node,
+	InsertExecution = `INSERT INTO executions (tenant, id, request_hash, request, record, node, target,
     session_id, language, status, error_type, exit_code, duration_ms, created_at, finished_at, tier)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (tenant, id) DO NOTHING`
 	GetExecution    = `SELECT ` + executionColumns + ` FROM executions WHERE tenant = $1 AND id = $2`
 	ExecutionStatus = `SELECT status FROM executions WHERE tenant = $1 AND id = $2`
@@ -85,7 +85,37 @@ ON CONFLICT (tenant, id) DO NOTHING`
 WHERE status = $1 AND created_at < $2 ORDER BY created_at, tenant, id LIMIT $3`
 	CountAll    = `SELECT COUNT(*) FROM executions`
 	CountTenant = `SELECT COUNT(*) FROM executions WHERE tenant = $1`
+	CountQueued = `SELECT COUNT(*) FROM executions WHERE status = 'queued'`
+	// RequestCancel takes tenant, id.
+	RequestCancel = `UPDATE executions SET cancel = 1 WHERE tenant = $1 AND id = $2`
+	// NodeExecutions takes the node.
+	NodeExecutions = `SELECT ` + executionColumns + ` FROM executions
+WHERE (node = $1 AND status = 'running') OR (target = $1 AND status = 'queued')
+ORDER BY created_at, tenant, id`
 )
+
+// ClaimNext selects the execution a node claims next (it takes the node);
+// with skipLocked (PostgreSQL) concurrent claimers pass over each other's
+// rows instead of waiting for them, and SQLite has one writer at a time.
+func ClaimNext(skipLocked bool) string {
+	lock := ""
+	if skipLocked {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	return `SELECT ` + executionColumns + ` FROM executions
+WHERE status = 'queued' AND target IN ('', $1)
+ORDER BY created_at, tenant, id LIMIT 1` + lock
+}
+
+// Claimed is e as node claims it at now: running on node, with the time
+// it waited.
+func Claimed(e *store.Execution, node string, now time.Time) *store.Execution {
+	c := *e
+	c.Node = node
+	c.Record.Status = sandbox.StatusRunning
+	c.Record.QueueMS = max(now.Sub(c.Record.CreatedAt).Milliseconds(), 0)
+	return &c
+}
 
 // Row is an execution ready to be written.
 type Row struct {
@@ -133,7 +163,7 @@ func NewRow(e *store.Execution) (*Row, error) {
 		return nil, fmt.Errorf("execution %q: record is of execution %q", e.ID, r.ExecutionID)
 	}
 	for _, f := range []struct{ name, value string }{
-		{"request hash", e.RequestHash}, {"request", string(e.Request)}, {"node", e.Node},
+		{"request hash", e.RequestHash}, {"request", string(e.Request)}, {"node", e.Node}, {"target", e.Target},
 	} {
 		if err := checkText(f.name, f.value); err != nil {
 			return nil, fmt.Errorf("execution %q: %w", e.ID, err)
@@ -150,7 +180,8 @@ func NewRow(e *store.Execution) (*Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("execution %q: encode record: %w", e.ID, err)
 	}
-	stored := &store.Execution{Tenant: e.Tenant, ID: e.ID, RequestHash: e.RequestHash, Record: r, Node: e.Node}
+	stored := &store.Execution{Tenant: e.Tenant, ID: e.ID, RequestHash: e.RequestHash, Record: r, Node: e.Node,
+		Target: e.Target, Cancel: e.Cancel}
 	if len(e.Request) > 0 {
 		stored.Request = bytes.Clone(e.Request)
 	}
@@ -195,7 +226,7 @@ func errorType(r *sandbox.Result) sandbox.ErrorType {
 // InsertArgs are the arguments of InsertExecution.
 func (r *Row) InsertArgs() []any {
 	e := r.Execution
-	return append([]any{e.Tenant, e.ID, e.RequestHash, string(e.Request), r.record, e.Node}, r.derived()...)
+	return append([]any{e.Tenant, e.ID, e.RequestHash, string(e.Request), r.record, e.Node, e.Target}, r.derived()...)
 }
 
 // derived are the indexed columns taken from the record, in table order.
@@ -233,15 +264,12 @@ WHERE tenant = $1 AND id = $2`)
 
 // ScanExecution reads the columns of a SELECT of executions.
 func ScanExecution(scan func(dest ...any) error) (*store.Execution, error) {
-	var tenant, id, hash, req, rec, node string
-	if err := scan(&tenant, &id, &hash, &req, &rec, &node); err != nil {
+	var tenant, id, hash, req, rec, node, target string
+	var cancel int64
+	if err := scan(&tenant, &id, &hash, &req, &rec, &node, &target, &cancel); err != nil {
 		return nil, err
 	}
-	return decodeExecution(tenant, id, hash, req, rec, node)
-}
-
-func decodeExecution(tenant, id, hash, req, rec, node string) (*store.Execution, error) {
-	e := &store.Execution{Tenant: tenant, ID: id, RequestHash: hash, Node: node}
+	e := &store.Execution{Tenant: tenant, ID: id, RequestHash: hash, Node: node, Target: target, Cancel: cancel != 0}
 	if req != "" {
 		e.Request = []byte(req)
 	}
@@ -423,4 +451,66 @@ func ScanEgress(scan func(dest ...any) error) (sandbox.EgressAttempt, error) {
 	}
 	a.Time, a.Port, a.Allowed, a.Status = Time(at), int(port), allowed == 1, int(status)
 	return a, nil
+}
+
+// ---- nodes and sessions ----
+
+// Statements on nodes.
+const (
+	// BeatNode takes id, address, Micros(started), Micros(seen).
+	BeatNode = `INSERT INTO nodes (id, address, started_at, seen_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (id) DO UPDATE SET address = excluded.address, started_at = excluded.started_at,
+    seen_at = excluded.seen_at`
+	ListNodes = `SELECT id, address, started_at, seen_at FROM nodes ORDER BY id`
+	// ForgetNode takes id, Micros(seenBefore).
+	ForgetNode = `DELETE FROM nodes WHERE id = $1 AND seen_at < $2`
+)
+
+// NodeArgs checks n and returns the arguments of BeatNode.
+func NodeArgs(n store.Node) ([]any, error) {
+	if n.ID == "" {
+		return nil, errors.New("node: id is required")
+	}
+	if err := checkKey("node id", n.ID); err != nil {
+		return nil, err
+	}
+	if err := checkText("node address", n.Address); err != nil {
+		return nil, err
+	}
+	return []any{n.ID, n.Address, Micros(normTime(n.StartedAt)), Micros(normTime(n.SeenAt))}, nil
+}
+
+// ScanNode reads a row of ListNodes.
+func ScanNode(scan func(dest ...any) error) (store.Node, error) {
+	var n store.Node
+	var started, seen int64
+	if err := scan(&n.ID, &n.Address, &started, &seen); err != nil {
+		return n, err
+	}
+	n.StartedAt, n.SeenAt = Time(started), Time(seen)
+	return n, nil
+}
+
+// Statements on sessions.
+const (
+	// ClaimSession takes tenant, id, node, Micros(now).
+	ClaimSession = `INSERT INTO sessions (tenant, id, node, created_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, id) DO NOTHING`
+	SessionOwner   = `SELECT node FROM sessions WHERE tenant = $1 AND id = $2`
+	ReleaseSession = `DELETE FROM sessions WHERE tenant = $1 AND id = $2 AND node = $3`
+	NodeSessions   = `SELECT tenant, id FROM sessions WHERE node = $1 ORDER BY tenant, id`
+)
+
+// SessionArgs checks a session's key and owner and returns the arguments
+// of ClaimSession.
+func SessionArgs(tenant, id, node string, now time.Time) ([]any, error) {
+	for _, f := range []struct{ name, value string }{{"tenant", tenant}, {"session id", id}, {"node", node}} {
+		if f.value == "" {
+			return nil, fmt.Errorf("session: %s is required", f.name)
+		}
+		if err := checkKey(f.name, f.value); err != nil {
+			return nil, fmt.Errorf("session %q: %w", id, err)
+		}
+	}
+	return []any{tenant, id, node, Micros(normTime(now))}, nil
 }

@@ -66,7 +66,7 @@ func TestNewRow(t *testing.T) {
 		t.Error("the stored execution shares memory with the argument")
 	}
 	got := row.InsertArgs()
-	want := []any{"t", "x", "", "{}", row.record, "", "", "go", "failed", "runtime_error", int64(1), int64(0),
+	want := []any{"t", "x", "", "{}", row.record, "", "", "", "go", "failed", "runtime_error", int64(1), int64(0),
 		Micros(r.CreatedAt), Micros(time.Time{}), ""}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("InsertArgs (-want +got):\n%s", diff)

@@ -48,6 +48,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RejectedInput", testRejectedInput},
 		{"Egress", testEgress},
 		{"Stats", testStats},
+		{"ExecutionClaims", testExecutionClaims},
+		{"ExecutionClaimsConcurrent", testExecutionClaimsConcurrent},
+		{"RequestCancel", testRequestCancel},
+		{"NodeExecutions", testNodeExecutions},
+		{"Nodes", testNodes},
+		{"Sessions", testSessions},
+		{"SessionsConcurrent", testSessionsConcurrent},
 		{"Ping", func(t *testing.T, s store.Store) {
 			if err := s.Ping(t.Context()); err != nil {
 				t.Fatal(err)

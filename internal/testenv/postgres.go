@@ -263,6 +263,53 @@ func (s *pgServer) waitReady(port int) error {
 	}
 }
 
+// RestartPostgres restarts the server Postgres started, on the same port
+// and data, as an operator or a failover would: a fast shutdown (SIGINT:
+// every connection is cut, open transactions roll back, committed ones
+// are flushed). Not an immediate one: the test server runs with
+// synchronous_commit=off, which loses the last commits in a crash by
+// design.
+func RestartPostgres(t testing.TB) {
+	t.Helper()
+	s := &pg
+	s.mu.Lock()
+	cmd, done, dir := s.cmd, s.done, s.dir
+	s.mu.Unlock()
+	if cmd == nil {
+		t.Fatal("RestartPostgres: no PostgreSQL of this test process (" + PostgresEnv + " is set, or Postgres was not called)")
+	}
+	u, err := url.Parse(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if !pgExited(done, 30*time.Second) {
+		cmd.Process.Kill()
+		<-done
+	}
+	var cred *syscall.Credential
+	if cmd.SysProcAttr != nil {
+		cred = cmd.SysProcAttr.Credential
+	}
+	for attempt := 0; ; attempt++ {
+		err := s.run(pgBin(), cred, dir, filepath.Join(dir, "data"), port)
+		if err == nil {
+			err = s.waitReady(port)
+		}
+		if err == nil {
+			return
+		}
+		if attempt == 10 {
+			t.Fatalf("restart postgres: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func pgExited(done <-chan struct{}, wait time.Duration) bool {
 	select {
 	case <-done:

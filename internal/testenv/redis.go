@@ -133,6 +133,11 @@ func tryRedis(dir string) error {
 	if err != nil {
 		return err
 	}
+	return runRedis(dir, port)
+}
+
+// runRedis starts redis-server on port and waits until it answers.
+func runRedis(dir, port string) error {
 	logPath := filepath.Join(dir, "redis-"+port+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -200,6 +205,34 @@ func freePort() (string, error) {
 	}
 	defer l.Close()
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// RestartRedis kills the server Redis started (SIGKILL, as a crash would)
+// and starts a new one on the same port. The server keeps nothing on disk:
+// every key is gone.
+func RestartRedis(t testing.TB) {
+	t.Helper()
+	if redisSrv.cmd == nil {
+		t.Fatal("RestartRedis: no redis-server of this test process (CORRAL_TEST_REDIS is set, or Redis was not called)")
+	}
+	u, err := url.Parse(redisSrv.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisSrv.cmd.Process.Kill()
+	<-redisSrv.exited
+	redisSrv.cmd = nil
+	// The port was just released; retry briefly if the kernel holds it.
+	for attempt := 0; ; attempt++ {
+		err := runRedis(redisSrv.dir, u.Port())
+		if err == nil {
+			return
+		}
+		if attempt == 20 {
+			t.Fatalf("restart redis-server: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // StopRedis kills the server Redis started, if any, and removes its

@@ -74,6 +74,9 @@ var (
 	ErrQueueFull = errors.New("corral: queue full")
 	// ErrRateLimited: any other 429, e.g. a tenant quota.
 	ErrRateLimited = errors.New("corral: rate limited")
+	// ErrSessionLost: 410 session_lost, the node that held the session
+	// is gone and its files with it; create a new session.
+	ErrSessionLost = errors.New("corral: session lost")
 	// ErrServer: a 5xx answer; the server or something before it failed.
 	ErrServer = errors.New("corral: server error")
 )
@@ -123,6 +126,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusTooManyRequests && e.Code == "queue_full"
 	case ErrRateLimited:
 		return e.Status == http.StatusTooManyRequests && e.Code != "queue_full"
+	case ErrSessionLost:
+		return e.Status == http.StatusGone
 	case ErrServer:
 		return e.Status >= 500
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/corralhq/corral/internal/blob"
 	localblob "github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/blob/s3"
+	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
@@ -72,9 +73,9 @@ func loadServeConfig(args []string) (config.Config, error) {
 	cfg := config.Default()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var (
-		listen, storeURL, stateURL, blobURL, file, apiKey, nodeID, logLevel, logFormat string
-		maxConc, queueBound                                                            int
-		lf                                                                             localFlags
+		listen, storeURL, stateURL, blobURL, file, apiKey, nodeID, advertise, logLevel, logFormat string
+		maxConc, queueBound                                                                       int
+		lf                                                                                        localFlags
 	)
 	fs.StringVar(&listen, "listen", cfg.Listen, "address to listen on")
 	fs.StringVar(&file, "config", "", "TOML configuration file")
@@ -83,6 +84,7 @@ func loadServeConfig(args []string) (config.Config, error) {
 	fs.StringVar(&blobURL, "blob", "", "artifact storage (default: a directory in the data dir)")
 	fs.StringVar(&apiKey, "api-key", "", "an API key for the tenant \"default\" (development; production keys go in the config file, hashed)")
 	fs.StringVar(&nodeID, "node-id", "", "this node's name in shared state (default: hostname/listen address)")
+	fs.StringVar(&advertise, "advertise-address", "", "where the other nodes reach this one's API, host:port (default: the listen address)")
 	fs.StringVar(&logLevel, "log-level", cfg.Log.Level, "debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", cfg.Log.Format, "json or text")
 	fs.IntVar(&maxConc, "max-concurrency", 0, "executions this node runs at once (default: from memory)")
@@ -108,6 +110,7 @@ func loadServeConfig(args []string) (config.Config, error) {
 	apply("state", func() { cfg.State = stateURL })
 	apply("blob", func() { cfg.Blob = blobURL })
 	apply("node-id", func() { cfg.NodeID = nodeID })
+	apply("advertise-address", func() { cfg.AdvertiseAddress = advertise })
 	apply("log-level", func() { cfg.Log.Level = logLevel })
 	apply("log-format", func() { cfg.Log.Format = logFormat })
 	apply("max-concurrency", func() { cfg.MaxConcurrency = maxConc })
@@ -141,10 +144,10 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
 	return sqlite.Open(ctx, u)
 }
 
-func openState(ctx context.Context, cfg config.Config, log *slog.Logger) (state.State, bool, error) {
+func openState(ctx context.Context, cfg config.Config, log *slog.Logger) (state.State, error) {
 	switch u := cfg.State; {
 	case u == "" || u == "memory" || u == "memory://":
-		return memory.New(log), true, nil
+		return memory.New(log), nil
 	case strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://"):
 		// Blocking reads (the dispatcher's dequeue, each event stream a
 		// client follows) hold a connection each: size the pool for them
@@ -157,9 +160,9 @@ func openState(ctx context.Context, cfg config.Config, log *slog.Logger) (state.
 			u += sep + "pool_size=" + strconv.Itoa(max(256, 4*cfg.MaxConcurrency))
 		}
 		s, err := redis.Open(ctx, u, log)
-		return s, false, err
+		return s, err
 	default:
-		return nil, false, fmt.Errorf("state %q: use memory or a redis:// URL", u)
+		return nil, fmt.Errorf("state %q: use memory or a redis:// URL", u)
 	}
 }
 
@@ -214,11 +217,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
-	ls, local, err := openState(ctx, cfg, log)
+	ls, err := openState(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("open state: %w", err)
 	}
 	defer ls.Close()
+	hb, _ := time.ParseDuration(cfg.Cluster.Heartbeat) // validated
+	lostAfter, _ := time.ParseDuration(cfg.Cluster.LostAfter)
+	cl := cluster.New(cluster.Config{ID: cfg.NodeID, Address: cfg.AdvertiseAddress, Heartbeat: hb, LostAfter: lostAfter},
+		st, log.With("component", "cluster"))
+	if err := cl.Beat(ctx); err != nil {
+		return err
+	}
 
 	m := metrics.New()
 	wp, err := openPool(ctx, cfg, loc.engine, m, log.With("component", "pool"))
@@ -245,15 +255,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		m.Deliveries.WithLabelValues(kind, outcome).Inc()
 	}
 	nc := node.DefaultConfig()
-	nc.ID, nc.MaxConcurrency, nc.QueueBound, nc.LocalState = cfg.NodeID, cfg.MaxConcurrency, cfg.QueueBound, local
+	nc.MaxConcurrency, nc.QueueBound = cfg.MaxConcurrency, cfg.QueueBound
 	nc.MemoryURL = cfg.Memory.URL
-	n := node.New(nc, loc.engine, st, ls, notifier, m, log.With("node", cfg.NodeID))
+	n := node.New(nc, loc.engine, st, ls, cl, notifier, m, log.With("node", cfg.NodeID))
 	scfg := session.DefaultConfig(filepath.Join(cfg.DataDir, "sessions"))
 	scfg.DefaultTTL, _ = time.ParseDuration(cfg.Sessions.DefaultTTL) // validated
 	scfg.MaxTTL, _ = time.ParseDuration(cfg.Sessions.MaxTTL)
 	scfg.ReapInterval, _ = time.ParseDuration(cfg.Sessions.ReapInterval)
 	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
-	sessions, err := session.New(scfg, loc.engine, log.With("component", "sessions"))
+	sessions, err := session.New(ctx, scfg, loc.engine, cl, log.With("component", "sessions"))
 	if err != nil {
 		return err
 	}
@@ -266,6 +276,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	n.SetFiles(sessions, node.BlobArtifacts{Store: blobs})
 	srv := api.New(api.Config{MaxBodyBytes: cfg.MaxBodyBytes}, n, auth, m, log, st, ls)
 	srv.SetFiles(sessions, blobHandler)
+	srv.SetCluster(cl)
 	srv.SetStats(st)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -277,7 +288,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() {
+		defer wg.Done()
+		cl.Run(workCtx)
+	}()
 	go func() {
 		defer wg.Done()
 		sessions.Run(workCtx)
@@ -297,7 +312,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		loc.engine.Warm(workCtx, images.HostName)
 	}()
 	log.Info("corral serving", "listen", ln.Addr().String(), "node", cfg.NodeID, "store", storeKind(cfg.Store),
-		"state", stateKind(cfg.State), "max_concurrency", cfg.MaxConcurrency, "queue_bound", cfg.QueueBound)
+		"state", stateKind(cfg.State), "max_concurrency", cfg.MaxConcurrency, "queue_bound", cfg.QueueBound,
+		"advertise_address", cfg.AdvertiseAddress)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -18,18 +18,32 @@ import (
 // run with the defaults); every error is a 4xx *Error naming the field
 // where one is known.
 func decodeExecuteRequest(r io.Reader, max int64) (sandbox.ExecuteRequest, *Error) {
-	var req sandbox.ExecuteRequest
+	body, err := readBody(r, max)
+	if err != nil {
+		return sandbox.ExecuteRequest{}, err
+	}
+	return parseExecuteRequest(body)
+}
+
+// readBody reads a request body of at most max bytes.
+func readBody(r io.Reader, max int64) ([]byte, *Error) {
 	body, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return req, tooLarge(max)
+			return nil, tooLarge(max)
 		}
-		return req, errorf(http.StatusBadRequest, "invalid_json", "", "could not read the request body")
+		return nil, errorf(http.StatusBadRequest, "invalid_json", "", "could not read the request body")
 	}
 	if int64(len(body)) > max {
-		return req, tooLarge(max)
+		return nil, tooLarge(max)
 	}
+	return body, nil
+}
+
+// parseExecuteRequest decodes the body of a submission.
+func parseExecuteRequest(body []byte) (sandbox.ExecuteRequest, *Error) {
+	var req sandbox.ExecuteRequest
 	if len(bytes.TrimSpace(body)) == 0 {
 		return req, errorf(http.StatusBadRequest, "invalid_json", "", "the request body is empty; send a JSON object")
 	}

@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/node"
+	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -36,6 +38,7 @@ func errorf(status int, code, field, msg string) *Error {
 func asError(err error, log *slog.Logger) *Error {
 	var ae *Error
 	var ie *engine.InputError
+	var se *cluster.SessionError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -50,6 +53,24 @@ func asError(err error, log *slog.Logger) *Error {
 		return errorf(http.StatusBadRequest, "invalid_request", "", err.Error())
 	case errors.Is(err, node.ErrQueueFull):
 		e := errorf(http.StatusTooManyRequests, "queue_full", "", "the server's queue is full; retry after the delay in Retry-After")
+		e.RetryAfter = 1
+		return e
+	case errors.As(err, &se) && se.Lost:
+		return errorf(http.StatusGone, "session_lost", "session_id",
+			"session "+se.Session+" was lost with the node that held it; its files are gone: create a new session")
+	case errors.As(err, &se):
+		e := errorf(http.StatusServiceUnavailable, "session_unavailable", "session_id",
+			"session "+se.Session+" is held by a node that is not answering; retry after the delay in Retry-After")
+		e.RetryAfter = 2
+		return e
+	case errors.Is(err, session.ErrElsewhere):
+		e := errorf(http.StatusServiceUnavailable, "session_unavailable", "session_id",
+			"the session was just created on another node; retry")
+		e.RetryAfter = 1
+		return e
+	case errors.Is(err, store.ErrUnavailable):
+		log.Warn("store unavailable", "err", err)
+		e := errorf(http.StatusServiceUnavailable, "unavailable", "", "the server's database is unavailable for a moment; retry after the delay in Retry-After")
 		e.RetryAfter = 1
 		return e
 	default:

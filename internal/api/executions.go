@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,10 +21,23 @@ type submitted struct {
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	req, derr := decodeExecuteRequest(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), s.cfg.MaxBodyBytes)
+	body, derr := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), s.cfg.MaxBodyBytes)
 	if derr != nil {
 		writeError(w, derr)
 		return
+	}
+	req, derr := parseExecuteRequest(body)
+	if derr != nil {
+		writeError(w, derr)
+		return
+	}
+	if req.SessionID != "" && engine.ValidID(req.SessionID) {
+		// A session's executions are submitted on the node that holds
+		// it, which answers (and waits) for them.
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if !s.route(w, r, t, req.SessionID, claimSession) {
+			return
+		}
 	}
 	if req.CallbackURL != "" && len(t.CallbackSecret) == 0 {
 		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "callback_url",

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/session"
@@ -37,6 +38,7 @@ type Server struct {
 	ready    []Pinger
 	log      *slog.Logger
 	sessions *session.Manager
+	cluster  *cluster.Cluster // nil: every session is this node's
 	blobs    http.Handler
 	stats    StatsSource // nil: GET /v1/stats is 404
 }
@@ -46,6 +48,9 @@ type Server struct {
 func (s *Server) SetFiles(sessions *session.Manager, blobs http.Handler) {
 	s.sessions, s.blobs = sessions, blobs
 }
+
+// SetCluster makes session calls reach the node that holds the session.
+func (s *Server) SetCluster(c *cluster.Cluster) { s.cluster = c }
 
 // New returns a server; ready lists what /readyz checks.
 func New(cfg Config, n *node.Node, auth *Auth, m *metrics.Metrics, log *slog.Logger, ready ...Pinger) *Server {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/session"
 )
@@ -36,6 +37,47 @@ func (s *Server) sessionID(w http.ResponseWriter, r *http.Request) (string, bool
 	return id, true
 }
 
+// Session calls that do more than reach the session's node.
+const (
+	// claimSession: a session no node holds becomes this node's (the
+	// calls that create sessions).
+	claimSession = 1 << iota
+	// forgetLost: a session lost with its node is forgotten (deleting
+	// it), so its id is free again.
+	forgetLost
+)
+
+// route sends a session's call to the node that holds the session. It
+// reports whether this node serves r itself; if not, r was forwarded or
+// answered.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id string, how int) bool {
+	if s.cluster == nil || cluster.Forwarded(r) {
+		return true
+	}
+	owner, err := s.cluster.SessionOwner(r.Context(), t.Name, id, how&claimSession != 0)
+	var se *cluster.SessionError
+	switch {
+	case errors.Is(err, cluster.ErrNoSession):
+		return true // this node answers that there is none
+	case errors.As(err, &se) && se.Lost && how&forgetLost != 0:
+		// Deleting a lost session: its files went with its node; the id
+		// is free again.
+		if err := s.cluster.ForgetSession(r.Context(), se); err != nil {
+			writeError(w, asError(err, s.log))
+			return false
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return false
+	case err != nil:
+		writeError(w, s.sessionError(err))
+		return false
+	case owner.Local:
+		return true
+	}
+	s.cluster.Forward(w, r, t.Name, id, owner, func(w http.ResponseWriter, err error) { writeError(w, s.sessionError(err)) })
+	return false
+}
+
 func (s *Server) sessionError(err error) *Error {
 	var re *agent.RemoteError
 	switch {
@@ -61,6 +103,9 @@ func (s *Server) touchSession(w http.ResponseWriter, r *http.Request, t *Tenant)
 	if !ok {
 		return
 	}
+	if !s.route(w, r, t, id, claimSession) {
+		return
+	}
 	var body sessionBody
 	if r.ContentLength != 0 {
 		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
@@ -70,7 +115,7 @@ func (s *Server) touchSession(w http.ResponseWriter, r *http.Request, t *Tenant)
 			return
 		}
 	}
-	info, created, err := s.sessions.Touch(t.Name, id, session.Options{
+	info, created, err := s.sessions.Touch(r.Context(), t.Name, id, session.Options{
 		TTL: time.Duration(body.TTLSeconds) * time.Second, DiskMB: body.DiskMB})
 	if err != nil {
 		writeError(w, s.sessionError(err))
@@ -88,6 +133,9 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !ok {
 		return
 	}
+	if !s.route(w, r, t, id, 0) {
+		return
+	}
 	info, err := s.sessions.Get(t.Name, id)
 	if err != nil {
 		writeError(w, s.sessionError(err))
@@ -99,6 +147,9 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id, ok := s.sessionID(w, r)
 	if !ok {
+		return
+	}
+	if !s.route(w, r, t, id, forgetLost) {
 		return
 	}
 	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
@@ -118,6 +169,9 @@ type listing struct {
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id, ok := s.sessionID(w, r)
 	if !ok {
+		return
+	}
+	if !s.route(w, r, t, id, 0) {
 		return
 	}
 	p := strings.TrimSuffix(r.PathValue("path"), "/")
@@ -173,6 +227,9 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !ok {
 		return
 	}
+	if !s.route(w, r, t, id, claimSession) {
+		return
+	}
 	body := http.MaxBytesReader(w, r.Body, maxUpload)
 	if err := s.sessions.Upload(r.Context(), t.Name, id, r.PathValue("path"), body); err != nil {
 		var mbe *http.MaxBytesError
@@ -189,6 +246,9 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id, ok := s.sessionID(w, r)
 	if !ok {
+		return
+	}
+	if !s.route(w, r, t, id, 0) {
 		return
 	}
 	if err := s.sessions.Remove(r.Context(), t.Name, id, r.PathValue("path")); err != nil {

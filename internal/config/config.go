@@ -59,16 +59,20 @@ type PoolWarm struct {
 
 // Config is everything corral serve needs.
 type Config struct {
-	Listen       string `toml:"listen"`
-	DataDir      string `toml:"data_dir"`
-	Store        string `toml:"store"` // sqlite path/URL or postgres:// URL; default sqlite in DataDir
-	State        string `toml:"state"` // "memory" or redis:// URL
-	Blob         string `toml:"blob"`
-	NodeID       string `toml:"node_id"`
-	CacheDir     string `toml:"cache_dir"`
-	CgroupParent string `toml:"cgroup_parent"`
-	Runc         string `toml:"runc"`
-	Runsc        string `toml:"runsc"`
+	Listen  string `toml:"listen"`
+	DataDir string `toml:"data_dir"`
+	Store   string `toml:"store"` // sqlite path/URL or postgres:// URL; default sqlite in DataDir
+	State   string `toml:"state"` // "memory" or redis:// URL
+	Blob    string `toml:"blob"`
+	NodeID  string `toml:"node_id"`
+	// AdvertiseAddress is where the other nodes of a cluster reach this
+	// one's API ("host:port"); default: the listen address, or this host's
+	// name with its port when listening on every interface.
+	AdvertiseAddress string `toml:"advertise_address"`
+	CacheDir         string `toml:"cache_dir"`
+	CgroupParent     string `toml:"cgroup_parent"`
+	Runc             string `toml:"runc"`
+	Runsc            string `toml:"runsc"`
 
 	// MaxConcurrency is how many executions this node runs at once; 0
 	// derives it from memory (see DeriveConcurrency).
@@ -127,6 +131,16 @@ type Config struct {
 		// ArtifactTTL is how long artifact links stay valid (Go duration).
 		ArtifactTTL string `toml:"artifact_ttl"`
 	} `toml:"files"`
+
+	// Cluster is how the nodes sharing a store watch each other.
+	Cluster struct {
+		// Heartbeat is how often this node announces itself (Go duration).
+		Heartbeat string `toml:"heartbeat"`
+		// LostAfter is how long a node may stay silent before it is lost:
+		// what it ran fails as retryable, its sessions are lost (Go
+		// duration, at least three heartbeats).
+		LostAfter string `toml:"lost_after"`
+	} `toml:"cluster"`
 
 	Sessions struct {
 		DefaultTTL   string `toml:"default_ttl"`
@@ -199,6 +213,8 @@ func Default() Config {
 	c.Summary.MaxChars = collect.DefaultSummaryChars
 	c.Inputs.MaxFileMB = 100
 	c.Files.ArtifactTTL = "15m"
+	c.Cluster.Heartbeat = "2s"
+	c.Cluster.LostAfter = "20s"
 	c.Sessions.DefaultTTL = "1h"
 	c.Sessions.MaxTTL = "24h"
 	c.Sessions.DiskMB = 1024
@@ -301,6 +317,13 @@ func (c *Config) Validate() error {
 			bad("%s %q: a positive duration such as 60s", name, v)
 		}
 	}
+	hb, herr := time.ParseDuration(c.Cluster.Heartbeat)
+	lost, lerr := time.ParseDuration(c.Cluster.LostAfter)
+	if herr != nil || hb <= 0 {
+		bad("cluster.heartbeat %q: a positive duration such as 2s", c.Cluster.Heartbeat)
+	} else if lerr != nil || lost < 3*hb {
+		bad("cluster.lost_after %q: a duration of at least three heartbeats (%s)", c.Cluster.LostAfter, 3*hb)
+	}
 	if d, err := time.ParseDuration(c.Pool.IdleTimeout); err != nil || d <= 0 {
 		bad("pool.idle_timeout %q: a positive duration such as 5m", c.Pool.IdleTimeout)
 	}
@@ -353,5 +376,25 @@ func (c *Config) Validate() error {
 		host, _ := os.Hostname()
 		c.NodeID = host + "/" + c.Listen
 	}
+	if c.AdvertiseAddress == "" {
+		c.AdvertiseAddress = advertise(c.Listen)
+	} else if _, _, err := net.SplitHostPort(c.AdvertiseAddress); err != nil {
+		bad("advertise_address %q: %v", c.AdvertiseAddress, err)
+	}
 	return errors.Join(errs...)
+}
+
+// advertise is the address other nodes reach a node listening on listen
+// at: listen itself, unless it names no host.
+func advertise(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if name, err := os.Hostname(); err == nil {
+			return net.JoinHostPort(name, port)
+		}
+	}
+	return listen
 }

@@ -1,10 +1,9 @@
 // Package node is the work loop of one corral serve process: it admits
-// executions into the shared queue, pulls work when it has capacity, runs it
-// through the engine with a live entry and heartbeats, writes the final
-// record (with its summary, its callback and its memory delivery) to the
-// store, streams events, cancels across nodes, turns executions of lost
-// nodes into retryable internal errors, recovers after a restart and sweeps
-// stray sandboxes.
+// executions (the store is the queue), claims work when it has capacity,
+// runs it through the engine, writes the final record (with its summary,
+// its callback and its memory delivery) to the store, streams events,
+// cancels across nodes, turns executions of lost nodes into retryable
+// internal errors, recovers after a restart and sweeps stray sandboxes.
 package node
 
 import (
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/blob"
+	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/metrics"
@@ -45,18 +45,19 @@ var (
 
 // Config configures a node.
 type Config struct {
-	// ID names the node in live state; stable across restarts of the same
-	// node so that it recognises what it left.
-	ID string
 	// MaxConcurrency is how many executions this node runs at once.
 	MaxConcurrency int
 	// QueueBound caps the shared queue; beyond it submissions get
-	// ErrQueueFull.
+	// ErrQueueFull. Submissions on several nodes at once may overshoot
+	// it by as many.
 	QueueBound int
-	// HeartbeatInterval refreshes live entries; OrphanAfter is the age of
-	// a heartbeat after which any node declares the execution lost.
-	HeartbeatInterval, OrphanAfter time.Duration
-	// ReapInterval is how often live entries are checked for orphans.
+	// PollInterval is how often an idle node looks for work when no
+	// signal said there is some (signals can be lost).
+	PollInterval time.Duration
+	// CheckInterval is how often the node compares what it runs with the
+	// store: cancels it missed, executions declared lost meanwhile.
+	CheckInterval time.Duration
+	// ReapInterval is how often lost nodes are looked for.
 	ReapInterval time.Duration
 	// SweepInterval is how often stray sandboxes are looked for.
 	SweepInterval time.Duration
@@ -67,25 +68,25 @@ type Config struct {
 	LiveOutputBytes int64
 	// WaitMargin is added to an execution's limits when a client waits.
 	WaitMargin time.Duration
-	// LocalState is true when the state lives in this process (memory):
-	// after a restart nothing of it survived, so queued work is put back in
-	// the queue from the store.
-	LocalState bool
+	// StoreRetry bounds how long the final record of an execution is
+	// retried while the store is unavailable.
+	StoreRetry time.Duration
 	// MemoryURL, if set, receives every final record's summary (a memory
 	// delivery, sent like a callback).
 	MemoryURL string
 }
 
-// DefaultConfig fills everything but ID, MaxConcurrency and QueueBound.
+// DefaultConfig fills everything but MaxConcurrency and QueueBound.
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatInterval: 5 * time.Second,
-		OrphanAfter:       30 * time.Second,
-		ReapInterval:      2 * time.Second,
-		SweepInterval:     5 * time.Minute,
-		EventTTL:          time.Hour,
-		LiveOutputBytes:   4 << 20,
-		WaitMargin:        30 * time.Second,
+		PollInterval:    time.Second,
+		CheckInterval:   2 * time.Second,
+		ReapInterval:    2 * time.Second,
+		SweepInterval:   5 * time.Minute,
+		EventTTL:        time.Hour,
+		LiveOutputBytes: 4 << 20,
+		WaitMargin:      30 * time.Second,
+		StoreRetry:      5 * time.Minute,
 	}
 }
 
@@ -95,6 +96,7 @@ type Node struct {
 	engine    *engine.Engine
 	store     store.Store
 	state     state.State
+	cluster   *cluster.Cluster
 	notifier  *notify.Notifier
 	metrics   *metrics.Metrics
 	log       *slog.Logger
@@ -104,21 +106,17 @@ type Node struct {
 	// ctx is Run's context: executions belong to the node, not to the
 	// request that submitted them.
 	ctx context.Context
+	// wake has room for one token: a submission leaves one so that an
+	// idle dispatcher claims at once.
+	wake chan struct{}
 
 	mu      sync.Mutex
 	running map[string]*run            // by key
 	waiters map[string][]chan struct{} // by key
-	// storing holds, by key, the record a submission on this node is
-	// storing: a local worker that pulls the entry before the record lands
-	// takes it from there rather than polling the store for it.
-	storing map[string]*storing
-}
-
-// storing is a record being stored: stored is set (nil: not stored by that
-// submission) before done is closed.
-type storing struct {
-	done   chan struct{}
-	stored *store.Execution
+	// early holds cancels of executions not running here (yet), by key,
+	// with when they came: a claim that registers its run right after
+	// still finds them.
+	early map[string]time.Time
 }
 
 type run struct {
@@ -128,12 +126,16 @@ type run struct {
 	timeout   time.Duration
 }
 
-// New returns a node. notifier may be nil (no callbacks).
-func New(cfg Config, eng *engine.Engine, st store.Store, ls state.State, notifier *notify.Notifier, m *metrics.Metrics, log *slog.Logger) *Node {
-	return &Node{cfg: cfg, engine: eng, store: st, state: ls, notifier: notifier, metrics: m, log: log,
-		ctx: context.Background(), running: map[string]*run{}, waiters: map[string][]chan struct{}{},
-		storing: map[string]*storing{}}
+// New returns a node; cl is its view of the cluster (its id is the
+// node's). notifier may be nil (no callbacks).
+func New(cfg Config, eng *engine.Engine, st store.Store, ls state.State, cl *cluster.Cluster, notifier *notify.Notifier, m *metrics.Metrics, log *slog.Logger) *Node {
+	return &Node{cfg: cfg, engine: eng, store: st, state: ls, cluster: cl, notifier: notifier, metrics: m, log: log,
+		ctx: context.Background(), wake: make(chan struct{}, 1), running: map[string]*run{},
+		waiters: map[string][]chan struct{}{}, early: map[string]time.Time{}}
 }
+
+// id is this node's name in the cluster.
+func (n *Node) id() string { return n.cluster.Self() }
 
 // SetFiles gives the node its session manager and artifact store; both
 // may be nil.
@@ -192,8 +194,10 @@ type Submission struct {
 }
 
 // Submit validates req, and unless the same request was already submitted
-// under its id, stores it as queued and puts it in the shared queue.
-// Errors: *engine.InputError, ErrConflict, ErrQueueFull, or internal.
+// under its id, stores it as queued (the store is the queue) and wakes the
+// nodes. An execution of a session is queued for the node that holds the
+// session. Errors: *engine.InputError, ErrConflict, ErrQueueFull,
+// *cluster.SessionError, or internal.
 func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteRequest) (Submission, error) {
 	job, err := n.engine.Prepare(req)
 	if err != nil {
@@ -228,45 +232,48 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return Submission{}, fmt.Errorf("look up execution: %w", err)
 	}
-	k := key(tenant, ex.ID)
-	// Queue first: the bound is checked atomically there, and a refused
-	// request leaves no record. A worker that pulls the id before the
-	// record exists waits for it: handed over here on this node, from the
-	// store on another.
-	handoff := &storing{done: make(chan struct{})}
-	n.mu.Lock()
-	n.storing[k] = handoff
-	n.mu.Unlock()
-	defer func() {
-		close(handoff.done)
-		n.mu.Lock()
-		if n.storing[k] == handoff {
-			delete(n.storing, k)
+	if sid := job.Req.SessionID; sid != "" {
+		owner, err := n.cluster.SessionOwner(ctx, tenant, sid, true)
+		if err != nil {
+			return Submission{}, err
 		}
-		n.mu.Unlock()
-	}()
-	if err := n.state.Enqueue(ctx, k, n.cfg.QueueBound); err != nil {
-		if errors.Is(err, state.ErrQueueFull) {
+		ex.Target = owner.Node.ID
+	}
+	if n.cfg.QueueBound > 0 {
+		queued, err := n.store.CountQueued(ctx)
+		if err != nil {
+			return Submission{}, fmt.Errorf("count queued executions: %w", err)
+		}
+		if queued >= n.cfg.QueueBound {
 			n.metrics.Rejected.WithLabelValues("queue_full").Inc()
 			return Submission{}, ErrQueueFull
 		}
-		return Submission{}, fmt.Errorf("enqueue: %w", err)
 	}
 	stored, created, err := n.store.CreateExecution(ctx, ex)
 	if err != nil {
-		_, _ = n.state.RemoveQueued(context.WithoutCancel(ctx), k)
 		return Submission{}, fmt.Errorf("store execution: %w", err)
 	}
 	if !created {
-		// A concurrent duplicate won; the extra queue entry is skipped by
-		// the worker that pulls it.
-		return n.existing(stored, ex)
+		return n.existing(stored, ex) // a concurrent duplicate won
 	}
+	k := key(tenant, ex.ID)
 	if _, err := n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusQueued)); err != nil {
 		n.log.Warn("append event", "execution_id", ex.ID, "err", err)
 	}
-	handoff.stored = stored
+	n.kick()
+	// Other nodes poll too: a lost signal only delays the claim.
+	if err := n.state.Notify(ctx, state.ChannelWork, ""); err != nil {
+		n.log.Debug("signal work", "execution_id", ex.ID, "err", err)
+	}
 	return Submission{Execution: stored, Created: true}, nil
+}
+
+// kick wakes this node's dispatcher.
+func (n *Node) kick() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (n *Node) existing(prev, ex *store.Execution) (Submission, error) {
@@ -399,9 +406,16 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (*sandbox.Result, 
 	if err != nil {
 		return nil, fmt.Errorf("get execution: %w", err)
 	}
+	if ex.Record.Status.Final() {
+		return n.Get(ctx, tenant, id)
+	}
+	// Stored first, so that the node that runs it learns it even if the
+	// signal below is lost.
+	if err := n.store.RequestCancel(ctx, tenant, id); err != nil {
+		return nil, fmt.Errorf("cancel execution: %w", err)
+	}
 	k := key(tenant, id)
 	if ex.Record.Status == sandbox.StatusQueued {
-		_, _ = n.state.RemoveQueued(ctx, k)
 		rec := ex.Record
 		rec.Status = sandbox.StatusCancelled
 		rec.Error = &sandbox.Failure{Type: sandbox.ErrCancelled, Message: "the execution was cancelled before it started"}
@@ -411,17 +425,15 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (*sandbox.Result, 
 		} else if !errors.Is(err, store.ErrStale) {
 			return nil, err
 		}
-		// It started meanwhile: cancel the run.
+		// A node claimed it meanwhile: cancel the run.
 	}
-	if !ex.Record.Status.Final() {
-		if err := n.state.Notify(ctx, state.ChannelCancel, k); err != nil {
-			return nil, fmt.Errorf("signal cancel: %w", err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		return n.Wait(wctx, tenant, id)
+	n.cancelLocal(k, errCancelled)
+	if err := n.state.Notify(ctx, state.ChannelCancel, k); err != nil {
+		n.log.Warn("signal cancel; the running node finds it in the store", "execution_id", id, "err", err)
 	}
-	return n.Get(ctx, tenant, id)
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return n.Wait(wctx, tenant, id)
 }
 
 // Egress lists an execution's egress attempts.
@@ -488,9 +500,6 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 		}
 	}
 	_ = n.state.ExpireEvents(ctx, k, n.cfg.EventTTL)
-	if err := n.state.DeleteLive(ctx, k); err != nil {
-		n.log.Warn("delete live entry", "execution_id", ex.ID, "err", err)
-	}
 	if err := n.state.Notify(ctx, state.ChannelDone, k); err != nil {
 		n.log.Warn("notify done", "execution_id", ex.ID, "err", err)
 	}

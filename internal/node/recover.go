@@ -6,86 +6,110 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/sandbox"
 )
 
-// recover puts the node's shared state back in order after a restart:
-// executions this node was running died with the previous process, and
-// with in-process state the queue died too.
+// recover puts the store back in order after a restart: executions this
+// node was running died with the previous process. What was queued is
+// still queued (the store is the queue) and is claimed as usual.
 func (n *Node) recover(ctx context.Context) error {
-	lives, err := n.state.ListLive(ctx)
+	es, err := n.store.NodeExecutions(ctx, n.id())
 	if err != nil {
-		return fmt.Errorf("list live executions: %w", err)
+		return fmt.Errorf("executions of this node: %w", err)
 	}
-	for _, l := range lives {
-		if l.Node == n.cfg.ID {
-			n.declareLost(ctx, l, "the node restarted while running it")
-		}
-	}
-	// Records that say running on this node but have no live entry (the
-	// state was in-process, or the entry expired).
-	running, err := n.store.ExecutionsInStatus(ctx, sandbox.StatusRunning, time.Now(), 10000)
-	if err != nil {
-		return fmt.Errorf("list running executions: %w", err)
-	}
-	for _, ex := range running {
-		if ex.Node != n.cfg.ID {
-			continue
-		}
-		if _, err := n.state.GetLive(ctx, key(ex.Tenant, ex.ID)); errors.Is(err, state.ErrNotFound) {
+	for _, ex := range es {
+		if ex.Record.Status == sandbox.StatusRunning {
 			n.markLost(ctx, ex, "the node restarted while running it")
 		}
-	}
-	if !n.cfg.LocalState {
-		return nil
-	}
-	queued, err := n.store.ExecutionsInStatus(ctx, sandbox.StatusQueued, time.Now(), 100000)
-	if err != nil {
-		return fmt.Errorf("list queued executions: %w", err)
-	}
-	for _, ex := range queued {
-		if err := n.state.Enqueue(ctx, key(ex.Tenant, ex.ID), 0); err != nil {
-			return fmt.Errorf("requeue %s: %w", ex.ID, err)
-		}
-	}
-	if len(queued) > 0 {
-		n.log.Info("requeued executions after restart", "count", len(queued))
 	}
 	return nil
 }
 
-// reapOrphans turns executions whose node stopped heartbeating into
-// retryable internal errors. Every node runs it; the conditional update
-// makes exactly one of them win.
-func (n *Node) reapOrphans(ctx context.Context) {
-	lives, err := n.state.ListLive(ctx)
+// check compares what this node runs with the store: a run whose record
+// is no longer running here (another node declared this node lost) is
+// abandoned, and one a client asked to cancel is cancelled even if the
+// signal never came.
+func (n *Node) check(ctx context.Context) {
+	n.mu.Lock()
+	local := len(n.running)
+	n.mu.Unlock()
+	if queued, err := n.store.CountQueued(ctx); err == nil {
+		n.metrics.Queued.Set(float64(queued))
+	}
+	if local == 0 {
+		return
+	}
+	read := time.Now()
+	es, err := n.store.NodeExecutions(ctx, n.id())
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.Warn("list live executions", "err", err)
+			n.log.Warn("check running executions", "err", err)
 		}
 		return
 	}
-	now := time.Now()
-	for _, l := range lives {
-		if l.Status != sandbox.StatusRunning || now.Sub(l.Heartbeat) < n.cfg.OrphanAfter {
-			continue
+	stored := map[string]*store.Execution{}
+	for _, ex := range es {
+		if ex.Record.Status == sandbox.StatusRunning {
+			stored[key(ex.Tenant, ex.ID)] = ex
 		}
-		n.declareLost(ctx, l, fmt.Sprintf("node %s lost: no heartbeat for %s", l.Node, now.Sub(l.Heartbeat).Round(time.Second)))
+	}
+	n.mu.Lock()
+	var lost, cancelled []*run
+	for k, r := range n.running {
+		switch ex, ok := stored[k]; {
+		case r.started.After(read):
+			// Claimed after the read: the read cannot know it.
+		case !ok:
+			// Registered runs are running in the store from their claim
+			// until their record: one missing was ended by someone else.
+			lost = append(lost, r)
+		case ex.Cancel:
+			cancelled = append(cancelled, r)
+		}
+	}
+	n.mu.Unlock()
+	for _, r := range lost {
+		r.cancel(errLost)
+	}
+	for _, r := range cancelled {
+		r.cancel(errCancelled)
 	}
 }
 
-func (n *Node) declareLost(ctx context.Context, l state.Live, why string) {
-	tenant, id := splitKey(l.ID)
-	ex, err := n.store.GetExecution(ctx, tenant, id)
+// reapLost fails the executions of nodes that stopped announcing
+// themselves: running ones as retryable internal errors, queued ones that
+// waited for a lost node's session as lost. Every node runs it; the
+// conditional updates make exactly one of them win each record.
+func (n *Node) reapLost(ctx context.Context) {
+	lost, err := n.cluster.Lost(ctx)
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			_ = n.state.DeleteLive(ctx, l.ID)
+		if ctx.Err() == nil {
+			n.log.Warn("look for lost nodes", "err", err)
 		}
 		return
 	}
-	n.markLost(ctx, ex, why)
+	for _, node := range lost {
+		es, err := n.store.NodeExecutions(ctx, node.ID)
+		if err != nil {
+			n.log.Warn("executions of a lost node", "node", node.ID, "err", err)
+			continue
+		}
+		silent := time.Since(node.SeenAt).Round(time.Second)
+		for _, ex := range es {
+			if ex.Record.Status == sandbox.StatusRunning {
+				n.markLost(ctx, ex, fmt.Sprintf("node %s lost: no heartbeat for %s", node.ID, silent))
+			} else {
+				n.sessionLost(ctx, ex, node.ID)
+			}
+		}
+		if len(es) == 0 {
+			// Nothing of it is left to reap; its sessions stay lost.
+			if err := n.store.ForgetNode(ctx, node.ID, node.SeenAt.Add(time.Microsecond)); err != nil {
+				n.log.Warn("forget a lost node", "node", node.ID, "err", err)
+			}
+		}
+	}
 }
 
 func (n *Node) markLost(ctx context.Context, ex *store.Execution, why string) {
@@ -93,15 +117,27 @@ func (n *Node) markLost(ctx context.Context, ex *store.Execution, why string) {
 	rec.Status = sandbox.StatusFailed
 	rec.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + why + "; retry", Retryable: true}
 	rec.FinishedAt = time.Now().UTC()
-	err := n.finish(ctx, ex, rec, sandbox.StatusRunning)
-	switch {
+	switch err := n.finish(ctx, ex, rec, sandbox.StatusRunning); {
 	case err == nil:
 		n.metrics.Orphans.Inc()
-		n.log.Warn("execution orphaned", "execution_id", ex.ID, "tenant", ex.Tenant, "node", ex.Node, "why", why)
+		n.log.Warn("execution lost", "execution_id", ex.ID, "tenant", ex.Tenant, "node", ex.Node, "why", why)
 	case errors.Is(err, store.ErrStale):
-		_ = n.state.DeleteLive(ctx, key(ex.Tenant, ex.ID)) // it finished after all
+		// It finished after all.
 	default:
-		n.log.Error("record orphaned execution", "execution_id", ex.ID, "err", err)
+		n.log.Error("record lost execution", "execution_id", ex.ID, "err", err)
+	}
+}
+
+// sessionLost fails a queued execution whose session was lost with its
+// node: nothing can run it.
+func (n *Node) sessionLost(ctx context.Context, ex *store.Execution, node string) {
+	rec := ex.Record
+	rec.Status = sandbox.StatusFailed
+	rec.Error = &sandbox.Failure{Type: sandbox.ErrInternal,
+		Message: fmt.Sprintf("session %s was lost with node %s before this execution ran; create a new session and send it again", rec.SessionID, node)}
+	rec.FinishedAt = time.Now().UTC()
+	if err := n.finish(ctx, ex, rec, sandbox.StatusQueued); err != nil && !errors.Is(err, store.ErrStale) {
+		n.log.Error("record execution of a lost session", "execution_id", ex.ID, "err", err)
 	}
 }
 

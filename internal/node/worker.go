@@ -16,7 +16,7 @@ import (
 
 var (
 	errCancelled = errors.New("cancelled by a client")
-	errLost      = errors.New("declared lost by the orphan reaper")
+	errLost      = errors.New("no longer running here, by the store")
 )
 
 // Run starts the node's workers and background loops and blocks until ctx
@@ -24,17 +24,6 @@ var (
 // are recorded.
 func (n *Node) Run(ctx context.Context) error {
 	n.ctx = ctx
-	cancels, err := n.state.Subscribe(ctx, state.ChannelCancel)
-	if err != nil {
-		return fmt.Errorf("subscribe to cancellations: %w", err)
-	}
-	dones, err := n.state.Subscribe(ctx, state.ChannelDone)
-	if err != nil {
-		return fmt.Errorf("subscribe to completions: %w", err)
-	}
-	if err := n.recover(ctx); err != nil {
-		n.log.Error("recover after restart", "err", err)
-	}
 	var wg sync.WaitGroup
 	spawn := func(f func()) {
 		wg.Add(1)
@@ -43,26 +32,16 @@ func (n *Node) Run(ctx context.Context) error {
 			f()
 		}()
 	}
+	spawn(func() { n.listen(ctx, state.ChannelCancel, func(k string) { n.cancelLocal(k, errCancelled) }) })
+	spawn(func() { n.listen(ctx, state.ChannelDone, n.wakeWaiters) })
+	spawn(func() { n.listen(ctx, state.ChannelWork, func(string) { n.kick() }) })
+	if err := n.recover(ctx); err != nil {
+		n.log.Error("recover after restart", "err", err)
+	}
 	spawn(func() { n.dispatch(ctx) })
-	spawn(func() {
-		for k := range cancels {
-			n.cancelLocal(k, errCancelled)
-		}
-	})
-	spawn(func() {
-		for k := range dones {
-			n.wakeWaiters(k)
-		}
-	})
-	spawn(func() { n.every(ctx, n.cfg.ReapInterval, n.reapOrphans) })
+	spawn(func() { n.every(ctx, n.cfg.CheckInterval, n.check) })
+	spawn(func() { n.every(ctx, n.cfg.ReapInterval, n.reapLost) })
 	spawn(func() { n.every(ctx, n.cfg.SweepInterval, n.sweep) })
-	spawn(func() {
-		n.every(ctx, time.Second, func(ctx context.Context) {
-			if l, err := n.state.QueueLen(ctx); err == nil {
-				n.metrics.Queued.Set(float64(l))
-			}
-		})
-	})
 	wg.Wait()
 	return nil
 }
@@ -81,106 +60,135 @@ func (n *Node) every(ctx context.Context, d time.Duration, f func(context.Contex
 	}
 }
 
-// dispatch pulls work from the shared queue whenever this node has a free
-// slot: one blocking dequeue at a time, however many slots there are.
+// listen calls f with every message on channel until ctx ends,
+// subscribing again whenever the subscription fails or ends: the state
+// may be down for a while (a Redis restart) without stopping the node.
+func (n *Node) listen(ctx context.Context, channel string, f func(string)) {
+	for pause := 100 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, 5*time.Second) {
+		msgs, err := n.state.Subscribe(ctx, channel)
+		if err != nil {
+			n.log.Warn("subscribe to signals; retrying", "channel", channel, "err", err)
+		} else {
+			for m := range msgs {
+				f(m)
+				pause = 100 * time.Millisecond
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+}
+
+// dispatch claims work whenever this node has a free slot: one claim at a
+// time, however many slots there are. With nothing to claim it waits for
+// a signal, or polls.
 func (n *Node) dispatch(ctx context.Context) {
 	slots := make(chan struct{}, n.cfg.MaxConcurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	failing := time.Duration(0)
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		k, err := n.state.Dequeue(ctx)
-		if err != nil {
-			<-slots
-			if ctx.Err() != nil {
-				return
+		ex, err := n.store.ClaimExecution(ctx, n.id(), time.Now())
+		if err == nil {
+			if failing > 0 {
+				n.log.Info("claiming work again")
+				failing = 0
 			}
-			n.log.Warn("dequeue", "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				n.execute(ctx, ex)
+			}()
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			n.execute(ctx, k)
-		}()
+		<-slots
+		if ctx.Err() != nil {
+			return
+		}
+		wait := n.cfg.PollInterval
+		if !errors.Is(err, store.ErrNotFound) {
+			if failing == 0 {
+				n.log.Warn("claim work; retrying", "err", err)
+			}
+			failing = min(max(2*failing, 50*time.Millisecond), 5*time.Second)
+			wait = failing
+		}
+		select {
+		case <-n.wake:
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
-// cancelLocal cancels k if it runs on this node.
+// earlyTTL is how long a cancel for an execution this node does not run is
+// kept for a run that may register right after.
+const earlyTTL = 10 * time.Second
+
+// cancelLocal cancels k if it runs on this node, or keeps the cancel for a
+// moment in case its run is about to start here.
 func (n *Node) cancelLocal(k string, cause error) {
 	n.mu.Lock()
 	r := n.running[k]
+	if r == nil {
+		now := time.Now()
+		for ek, at := range n.early {
+			if now.Sub(at) > earlyTTL {
+				delete(n.early, ek)
+			}
+		}
+		n.early[k] = now
+	}
 	n.mu.Unlock()
 	if r != nil {
 		r.cancel(cause)
 	}
 }
 
-// fetch loads the execution a queue entry names; the submitter enqueues
-// before it stores, so a fresh entry may briefly have no record yet. A
-// submission on this node hands its record over; one elsewhere is polled
-// for.
-func (n *Node) fetch(ctx context.Context, tenant, id string) (*store.Execution, error) {
+// register makes r the run of k, cancelled at once if a cancel came first.
+func (n *Node) register(k string, r *run) {
 	n.mu.Lock()
-	handoff := n.storing[key(tenant, id)]
+	n.running[k] = r
+	_, early := n.early[k]
+	delete(n.early, k)
 	n.mu.Unlock()
-	if handoff != nil {
-		select {
-		case <-handoff.done:
-			if handoff.stored != nil {
-				// A copy: the worker changes it, the submitter reads its own.
-				ex := *handoff.stored
-				return &ex, nil
-			}
-			// Not stored by that submission (a duplicate, a failure):
-			// the store has the answer.
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	// The record usually lands within a millisecond or two: retry soon,
-	// then back off, for about a second in all.
-	delay := time.Millisecond
-	for waited := time.Duration(0); ; waited += delay {
-		ex, err := n.store.GetExecution(ctx, tenant, id)
-		if !errors.Is(err, store.ErrNotFound) || waited >= time.Second {
-			return ex, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 50*time.Millisecond)
+	if early {
+		r.cancel(errCancelled)
 	}
 }
 
-// execute runs one queued execution to its final record.
-func (n *Node) execute(ctx context.Context, k string) {
-	tenant, id := splitKey(k)
-	ex, err := n.fetch(ctx, tenant, id)
-	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			n.log.Error("load queued execution", "execution_id", id, "err", err)
-		}
-		return
+// execute runs one claimed execution (running on this node) to its final
+// record.
+func (n *Node) execute(ctx context.Context, ex *store.Execution) {
+	tenant, id := ex.Tenant, ex.ID
+	k := key(tenant, id)
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &run{cancel: cancel, started: time.Now()}
+	n.register(k, r)
+	n.metrics.InFlight.Inc()
+	defer func() {
+		n.mu.Lock()
+		delete(n.running, k)
+		n.mu.Unlock()
+		n.metrics.InFlight.Dec()
+	}()
+	if ex.Cancel {
+		cancel(errCancelled)
 	}
-	if ex.Record.Status != sandbox.StatusQueued {
-		return // a duplicate queue entry, or cancelled while queued
-	}
+	n.metrics.QueueWait.Observe(float64(ex.Record.QueueMS) / 1000)
 	var req sandbox.ExecuteRequest
 	if err := json.Unmarshal(ex.Request, &req); err != nil {
-		n.fail(ctx, ex, fmt.Errorf("decode stored request: %w", err), sandbox.StatusQueued)
+		n.fail(ex, fmt.Errorf("decode stored request: %w", err))
 		return
 	}
 	job, err := n.engine.Prepare(req)
@@ -191,9 +199,7 @@ func (n *Node) execute(ctx context.Context, k string) {
 		rec.Status = sandbox.StatusFailed
 		rec.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: err.Error()}
 		rec.FinishedAt = time.Now().UTC()
-		if err := n.finish(ctx, ex, rec, sandbox.StatusQueued); err != nil && !errors.Is(err, store.ErrStale) {
-			n.log.Error("record execution", "execution_id", id, "err", err)
-		}
+		n.record(ex, rec)
 		return
 	}
 	job.Tenant = tenant
@@ -204,70 +210,25 @@ func (n *Node) execute(ctx context.Context, k string) {
 		job.Artifacts, job.ArtifactPrefix = n.artifacts, ArtifactPrefix(tenant, id)
 	}
 	job.Audit = func(attempts []netpolicy.Attempt) { n.audit(tenant, id, attempts) }
-	now := time.Now().UTC()
-	timeout := time.Duration(req.Limits.TimeoutMS) * time.Millisecond
-	// Registered before the record says running, so that a cancellation
-	// sent as soon as a client sees "running" finds the run.
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	r := &run{cancel: cancel, started: now, timeout: timeout}
 	n.mu.Lock()
-	n.running[k] = r
+	r.timeout = time.Duration(req.Limits.TimeoutMS) * time.Millisecond
 	n.mu.Unlock()
-	n.metrics.InFlight.Inc()
-	defer func() {
-		n.mu.Lock()
-		delete(n.running, k)
-		n.mu.Unlock()
-		n.metrics.InFlight.Dec()
-	}()
-	rec := ex.Record
-	rec.Status = sandbox.StatusRunning
-	rec.QueueMS = now.Sub(rec.CreatedAt).Milliseconds()
-	ex.Record, ex.Node = rec, n.cfg.ID
-	if err := n.store.UpdateExecution(ctx, ex, sandbox.StatusQueued); err != nil {
-		if !errors.Is(err, store.ErrStale) {
-			n.log.Error("mark execution running", "execution_id", id, "err", err)
-		}
-		return
-	}
-	n.metrics.QueueWait.Observe(float64(rec.QueueMS) / 1000)
-	live := state.Live{ID: k, Tenant: tenant, Status: sandbox.StatusRunning, Node: n.cfg.ID,
-		StartedAt: now, Heartbeat: now, TimeoutMS: req.Limits.TimeoutMS}
-	if err := n.state.SetLive(ctx, live); err != nil {
-		n.fail(ctx, ex, fmt.Errorf("record live state: %w", err), sandbox.StatusRunning)
-		return
-	}
 	_, _ = n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusRunning))
-
-	hbDone := make(chan struct{})
-	var hbWG sync.WaitGroup
-	hbWG.Add(1)
-	go func() {
-		defer hbWG.Done()
-		n.heartbeat(runCtx, k, &live, r, hbDone)
-	}()
 
 	sink := newSink(n, k, n.cfg.LiveOutputBytes, r)
 	res := n.engine.Run(runCtx, job, sink)
 	sink.close()
-	close(hbDone)
-	hbWG.Wait()
 
+	rec := ex.Record
 	res.ExecutionID, res.SessionID, res.CreatedAt, res.QueueMS = rec.ExecutionID, rec.SessionID, rec.CreatedAt, rec.QueueMS
 	switch cause := context.Cause(runCtx); {
 	case ctx.Err() != nil:
 		res.Status = sandbox.StatusFailed
 		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: the node running it shut down; retry", Retryable: true}
 	case errors.Is(cause, errLost):
-		return // the orphan reaper recorded it already
+		return // it was declared lost, and recorded so
 	}
-	if err := n.finish(ctx, ex, res, sandbox.StatusRunning); err != nil {
-		if errors.Is(err, store.ErrStale) {
-			n.log.Warn("execution finished after it was declared lost", "execution_id", id)
-		} else {
-			n.log.Error("record execution", "execution_id", id, "err", err)
-		}
+	if !n.record(ex, res) {
 		return
 	}
 	et := ""
@@ -279,49 +240,37 @@ func (n *Node) execute(ctx context.Context, k string) {
 		"duration_ms", res.DurationMS, "queue_ms", res.QueueMS, "peak_memory_mb", res.PeakMemoryMB)
 }
 
+// record stores the final record of an execution this node ran, retrying
+// while the store is unavailable (for up to StoreRetry): the work is done
+// and must not be lost to a database restart. It reports whether the
+// record was stored.
+func (n *Node) record(ex *store.Execution, rec sandbox.Result) bool {
+	deadline := time.Now().Add(n.cfg.StoreRetry)
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		err := n.finish(context.Background(), ex, rec, sandbox.StatusRunning)
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, store.ErrStale):
+			n.log.Warn("execution finished after it was declared lost or cancelled", "execution_id", ex.ID)
+			return false
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), time.Now().After(deadline):
+			n.log.Error("record execution", "execution_id", ex.ID, "err", err)
+			return false
+		}
+		n.log.Warn("record execution; retrying", "execution_id", ex.ID, "err", err)
+		time.Sleep(pause)
+	}
+}
+
 // fail records an execution that Corral could not run.
-func (n *Node) fail(ctx context.Context, ex *store.Execution, cause error, from sandbox.Status) {
+func (n *Node) fail(ex *store.Execution, cause error) {
 	n.log.Error("execution failed inside corral", "execution_id", ex.ID, "err", cause)
 	rec := ex.Record
 	rec.Status = sandbox.StatusFailed
 	rec.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + cause.Error(), Retryable: true}
 	rec.FinishedAt = time.Now().UTC()
-	if err := n.finish(ctx, ex, rec, from); err != nil && !errors.Is(err, store.ErrStale) {
-		n.log.Error("record execution", "execution_id", ex.ID, "err", err)
-	}
-}
-
-// heartbeat refreshes k's live entry until done; if the entry is gone (an
-// orphan reaper declared this node lost), the run is abandoned.
-func (n *Node) heartbeat(ctx context.Context, k string, live *state.Live, r *run, done <-chan struct{}) {
-	t := time.NewTicker(n.cfg.HeartbeatInterval)
-	defer t.Stop()
-	sandboxSet := false
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-		n.mu.Lock()
-		sb := r.sandboxID
-		n.mu.Unlock()
-		if sb != "" && !sandboxSet {
-			live.SandboxID, live.Heartbeat = sb, time.Now().UTC()
-			if err := n.state.SetLive(ctx, *live); err == nil {
-				sandboxSet = true
-			}
-			continue
-		}
-		err := n.state.Heartbeat(ctx, k, n.cfg.ID, time.Now().UTC())
-		if errors.Is(err, state.ErrNotFound) {
-			r.cancel(errLost)
-			return
-		}
-		if err != nil && ctx.Err() == nil {
-			n.log.Warn("heartbeat", "execution", k, "err", err)
-		}
-	}
+	n.record(ex, rec)
 }
 
 // sink streams a run's output into its event log in batches, up to a cap

@@ -3,8 +3,9 @@
 // sized by the session's quota) for a sliding TTL; they run one at a time;
 // a clean sandbox is kept for the session's next execution or file
 // operation; files can be listed, uploaded and downloaded; expired or
-// deleted sessions leave nothing behind. Sessions live on the node that
-// created them.
+// deleted sessions leave nothing behind. A session lives on the node that
+// created it, which holds it in the cluster's registry (Registry); other
+// nodes forward its calls there.
 package session
 
 import (
@@ -31,6 +32,9 @@ var (
 	ErrNotFound = errors.New("session not found")
 	// ErrInvalid: a bad TTL, quota or path; the message says which.
 	ErrInvalid = errors.New("invalid session request")
+	// ErrElsewhere: another node holds the session (it was made there
+	// meanwhile); the caller may retry, which reaches that node.
+	ErrElsewhere = errors.New("session held by another node")
 )
 
 // Config bounds sessions.
@@ -73,12 +77,22 @@ type Info struct {
 	Executions int64 `json:"executions"`
 }
 
+// Registry records which node holds each session (cluster.Cluster).
+type Registry interface {
+	// HoldSession reports whether this node holds the session, making it
+	// this node's if no node does.
+	HoldSession(ctx context.Context, tenant, id string) (bool, error)
+	// DropSession gives up this node's hold on a session it removed.
+	DropSession(ctx context.Context, tenant, id string) error
+}
+
 // Manager keeps this node's sessions. It is safe for concurrent use.
 type Manager struct {
-	cfg    Config
-	engine *engine.Engine
-	log    *slog.Logger
-	now    func() time.Time
+	cfg      Config
+	engine   *engine.Engine
+	registry Registry
+	log      *slog.Logger
+	now      func() time.Time
 
 	mu       sync.Mutex
 	sessions map[string]*entry // by tenant/id
@@ -99,9 +113,11 @@ type entry struct {
 	gone bool            // deleted or expired
 }
 
-// New returns a manager; sessions already on disk (a restart) are loaded.
-func New(cfg Config, eng *engine.Engine, log *slog.Logger) (*Manager, error) {
-	m := &Manager{cfg: cfg, engine: eng, log: log, now: time.Now, sessions: map[string]*entry{}}
+// New returns a manager; sessions already on disk (a restart) are loaded,
+// those the registry gives to another node (a client deleted it, or made
+// it anew elsewhere, while this node was away) are removed.
+func New(ctx context.Context, cfg Config, eng *engine.Engine, reg Registry, log *slog.Logger) (*Manager, error) {
+	m := &Manager{cfg: cfg, engine: eng, registry: reg, log: log, now: time.Now, sessions: map[string]*entry{}}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sessions dir: %w", err)
 	}
@@ -119,6 +135,18 @@ func New(cfg Config, eng *engine.Engine, log *slog.Logger) (*Manager, error) {
 				continue
 			}
 			info.Tenant = t.Name()
+			mine, err := reg.HoldSession(ctx, info.Tenant, info.ID)
+			if err != nil {
+				// Kept: removing a session for a store that is down would
+				// lose it for nothing.
+				log.Warn("check a session's owner", "session", key(info.Tenant, info.ID), "err", err)
+			} else if !mine {
+				log.Info("session held by another node; removing this copy", "session", key(info.Tenant, info.ID))
+				if err := os.RemoveAll(dir); err != nil {
+					log.Warn("remove session", "session", key(info.Tenant, info.ID), "err", err)
+				}
+				continue
+			}
 			e := m.newEntry(info)
 			m.sessions[e.key] = e
 		}
@@ -150,16 +178,35 @@ func (m *Manager) check(o Options) error {
 	return nil
 }
 
-// Touch creates the session if needed and slides its TTL. A session's disk
-// quota is fixed once it has a disk; asking for another is an error.
-func (m *Manager) Touch(tenant, id string, o Options) (Info, bool, error) {
+// Touch creates the session if needed and slides its TTL. A session past
+// its TTL is gone even before the reaper removes it: touching it removes it
+// and creates a new, empty one. A session's disk quota is fixed once it has
+// a disk; asking for another is an error.
+func (m *Manager) Touch(ctx context.Context, tenant, id string, o Options) (Info, bool, error) {
 	if err := m.check(o); err != nil {
 		return Info{}, false, err
+	}
+	if err := m.removeExpired(ctx, tenant, id); err != nil {
+		return Info{}, false, err
+	}
+	m.mu.Lock()
+	e, ok := m.sessions[key(tenant, id)]
+	live := ok && !e.gone
+	m.mu.Unlock()
+	if !live {
+		// A new session is this node's only if the cluster agrees.
+		mine, err := m.registry.HoldSession(ctx, tenant, id)
+		if err != nil {
+			return Info{}, false, err
+		}
+		if !mine {
+			return Info{}, false, ErrElsewhere
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now().UTC()
-	e, ok := m.sessions[key(tenant, id)]
+	e, ok = m.sessions[key(tenant, id)]
 	created := false
 	if !ok || e.gone {
 		ttl := o.TTL
@@ -202,6 +249,34 @@ func (m *Manager) saveLocked(e *entry) error {
 		return fmt.Errorf("save session: %w", err)
 	}
 	return nil
+}
+
+// removeExpired removes session (tenant, id) if it is past its TTL,
+// waiting for whoever uses it.
+func (m *Manager) removeExpired(ctx context.Context, tenant, id string) error {
+	m.mu.Lock()
+	e, ok := m.sessions[key(tenant, id)]
+	expired := ok && m.now().After(e.info.ExpiresAt)
+	m.mu.Unlock()
+	if !expired {
+		return nil
+	}
+	e, err := m.lookup(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil // removed meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { <-e.lock }()
+	m.mu.Lock()
+	still := m.now().After(e.info.ExpiresAt)
+	m.mu.Unlock()
+	if !still {
+		return nil // its user slid it
+	}
+	m.log.Info("session expired", "session", e.key)
+	return m.remove(e)
 }
 
 // Get returns a live session.
@@ -262,6 +337,14 @@ func (m *Manager) remove(e *entry) error {
 	}
 	if err := os.RemoveAll(e.dir); err != nil {
 		return fmt.Errorf("remove session: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Tenant and ID never change after the entry is made.
+	if err := m.registry.DropSession(ctx, e.info.Tenant, e.info.ID); err != nil {
+		// The hold outlives the files: the id answers as an empty
+		// session of this node until its next use or the node's restart.
+		m.log.Warn("give up a removed session's hold", "session", e.key, "err", err)
 	}
 	return nil
 }
@@ -331,7 +414,7 @@ type acquirer struct {
 
 func (a acquirer) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, error) {
 	tier, spec := c.Tier, c.Spec
-	if _, _, err := a.m.Touch(a.tenant, a.id, Options{}); err != nil {
+	if _, _, err := a.m.Touch(ctx, a.tenant, a.id, Options{}); err != nil {
 		return nil, err
 	}
 	e, err := a.m.lookup(ctx, a.tenant, a.id)
@@ -543,7 +626,7 @@ func (m *Manager) Upload(ctx context.Context, tenant, id, file string, r io.Read
 	if err != nil || file == "" {
 		return fmt.Errorf("%w: give a file path", ErrInvalid)
 	}
-	if _, _, err := m.Touch(tenant, id, Options{}); err != nil {
+	if _, _, err := m.Touch(ctx, tenant, id, Options{}); err != nil {
 		return err
 	}
 	return m.withSandbox(ctx, tenant, id, func(c *agent.Client) error { return c.WriteFile(ctx, p, 0o644, r) })

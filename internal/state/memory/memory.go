@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,11 +34,7 @@ type State struct {
 
 	mu     sync.Mutex
 	closed bool
-	live   map[string]state.Live
-	queue  []string
-	// queueWake is closed and replaced by every Enqueue.
-	queueWake chan struct{}
-	logs      map[string]*eventLog
+	logs   map[string]*eventLog
 	// waits wakes Events(wait) callers of one execution; Append closes
 	// and removes the entry, the next waiter makes a new one.
 	waits map[string]*waiters
@@ -78,147 +73,12 @@ func New(log *slog.Logger) *State {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &State{
-		log:       log,
-		done:      make(chan struct{}),
-		live:      make(map[string]state.Live),
-		queueWake: make(chan struct{}),
-		logs:      make(map[string]*eventLog),
-		waits:     make(map[string]*waiters),
-		subs:      make(map[string]map[*subscriber]struct{}),
+		log:   log,
+		done:  make(chan struct{}),
+		logs:  make(map[string]*eventLog),
+		waits: make(map[string]*waiters),
+		subs:  make(map[string]map[*subscriber]struct{}),
 	}
-}
-
-// SetLive creates or replaces execution:{l.ID}.
-func (s *State) SetLive(ctx context.Context, l state.Live) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("set live %s: %w", l.ID, state.ErrClosed)
-	}
-	s.live[l.ID] = l
-	return nil
-}
-
-// GetLive returns execution:{id} or state.ErrNotFound.
-func (s *State) GetLive(ctx context.Context, id string) (state.Live, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return state.Live{}, fmt.Errorf("get live %s: %w", id, state.ErrClosed)
-	}
-	l, ok := s.live[id]
-	if !ok {
-		return state.Live{}, fmt.Errorf("execution %s: %w", id, state.ErrNotFound)
-	}
-	return l, nil
-}
-
-// Heartbeat sets execution:{id}'s heartbeat to at if node holds it.
-func (s *State) Heartbeat(ctx context.Context, id, node string, at time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("heartbeat %s: %w", id, state.ErrClosed)
-	}
-	l, ok := s.live[id]
-	if !ok || l.Node != node {
-		return fmt.Errorf("execution %s on node %s: %w", id, node, state.ErrNotFound)
-	}
-	l.Heartbeat = at
-	s.live[id] = l
-	return nil
-}
-
-// DeleteLive removes execution:{id}.
-func (s *State) DeleteLive(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("delete live %s: %w", id, state.ErrClosed)
-	}
-	delete(s.live, id)
-	return nil
-}
-
-// ListLive returns every live execution, ordered by id.
-func (s *State) ListLive(ctx context.Context) ([]state.Live, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("list live: %w", state.ErrClosed)
-	}
-	out := make([]state.Live, 0, len(s.live))
-	for _, l := range s.live {
-		out = append(out, l)
-	}
-	slices.SortFunc(out, func(a, b state.Live) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
-}
-
-// Enqueue appends id to the queue unless it holds bound entries already.
-func (s *State) Enqueue(ctx context.Context, id string, bound int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("enqueue %s: %w", id, state.ErrClosed)
-	}
-	if bound > 0 && len(s.queue) >= bound {
-		return fmt.Errorf("enqueue %s: %w", id, state.ErrQueueFull)
-	}
-	s.queue = append(s.queue, id)
-	close(s.queueWake)
-	s.queueWake = make(chan struct{})
-	return nil
-}
-
-// Dequeue removes and returns the oldest id, waiting for one until ctx ends
-// or the State is closed.
-func (s *State) Dequeue(ctx context.Context) (string, error) {
-	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return "", fmt.Errorf("dequeue: %w", state.ErrClosed)
-		}
-		if len(s.queue) > 0 {
-			id := s.queue[0]
-			s.queue[0] = ""
-			s.queue = s.queue[1:]
-			s.mu.Unlock()
-			return id, nil
-		}
-		wake := s.queueWake
-		s.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return "", fmt.Errorf("dequeue: %w", ctx.Err())
-		case <-s.done:
-			return "", fmt.Errorf("dequeue: %w", state.ErrClosed)
-		}
-	}
-}
-
-// RemoveQueued removes every occurrence of id from the queue.
-func (s *State) RemoveQueued(ctx context.Context, id string) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false, fmt.Errorf("remove queued %s: %w", id, state.ErrClosed)
-	}
-	n := len(s.queue)
-	s.queue = slices.DeleteFunc(s.queue, func(q string) bool { return q == id })
-	return len(s.queue) < n, nil
-}
-
-// QueueLen returns the queue's length.
-func (s *State) QueueLen(ctx context.Context) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, fmt.Errorf("queue length: %w", state.ErrClosed)
-	}
-	return len(s.queue), nil
 }
 
 // Append adds an event to id's log, dropping the oldest past
@@ -458,7 +318,7 @@ func (s *State) Close() error {
 			lg.timer.Stop()
 		}
 	}
-	s.live, s.queue, s.logs, s.waits = nil, nil, nil, nil
+	s.logs, s.waits = nil, nil
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil

@@ -4,9 +4,6 @@
 // Every key and channel starts with the URL's prefix P (default "corral:"),
 // so deployments and tests can share a server:
 //
-//	{P}execution:{id}  hash: node, hb (heartbeat, RFC 3339), live (state.Live as JSON)
-//	{P}live            set of live execution ids (ListLive)
-//	{P}queue           list, oldest first (Enqueue RPUSH, Dequeue BLPOP)
 //	{P}events:{id}     stream; entry "0-<n>" is event n, fields t (type), d (data)
 //	{P}signal:{name}   pub/sub channel of Notify/Subscribe
 //
@@ -18,12 +15,10 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,7 +32,7 @@ import (
 // DefaultPrefix is the key prefix when the URL names none.
 const DefaultPrefix = "corral:"
 
-// block bounds one server-side wait of Dequeue and Events: go-redis cannot
+// block bounds one server-side wait of Events: go-redis cannot
 // abandon a command in flight, so waits are cut into pieces between which
 // ctx and Close are checked.
 const block = time.Second
@@ -45,28 +40,6 @@ const block = time.Second
 // maxPending bounds the messages a subscriber may fall behind by; past it
 // new messages are dropped (and logged).
 const maxPending = 1 << 16
-
-var (
-	// enqueueScript checks the bound and appends in one step, so
-	// concurrent enqueuers on any node never overshoot it.
-	enqueueScript = goredis.NewScript(`
-local bound = tonumber(ARGV[2])
-if bound > 0 and redis.call('LLEN', KEYS[1]) >= bound then
-	return 0
-end
-redis.call('RPUSH', KEYS[1], ARGV[1])
-return 1
-`)
-	// heartbeatScript refreshes the heartbeat only while node holds the
-	// execution.
-	heartbeatScript = goredis.NewScript(`
-if redis.call('HGET', KEYS[1], 'node') ~= ARGV[1] then
-	return 0
-end
-redis.call('HSET', KEYS[1], 'hb', ARGV[2])
-return 1
-`)
-)
 
 // State is a state.State in Redis. It is safe for concurrent use.
 type State struct {
@@ -77,7 +50,7 @@ type State struct {
 	done chan struct{}
 	// calls counts calls and subscriptions in progress; Close waits for
 	// them before it closes the client, so none is cut off mid-command
-	// (a BLPOP cut off could lose the id it popped).
+	// (an XREAD cut off mid-reply would be misread).
 	calls sync.WaitGroup
 
 	// mu is held for reading to register a call, for writing to close.
@@ -152,213 +125,6 @@ func (s *State) enter(op string) error {
 	return nil
 }
 
-// SetLive creates or replaces execution:{l.ID}.
-func (s *State) SetLive(ctx context.Context, l state.Live) error {
-	op := "set live " + l.ID
-	if err := s.enter(op); err != nil {
-		return err
-	}
-	defer s.calls.Done()
-	js, err := json.Marshal(l)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	k := s.key("execution", l.ID)
-	_, err = s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		p.Del(ctx, k)
-		p.HSet(ctx, k, "node", l.Node, "hb", formatTime(l.Heartbeat), "live", js)
-		p.SAdd(ctx, s.key("live"), l.ID)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return nil
-}
-
-// GetLive returns execution:{id} or state.ErrNotFound.
-func (s *State) GetLive(ctx context.Context, id string) (state.Live, error) {
-	op := "get live " + id
-	if err := s.enter(op); err != nil {
-		return state.Live{}, err
-	}
-	defer s.calls.Done()
-	vals, err := s.rdb.HMGet(ctx, s.key("execution", id), "live", "hb").Result()
-	if err != nil {
-		return state.Live{}, fmt.Errorf("%s: %w", op, err)
-	}
-	l, ok, err := decodeLive(vals)
-	if err != nil {
-		return state.Live{}, fmt.Errorf("%s: %w", op, err)
-	}
-	if !ok {
-		return state.Live{}, fmt.Errorf("execution %s: %w", id, state.ErrNotFound)
-	}
-	// JSON would have replaced invalid UTF-8 in the id; the key did not.
-	l.ID = id
-	return l, nil
-}
-
-// decodeLive turns HMGET live hb into a Live; ok is false if the hash is
-// gone.
-func decodeLive(vals []any) (l state.Live, ok bool, err error) {
-	js, _ := vals[0].(string)
-	if js == "" {
-		return state.Live{}, false, nil
-	}
-	if err := json.Unmarshal([]byte(js), &l); err != nil {
-		return state.Live{}, false, fmt.Errorf("decode live execution: %w", err)
-	}
-	hb, _ := vals[1].(string)
-	if l.Heartbeat, err = parseTime(hb); err != nil {
-		return state.Live{}, false, fmt.Errorf("decode heartbeat: %w", err)
-	}
-	return l, true, nil
-}
-
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
-func parseTime(s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	return time.Parse(time.RFC3339Nano, s)
-}
-
-// Heartbeat sets execution:{id}'s heartbeat to at if node holds it.
-func (s *State) Heartbeat(ctx context.Context, id, node string, at time.Time) error {
-	op := "heartbeat " + id
-	if err := s.enter(op); err != nil {
-		return err
-	}
-	defer s.calls.Done()
-	n, err := heartbeatScript.Run(ctx, s.rdb, []string{s.key("execution", id)}, node, formatTime(at)).Int()
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("execution %s on node %s: %w", id, node, state.ErrNotFound)
-	}
-	return nil
-}
-
-// DeleteLive removes execution:{id}.
-func (s *State) DeleteLive(ctx context.Context, id string) error {
-	op := "delete live " + id
-	if err := s.enter(op); err != nil {
-		return err
-	}
-	defer s.calls.Done()
-	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		p.Del(ctx, s.key("execution", id))
-		p.SRem(ctx, s.key("live"), id)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return nil
-}
-
-// ListLive returns every live execution, ordered by id.
-func (s *State) ListLive(ctx context.Context) ([]state.Live, error) {
-	const op = "list live"
-	if err := s.enter(op); err != nil {
-		return nil, err
-	}
-	defer s.calls.Done()
-	ids, err := s.rdb.SMembers(ctx, s.key("live")).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	slices.Sort(ids)
-	cmds := make([]*goredis.SliceCmd, len(ids))
-	_, err = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, s.key("execution", id), "live", "hb")
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	out := make([]state.Live, 0, len(ids))
-	for i, c := range cmds {
-		// An id whose hash is gone was deleted between the two reads.
-		l, ok, err := decodeLive(c.Val())
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", op, ids[i], err)
-		}
-		if ok {
-			l.ID = ids[i]
-			out = append(out, l)
-		}
-	}
-	return out, nil
-}
-
-// Enqueue appends id to the queue unless it holds bound entries already.
-func (s *State) Enqueue(ctx context.Context, id string, bound int) error {
-	op := "enqueue " + id
-	if err := s.enter(op); err != nil {
-		return err
-	}
-	defer s.calls.Done()
-	n, err := enqueueScript.Run(ctx, s.rdb, []string{s.key("queue")}, id, bound).Int()
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("%s: %w", op, state.ErrQueueFull)
-	}
-	return nil
-}
-
-// Dequeue removes and returns the oldest id, waiting for one until ctx ends
-// or the State is closed. Both are noticed within a second: the wait is a
-// series of BLPOPs of at most that long, the last one cut to ctx's
-// deadline.
-func (s *State) Dequeue(ctx context.Context) (string, error) {
-	const op = "dequeue"
-	if err := s.enter(op); err != nil {
-		return "", err
-	}
-	defer s.calls.Done()
-	for {
-		if err := s.waitOver(ctx); err != nil {
-			return "", fmt.Errorf("%s: %w", op, err)
-		}
-		// go-redis's BLPop rounds to whole seconds; sent as a plain command
-		// BLPOP takes milliseconds but falls under the client's read
-		// timeout, so it waits for less than that.
-		wait := s.blockFor(ctx)
-		if rt := s.rdb.Options().ReadTimeout; rt > 0 {
-			wait = max(min(wait, rt/2), time.Millisecond)
-		}
-		cmd := goredis.NewStringSliceCmd(ctx, "blpop", s.key("queue"), strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
-		_ = s.rdb.Process(ctx, cmd)
-		kv, err := cmd.Result()
-		switch {
-		case errors.Is(err, goredis.Nil):
-			continue
-		case err != nil:
-			// A cancelled ctx may show as a connection error.
-			if cerr := ctx.Err(); cerr != nil {
-				err = cerr
-			}
-			return "", fmt.Errorf("%s: %w", op, err)
-		}
-		// An id popped is returned even if ctx ended meanwhile, so that
-		// it is not lost.
-		return kv[1], nil
-	}
-}
-
 // blockFor is how long one server-side wait may last: block, or what is
 // left of ctx's deadline, but at least a millisecond (0 would be forever).
 func (s *State) blockFor(ctx context.Context) time.Duration {
@@ -377,34 +143,6 @@ func (s *State) waitOver(ctx context.Context) error {
 	default:
 		return ctx.Err()
 	}
-}
-
-// RemoveQueued removes every occurrence of id from the queue.
-func (s *State) RemoveQueued(ctx context.Context, id string) (bool, error) {
-	op := "remove queued " + id
-	if err := s.enter(op); err != nil {
-		return false, err
-	}
-	defer s.calls.Done()
-	n, err := s.rdb.LRem(ctx, s.key("queue"), 0, id).Result()
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", op, err)
-	}
-	return n > 0, nil
-}
-
-// QueueLen returns the queue's length.
-func (s *State) QueueLen(ctx context.Context) (int, error) {
-	const op = "queue length"
-	if err := s.enter(op); err != nil {
-		return 0, err
-	}
-	defer s.calls.Done()
-	n, err := s.rdb.LLen(ctx, s.key("queue")).Result()
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", op, err)
-	}
-	return int(n), nil
 }
 
 // Append adds an event to id's stream, trimmed to exactly state.MaxEvents.

@@ -10,11 +10,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +19,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/corralhq/corral/internal/state"
-	"github.com/corralhq/corral/sandbox"
 )
 
 // Opener returns a State for t, closed when t ends. Called again with the
@@ -42,14 +38,6 @@ func Run(t *testing.T, open func(t *testing.T) state.State) {
 		name string
 		run  func(*testing.T, Opener)
 	}{
-		{"Live", testLive},
-		{"Heartbeat", testHeartbeat},
-		{"QueueFIFO", testQueueFIFO},
-		{"QueueBound", testQueueBound},
-		{"DequeueWakes", testDequeueWakes},
-		{"DequeueContext", testDequeueContext},
-		{"RemoveQueued", testRemoveQueued},
-		{"ConcurrentConsumers", testConcurrentConsumers},
 		{"Events", testEvents},
 		{"EventsWait", testEventsWait},
 		{"EventsCap", testEventsCap},
@@ -188,365 +176,6 @@ func check(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-func testLive(t *testing.T, open Opener) {
-	ctx := t.Context()
-	s := open(t)
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
-	lives := []state.Live{
-		{ID: "a", Tenant: "t1", Status: sandbox.StatusQueued},
-		{ID: "b", Tenant: "t1", Status: sandbox.StatusRunning, Node: "n1", SandboxID: "sb1",
-			StartedAt: t0, Heartbeat: t0.Add(time.Second), TimeoutMS: 30000},
-		{ID: "c:odd/*?[]\x00\xff", Tenant: "t2", Status: sandbox.StatusRunning, Node: "n2",
-			StartedAt: t0.In(time.FixedZone("UTC+1", 3600))},
-	}
-	for _, l := range lives {
-		check(t, s.SetLive(ctx, l))
-	}
-	for _, l := range lives {
-		got := must(s.GetLive(ctx, l.ID))(t)
-		if diff := cmp.Diff(l, got); diff != "" {
-			t.Errorf("GetLive(%q) (-want +got):\n%s", l.ID, diff)
-		}
-	}
-	if diff := cmp.Diff(lives, must(s.ListLive(ctx))(t)); diff != "" {
-		t.Errorf("ListLive (-want +got):\n%s", diff)
-	}
-
-	lives[0].Status, lives[0].Node, lives[0].StartedAt = sandbox.StatusRunning, "n3", t0
-	check(t, s.SetLive(ctx, lives[0]))
-	if diff := cmp.Diff(lives[0], must(s.GetLive(ctx, "a"))(t)); diff != "" {
-		t.Errorf("GetLive after replace (-want +got):\n%s", diff)
-	}
-
-	check(t, s.DeleteLive(ctx, "b"))
-	check(t, s.DeleteLive(ctx, "b"))
-	check(t, s.DeleteLive(ctx, "never"))
-	for _, id := range []string{"b", "never"} {
-		if _, err := s.GetLive(ctx, id); !errors.Is(err, state.ErrNotFound) {
-			t.Errorf("GetLive(%q) = %v, want ErrNotFound", id, err)
-		}
-	}
-	want := []state.Live{lives[0], lives[2]}
-	if diff := cmp.Diff(want, must(s.ListLive(ctx))(t)); diff != "" {
-		t.Errorf("ListLive after delete (-want +got):\n%s", diff)
-	}
-	check(t, s.Ping(ctx))
-}
-
-func testHeartbeat(t *testing.T, open Opener) {
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	t1 := t0.Add(1500 * time.Millisecond)
-	tests := []struct {
-		name    string
-		node    string
-		missing bool // never set
-		deleted bool // set, then deleted
-		wantErr error
-	}{
-		{name: "owner", node: "n1"},
-		{name: "other node", node: "n2", wantErr: state.ErrNotFound},
-		{name: "no node", node: "", wantErr: state.ErrNotFound},
-		{name: "deleted", node: "n1", deleted: true, wantErr: state.ErrNotFound},
-		{name: "never set", node: "n1", missing: true, wantErr: state.ErrNotFound},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := t.Context()
-			s := open(t)
-			l := state.Live{ID: "x", Tenant: "t", Status: sandbox.StatusRunning, Node: "n1", Heartbeat: t0}
-			if !tc.missing {
-				check(t, s.SetLive(ctx, l))
-			}
-			if tc.deleted {
-				check(t, s.DeleteLive(ctx, l.ID))
-			}
-			err := s.Heartbeat(ctx, l.ID, tc.node, t1)
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("Heartbeat by %q = %v, want %v", tc.node, err, tc.wantErr)
-			}
-			got, err := s.GetLive(ctx, l.ID)
-			switch {
-			case tc.missing || tc.deleted:
-				if !errors.Is(err, state.ErrNotFound) {
-					t.Fatalf("GetLive after Heartbeat = %v, %v; want ErrNotFound (no resurrection)", got, err)
-				}
-				return
-			case err != nil:
-				t.Fatal(err)
-			}
-			if tc.wantErr == nil {
-				l.Heartbeat = t1
-			}
-			if diff := cmp.Diff(l, got); diff != "" {
-				t.Errorf("GetLive after Heartbeat (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func testQueueFIFO(t *testing.T, open Opener) {
-	ctx := t.Context()
-	s := open(t)
-	ids := []string{"q1", "q2", "q3", "q2", "q5"}
-	for _, id := range ids {
-		check(t, s.Enqueue(ctx, id, 0))
-	}
-	if n := must(s.QueueLen(ctx))(t); n != len(ids) {
-		t.Fatalf("QueueLen = %d, want %d", n, len(ids))
-	}
-	var got []string
-	for range ids {
-		got = append(got, must(s.Dequeue(ctx))(t))
-	}
-	if diff := cmp.Diff(ids, got); diff != "" {
-		t.Errorf("dequeue order (-want +got):\n%s", diff)
-	}
-	if n := must(s.QueueLen(ctx))(t); n != 0 {
-		t.Errorf("QueueLen after draining = %d", n)
-	}
-}
-
-func testQueueBound(t *testing.T, open Opener) {
-	tests := []struct {
-		name      string
-		bound     int
-		enqueuers int
-		each      int
-		want      int
-	}{
-		{"bound 10", 10, 32, 1, 10},
-		{"bound 100", 100, 32, 10, 100},
-		{"bound 1", 1, 32, 2, 1},
-		{"unbounded", 0, 32, 4, 128},
-		{"negative is unbounded", -1, 32, 1, 32},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := t.Context()
-			s, peer := open(t), open(t)
-			var ok, full atomic.Int64
-			var wg sync.WaitGroup
-			for g := range tc.enqueuers {
-				st := s
-				if g%2 == 1 {
-					st = peer
-				}
-				wg.Go(func() {
-					for i := range tc.each {
-						err := st.Enqueue(ctx, fmt.Sprintf("e%d-%d", g, i), tc.bound)
-						switch {
-						case err == nil:
-							ok.Add(1)
-						case errors.Is(err, state.ErrQueueFull):
-							full.Add(1)
-						default:
-							t.Error(err)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			total := int64(tc.enqueuers * tc.each)
-			if ok.Load() != int64(tc.want) || full.Load() != total-int64(tc.want) {
-				t.Errorf("enqueued %d, full %d; want %d, %d", ok.Load(), full.Load(), tc.want, total-int64(tc.want))
-			}
-			if n := must(s.QueueLen(ctx))(t); n != tc.want {
-				t.Errorf("QueueLen = %d, want %d", n, tc.want)
-			}
-			if tc.bound <= 0 {
-				return
-			}
-			if err := s.Enqueue(ctx, "over", tc.bound); !errors.Is(err, state.ErrQueueFull) {
-				t.Errorf("Enqueue at the bound = %v, want ErrQueueFull", err)
-			}
-			must(s.Dequeue(ctx))(t)
-			check(t, s.Enqueue(ctx, "room", tc.bound))
-		})
-	}
-}
-
-func testDequeueWakes(t *testing.T, open Opener) {
-	ctx := t.Context()
-	s, peer := open(t), open(t)
-	const waiters = 3
-	var chans []<-chan result[string]
-	for range waiters {
-		chans = append(chans, async(t, func() (string, error) { return s.Dequeue(ctx) }))
-	}
-	for i, ch := range chans {
-		pending(t, ch, fmt.Sprintf("Dequeue %d on an empty queue", i))
-	}
-	want := []string{"late0", "late1", "late2"}
-	for _, id := range want {
-		check(t, peer.Enqueue(ctx, id, 0))
-	}
-	var got []string
-	for _, ch := range chans {
-		r := recv(t, ch, "blocked Dequeue")
-		check(t, r.err)
-		got = append(got, r.v)
-	}
-	slices.Sort(got)
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("woken Dequeues got (-want +got):\n%s", diff)
-	}
-}
-
-func testDequeueContext(t *testing.T, open Opener) {
-	tests := []struct {
-		name string
-		ctx  func(context.Context) (context.Context, context.CancelFunc)
-		// stop ends the wait, after Dequeue has started.
-		stop    func(context.CancelFunc)
-		wantErr error
-	}{
-		{
-			name:    "cancel",
-			ctx:     context.WithCancel,
-			stop:    func(cancel context.CancelFunc) { cancel() },
-			wantErr: context.Canceled,
-		},
-		{
-			name: "deadline",
-			ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
-				return context.WithTimeout(ctx, 100*time.Millisecond)
-			},
-			stop:    func(context.CancelFunc) {},
-			wantErr: context.DeadlineExceeded,
-		},
-		{
-			name: "already cancelled",
-			ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
-				ctx, cancel := context.WithCancel(ctx)
-				cancel()
-				return ctx, cancel
-			},
-			stop:    func(context.CancelFunc) {},
-			wantErr: context.Canceled,
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s := open(t)
-			ctx, cancel := tc.ctx(t.Context())
-			defer cancel()
-			ch := async(t, func() (string, error) { return s.Dequeue(ctx) })
-			tc.stop(cancel)
-			r := recv(t, ch, "Dequeue")
-			if !errors.Is(r.err, tc.wantErr) {
-				t.Fatalf("Dequeue = %q, %v; want %v", r.v, r.err, tc.wantErr)
-			}
-			// The abandoned wait took nothing.
-			check(t, s.Enqueue(t.Context(), "after", 0))
-			if id := must(s.Dequeue(t.Context()))(t); id != "after" {
-				t.Errorf("Dequeue after the cancelled one = %q", id)
-			}
-		})
-	}
-}
-
-func testRemoveQueued(t *testing.T, open Opener) {
-	ctx := t.Context()
-	s := open(t)
-	for _, id := range []string{"a", "b", "c"} {
-		check(t, s.Enqueue(ctx, id, 0))
-	}
-	tests := []struct {
-		id   string
-		want bool
-	}{{"b", true}, {"b", false}, {"never", false}}
-	for _, tc := range tests {
-		if got := must(s.RemoveQueued(ctx, tc.id))(t); got != tc.want {
-			t.Errorf("RemoveQueued(%q) = %v, want %v", tc.id, got, tc.want)
-		}
-	}
-	if n := must(s.QueueLen(ctx))(t); n != 2 {
-		t.Errorf("QueueLen = %d, want 2", n)
-	}
-	got := []string{must(s.Dequeue(ctx))(t), must(s.Dequeue(ctx))(t)}
-	if diff := cmp.Diff([]string{"a", "c"}, got); diff != "" {
-		t.Errorf("Dequeue after RemoveQueued (-want +got):\n%s", diff)
-	}
-}
-
-func testConcurrentConsumers(t *testing.T, open Opener) {
-	const (
-		n         = 1000
-		consumers = 8
-		producers = 4
-	)
-	nodes := []state.State{open(t), open(t)}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var (
-		count atomic.Int64
-		got   [consumers][]string
-		wg    sync.WaitGroup
-	)
-	for c := range consumers {
-		s := nodes[c%len(nodes)]
-		wg.Go(func() {
-			for {
-				id, err := s.Dequeue(ctx)
-				if err != nil {
-					if !errors.Is(err, context.Canceled) {
-						t.Error(err)
-					}
-					return
-				}
-				got[c] = append(got[c], id)
-				if count.Add(1) == n {
-					cancel()
-				}
-			}
-		})
-	}
-	var want []string
-	var pwg sync.WaitGroup
-	for p := range producers {
-		s := nodes[p%len(nodes)]
-		ids := make([]string, 0, n/producers)
-		for i := range n / producers {
-			ids = append(ids, fmt.Sprintf("p%d-%04d", p, i))
-		}
-		want = append(want, ids...)
-		pwg.Go(func() {
-			for _, id := range ids {
-				if err := s.Enqueue(t.Context(), id, 0); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	pwg.Wait()
-	wg.Wait()
-	var all []string
-	for c := range consumers {
-		// One producer's ids reach one consumer in the order enqueued.
-		for p := range producers {
-			var mine []string
-			for _, id := range got[c] {
-				if strings.HasPrefix(id, fmt.Sprintf("p%d-", p)) {
-					mine = append(mine, id)
-				}
-			}
-			if !slices.IsSorted(mine) {
-				t.Errorf("consumer %d got producer %d's ids out of order", c, p)
-			}
-		}
-		all = append(all, got[c]...)
-	}
-	slices.Sort(all)
-	slices.Sort(want)
-	if diff := cmp.Diff(want, all); diff != "" {
-		t.Errorf("ids dequeued, each exactly once (-want +got):\n%s", diff)
-	}
-	if n := must(nodes[0].QueueLen(t.Context()))(t); n != 0 {
-		t.Errorf("QueueLen = %d after all were dequeued", n)
 	}
 }
 
@@ -770,17 +399,8 @@ func testBinarySafe(t *testing.T, open Opener) {
 				}
 			}
 
-			// Ids and messages are as binary-safe as event data.
+			// Messages are as binary-safe as event data.
 			msg := string(tc.data)
-			check(t, s.Enqueue(ctx, msg, 0))
-			if got := must(s.Dequeue(ctx))(t); got != msg {
-				t.Errorf("queue mangled a %d-byte id into %d bytes", len(msg), len(got))
-			}
-			l := state.Live{ID: id, Tenant: "t", Status: sandbox.StatusQueued}
-			check(t, s.SetLive(ctx, l))
-			if diff := cmp.Diff(l, must(s.GetLive(ctx, id))(t)); diff != "" {
-				t.Errorf("GetLive (-want +got):\n%s", diff)
-			}
 			sub := must(s.Subscribe(ctx, state.ChannelDone))(t)
 			check(t, s.Notify(ctx, state.ChannelDone, msg))
 			if got := recv(t, sub, "message"); got != msg {
@@ -848,39 +468,18 @@ func testSubscribeEnds(t *testing.T, open Opener) {
 func testIsolation(t *testing.T, open Opener) {
 	ctx := t.Context()
 	a := open(t)
-	check(t, a.SetLive(ctx, state.Live{ID: "x", Tenant: "t", Status: sandbox.StatusQueued}))
-	check(t, a.Enqueue(ctx, "qa", 1))
 	appendAll(t, a, "ea", []state.Event{{Type: state.EventStdout, Data: []byte("a")}})
 	sub := must(a.Subscribe(ctx, state.ChannelCancel))(t)
 
 	t.Run("other", func(t *testing.T) {
 		ctx := t.Context()
 		b := open(t)
-		if _, err := b.GetLive(ctx, "x"); !errors.Is(err, state.ErrNotFound) {
-			t.Errorf("GetLive of another backend's execution = %v", err)
-		}
-		if got := must(b.ListLive(ctx))(t); len(got) != 0 {
-			t.Errorf("ListLive = %v", got)
-		}
 		if got := must(b.Events(ctx, "ea", 0, false))(t); len(got) != 0 {
 			t.Errorf("Events = %v", got)
-		}
-		if n := must(b.QueueLen(ctx))(t); n != 0 {
-			t.Errorf("QueueLen = %d", n)
-		}
-		check(t, b.Enqueue(ctx, "qb", 1))
-		if err := b.Heartbeat(ctx, "x", "", time.Now()); !errors.Is(err, state.ErrNotFound) {
-			t.Errorf("Heartbeat of another backend's execution = %v, want ErrNotFound", err)
 		}
 		check(t, b.Notify(ctx, state.ChannelCancel, "from b"))
 	})
 
-	if n := must(a.QueueLen(ctx))(t); n != 1 {
-		t.Errorf("QueueLen = %d after another backend enqueued", n)
-	}
-	if id := must(a.Dequeue(ctx))(t); id != "qa" {
-		t.Errorf("Dequeue = %q, want qa", id)
-	}
 	// Had "from b" reached this subscriber, it would come first.
 	check(t, a.Notify(ctx, state.ChannelCancel, "from a"))
 	if got := recv(t, sub, "message"); got != "from a" {
@@ -892,14 +491,10 @@ func testClose(t *testing.T, open Opener) {
 	ctx := t.Context()
 	s := open(t)
 	appendAll(t, s, "e", []state.Event{{Type: state.EventStdout, Data: []byte("x")}})
-	dequeue := async(t, func() (string, error) { return s.Dequeue(ctx) })
 	events := async(t, func() ([]state.Event, error) { return s.Events(ctx, "e", ^uint64(0)>>1, true) })
 	sub := must(s.Subscribe(ctx, state.ChannelCancel))(t)
 
 	check(t, s.Close())
-	if r := recv(t, dequeue, "Dequeue"); !errors.Is(r.err, state.ErrClosed) {
-		t.Errorf("blocked Dequeue after Close = %q, %v; want ErrClosed", r.v, r.err)
-	}
 	if r := recv(t, events, "Events(wait)"); !errors.Is(r.err, state.ErrClosed) {
 		t.Errorf("blocked Events after Close = %v, %v; want ErrClosed", r.v, r.err)
 	}
@@ -909,15 +504,6 @@ func testClose(t *testing.T, open Opener) {
 		name string
 		call func() error
 	}{
-		{"SetLive", func() error { return s.SetLive(ctx, state.Live{ID: "x"}) }},
-		{"GetLive", func() error { _, err := s.GetLive(ctx, "x"); return err }},
-		{"Heartbeat", func() error { return s.Heartbeat(ctx, "x", "n", time.Now()) }},
-		{"DeleteLive", func() error { return s.DeleteLive(ctx, "x") }},
-		{"ListLive", func() error { _, err := s.ListLive(ctx); return err }},
-		{"Enqueue", func() error { return s.Enqueue(ctx, "x", 0) }},
-		{"Dequeue", func() error { _, err := s.Dequeue(ctx); return err }},
-		{"RemoveQueued", func() error { _, err := s.RemoveQueued(ctx, "x"); return err }},
-		{"QueueLen", func() error { _, err := s.QueueLen(ctx); return err }},
 		{"Append", func() error { _, err := s.Append(ctx, "e", state.EventStdout, nil); return err }},
 		{"Events", func() error { _, err := s.Events(ctx, "e", 0, false); return err }},
 		{"ExpireEvents", func() error { return s.ExpireEvents(ctx, "e", time.Second) }},

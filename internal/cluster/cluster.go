@@ -1,0 +1,241 @@
+// Package cluster is what the nodes of one deployment know of each other,
+// kept in the shared store: each node's heartbeat and the address its API
+// is reached at, which nodes are lost, which node owns each session, and
+// the forwarding of a session's calls to its owner. A deployment of one
+// node is a cluster of one.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Config configures a node's membership.
+type Config struct {
+	// ID names this node; stable across its restarts.
+	ID string
+	// Address is where other nodes reach this node's API ("host:port").
+	Address string
+	// Heartbeat is how often the node announces itself.
+	Heartbeat time.Duration
+	// LostAfter is how long a node may stay silent before it is lost: what
+	// it ran fails as retryable, its sessions are lost. Several heartbeats.
+	LostAfter time.Duration
+}
+
+// SessionError says why a session's calls cannot reach its owner.
+type SessionError struct {
+	Tenant, Session string
+	// Node is the owner's id.
+	Node string
+	// Lost: the owner is gone, and the session with it. Otherwise the
+	// owner is not answering now and may come back (retry later).
+	Lost bool
+}
+
+func (e *SessionError) Error() string {
+	if e.Lost {
+		return fmt.Sprintf("session %s was lost with node %s", e.Session, e.Node)
+	}
+	return fmt.Sprintf("session %s is held by node %s, which is not answering", e.Session, e.Node)
+}
+
+// ErrNoSession: no node holds the session.
+var ErrNoSession = errors.New("no such session")
+
+// Cluster is one node's view of its cluster. It is safe for concurrent use.
+type Cluster struct {
+	cfg   Config
+	store store.Store
+	log   *slog.Logger
+	start time.Time
+	now   func() time.Time
+
+	mu sync.Mutex
+	// steadySince is when the current run of successful heartbeats began
+	// (zero after a failed one).
+	steadySince time.Time
+	// nodes caches the store's node list for a moment.
+	nodes     []store.Node
+	nodesRead time.Time
+}
+
+// nodesFresh is how long a read of the node list serves lookups.
+const nodesFresh = 500 * time.Millisecond
+
+// New returns the cluster as node cfg.ID sees it; Run announces the node.
+func New(cfg Config, st store.Store, log *slog.Logger) *Cluster {
+	return &Cluster{cfg: cfg, store: st, log: log, start: time.Now().UTC(), now: time.Now}
+}
+
+// Self is this node's id.
+func (c *Cluster) Self() string { return c.cfg.ID }
+
+// Config returns the configuration.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// Beat announces this node once.
+func (c *Cluster) Beat(ctx context.Context) error {
+	now := c.now().UTC()
+	err := c.store.Beat(ctx, store.Node{ID: c.cfg.ID, Address: c.cfg.Address, StartedAt: c.start, SeenAt: now})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil:
+		c.steadySince = time.Time{}
+	case c.steadySince.IsZero():
+		c.steadySince = now
+	}
+	if err != nil {
+		return fmt.Errorf("announce node %s: %w", c.cfg.ID, err)
+	}
+	return nil
+}
+
+// Run announces this node every Heartbeat until ctx ends.
+func (c *Cluster) Run(ctx context.Context) {
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	failing := false
+	for {
+		err := c.Beat(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			c.log.Warn("node heartbeat failed; retrying", "err", err)
+			failing = true
+		case err == nil && failing:
+			c.log.Info("node heartbeat works again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// steady reports whether this node has reached the store for at least
+// LostAfter without a failure: only then is another node's silence its
+// own and not the store's.
+func (c *Cluster) steady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.steadySince.IsZero() && c.now().Sub(c.steadySince) >= c.cfg.LostAfter
+}
+
+// Nodes lists the nodes, read from the store at most every half second.
+func (c *Cluster) Nodes(ctx context.Context) ([]store.Node, error) {
+	c.mu.Lock()
+	if !c.nodesRead.IsZero() && c.now().Sub(c.nodesRead) < nodesFresh {
+		ns := c.nodes
+		c.mu.Unlock()
+		return ns, nil
+	}
+	c.mu.Unlock()
+	ns, err := c.store.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.nodes, c.nodesRead = ns, c.now()
+	c.mu.Unlock()
+	return ns, nil
+}
+
+// Lost returns the other nodes silent for longer than LostAfter. It
+// returns none until this node itself has been steady that long, so that
+// a store that was down does not make every node look lost.
+func (c *Cluster) Lost(ctx context.Context) ([]store.Node, error) {
+	if !c.steady() {
+		return nil, nil
+	}
+	ns, err := c.store.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var lost []store.Node
+	for _, n := range ns {
+		if n.ID != c.cfg.ID && c.silent(n) > c.cfg.LostAfter {
+			lost = append(lost, n)
+		}
+	}
+	return lost, nil
+}
+
+func (c *Cluster) silent(n store.Node) time.Duration { return c.now().Sub(n.SeenAt) }
+
+// Owner is the node that holds a session.
+type Owner struct {
+	Node  store.Node
+	Local bool // this node
+}
+
+// SessionOwner returns the node that holds session (tenant, id); with
+// claim, a session no node holds becomes this node's. Errors:
+// ErrNoSession (without claim), *SessionError when the owner is lost or
+// not answering, or the store's.
+func (c *Cluster) SessionOwner(ctx context.Context, tenant, id string, claim bool) (Owner, error) {
+	var owner string
+	var err error
+	if claim {
+		owner, err = c.store.ClaimSession(ctx, tenant, id, c.cfg.ID, c.now())
+	} else {
+		owner, err = c.store.SessionOwner(ctx, tenant, id)
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Owner{}, ErrNoSession
+	case err != nil:
+		return Owner{}, fmt.Errorf("session %s: %w", id, err)
+	case owner == c.cfg.ID:
+		return Owner{Node: store.Node{ID: owner, Address: c.cfg.Address}, Local: true}, nil
+	}
+	ns, err := c.Nodes(ctx)
+	if err != nil {
+		return Owner{}, fmt.Errorf("session %s: %w", id, err)
+	}
+	for _, n := range ns {
+		if n.ID != owner {
+			continue
+		}
+		switch silent := c.silent(n); {
+		case silent > c.cfg.LostAfter:
+			return Owner{}, &SessionError{Tenant: tenant, Session: id, Node: owner, Lost: true}
+		case silent > c.cfg.Heartbeat*5/2:
+			// Two heartbeats missed: not lost yet, but not worth a wait.
+			return Owner{}, &SessionError{Tenant: tenant, Session: id, Node: owner}
+		}
+		return Owner{Node: n}, nil
+	}
+	// Forgotten: lost long ago.
+	return Owner{}, &SessionError{Tenant: tenant, Session: id, Node: owner, Lost: true}
+}
+
+// HoldSession reports whether this node holds session (tenant, id),
+// claiming it if no node does (session.Registry).
+func (c *Cluster) HoldSession(ctx context.Context, tenant, id string) (bool, error) {
+	owner, err := c.store.ClaimSession(ctx, tenant, id, c.cfg.ID, c.now())
+	if err != nil {
+		return false, fmt.Errorf("claim session %s: %w", id, err)
+	}
+	return owner == c.cfg.ID, nil
+}
+
+// DropSession gives up this node's hold on a session it removed
+// (session.Registry).
+func (c *Cluster) DropSession(ctx context.Context, tenant, id string) error {
+	return c.store.ReleaseSession(ctx, tenant, id, c.cfg.ID)
+}
+
+// ForgetSession removes the hold of a lost node on a session, so that its
+// id can be used again (a client deleted it).
+func (c *Cluster) ForgetSession(ctx context.Context, e *SessionError) error {
+	return c.store.ReleaseSession(ctx, e.Tenant, e.Session, e.Node)
+}

@@ -1,0 +1,327 @@
+// Package chaos runs a cluster through failures while it works: three
+// corral serve nodes with their own data directories on one PostgreSQL,
+// one Redis and one S3 server; thousands of executions submitted through
+// the Go SDK to every node in turn; meanwhile one node is killed with
+// SIGKILL and started again, Redis is killed and started empty, and
+// PostgreSQL is restarted (a fast shutdown: every connection cut). Every execution
+// must end final, and every program's effect — a POST of its id to a
+// receiver on this host — must happen exactly once.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
+	"github.com/corralhq/corral/test/testserver"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// jobs is how many executions must take effect; CORRAL_CHAOS_JOBS
+// overrides it for a quick run by hand.
+func jobs() int {
+	if n, err := strconv.Atoi(os.Getenv("CORRAL_CHAOS_JOBS")); err == nil && n > 0 {
+		return n
+	}
+	return 3000
+}
+
+const (
+	concurrency = 32
+	nodeCount   = 3
+)
+
+// receiver counts the POSTs of programs: /hit/<execution id>.
+type receiver struct {
+	mu   sync.Mutex
+	hits map[string]int
+	port string
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{hits: map[string]int{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, r.port, _ = net.SplitHostPort(l.Addr().String())
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		id, ok := strings.CutPrefix(req.URL.Path, "/hit/")
+		if req.Method != http.MethodPost || !ok || id == "" {
+			http.Error(w, "no", http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.hits[id]++
+		r.mu.Unlock()
+		io.WriteString(w, "ok\n")
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return r
+}
+
+func (r *receiver) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hits[id]
+}
+
+// program posts its execution id to the receiver through the sandbox's
+// egress proxy (plain HTTP over bash's /dev/tcp: no interpreter to start)
+// and fails unless the receiver said 200.
+func program(port, id string) string {
+	return fmt.Sprintf(`p=${HTTP_PROXY#http://}; p=${p%%/}
+exec 3<>/dev/tcp/${p%%:*}/${p##*:}
+printf 'POST http://receiver.test:%[1]s/hit/%[2]s HTTP/1.1\r\nHost: receiver.test:%[1]s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n' >&3
+read -r status <&3
+case "$status" in *" 200 "*) echo posted %[2]s ;; *) echo "post: $status" >&2; exit 1 ;; esac
+`, port, id)
+}
+
+// fiveXX records every 5xx answer a client saw, with its error code.
+type fiveXX struct {
+	mu    sync.Mutex
+	codes map[string]int // "503 unavailable"
+	next  http.RoundTripper
+}
+
+func (f *fiveXX) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := f.next.RoundTrip(req)
+	if err != nil || resp.StatusCode < 500 {
+		return resp, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(strings.NewReader(string(body)))
+	code := "?"
+	if _, rest, ok := strings.Cut(string(body), `"code":"`); ok {
+		code, _, _ = strings.Cut(rest, `"`)
+	}
+	f.mu.Lock()
+	f.codes[fmt.Sprintf("%d %s", resp.StatusCode, code)]++
+	f.mu.Unlock()
+	return resp, nil
+}
+
+// TestChaos: see the package comment. Done when every one of jobs()
+// programs posted exactly once, no execution id ran twice, no record is
+// left queued or running, and the only 5xx answers are 503s the docs call
+// retryable (the SDK's retries absorb them).
+func TestChaos(t *testing.T) {
+	total := jobs()
+	storeURL, stateURL, blobURL := testenv.Postgres(t), testenv.Redis(t), testenv.S3(t)
+	recv := newReceiver(t)
+	config := fmt.Sprintf(`
+[cluster]
+heartbeat = "500ms"
+lost_after = "5s"
+
+[network]
+allow = ["receiver.test"]
+ports = [%s]
+[network.resolve]
+"receiver.test" = "127.0.0.1"
+`, recv.port)
+	var nodes []*testserver.Server
+	for i := range nodeCount {
+		nodes = append(nodes, testserver.Start(t, testserver.Options{Store: storeURL, State: stateURL, NoPool: true,
+			Config: config, Extra: []string{"--node-id", fmt.Sprintf("node-%d", i), "--blob", blobURL}}))
+	}
+	seen := &fiveXX{codes: map[string]int{}, next: http.DefaultTransport.(*http.Transport).Clone()}
+	clients := make([]*sandbox.Client, nodeCount)
+	for i, n := range nodes {
+		clients[i] = sandbox.NewClient(sandbox.Config{Endpoint: n.URL, APIKey: testserver.AlphaKey, Timeout: 3 * time.Minute,
+			MaxRetries: 4, HTTPClient: &http.Client{Transport: seen}})
+	}
+
+	var (
+		done     atomic.Int64 // jobs whose effect happened
+		lost     atomic.Int64 // executions ended lost with their node
+		lostHit  atomic.Int64 // of those, ones whose program had posted
+		switched atomic.Int64 // calls moved to another node after errors
+		mu       sync.Mutex
+		attempts = map[int][]string{} // job → its execution ids
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 9*time.Minute)
+	defer cancel()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Go(func() {
+			for j := range work {
+				if err := runJob(ctx, clients, recv, j, &lost, &lostHit, &switched, func(id string) {
+					mu.Lock()
+					attempts[j] = append(attempts[j], id)
+					mu.Unlock()
+				}); err != nil {
+					t.Errorf("job %d: %v", j, err)
+					cancel()
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+
+	// The failures, each once enough work has been done, while work goes on.
+	chaos := make(chan struct{})
+	go func() {
+		defer close(chaos)
+		at := func(frac float64) bool {
+			for done.Load() < int64(float64(total)*frac) {
+				select {
+				case <-ctx.Done():
+					return false
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			return true
+		}
+		if !at(0.2) {
+			return
+		}
+		t.Logf("%d done: kill -9 node-1", done.Load())
+		nodes[1].Kill()
+		time.Sleep(3 * time.Second)
+		nodes[1].Launch()
+		t.Logf("%d done: node-1 back", done.Load())
+		if !at(0.45) {
+			return
+		}
+		t.Logf("%d done: restart Redis (empty)", done.Load())
+		testenv.RestartRedis(t)
+		if !at(0.7) {
+			return
+		}
+		t.Logf("%d done: restart PostgreSQL", done.Load())
+		testenv.RestartPostgres(t)
+		t.Logf("%d done: PostgreSQL back", done.Load())
+	}()
+
+	start := time.Now()
+	for j := range total {
+		select {
+		case work <- j:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(work)
+	wg.Wait()
+	<-chaos
+	took := time.Since(start)
+	if ctx.Err() != nil && !t.Failed() {
+		t.Fatalf("out of time after %v: %d of %d jobs done", took, done.Load(), total)
+	}
+
+	// Every job took effect exactly once, and no execution ran twice.
+	recv.mu.Lock()
+	twice, posted := 0, 0
+	for id, n := range recv.hits {
+		posted++
+		if n != 1 {
+			twice++
+			t.Errorf("execution %s posted %d times", id, n)
+		}
+	}
+	recv.mu.Unlock()
+	effects := 0
+	for j := range total {
+		n := 0
+		for _, id := range attempts[j] {
+			n += recv.count(id)
+		}
+		if n != 1 {
+			t.Errorf("job %d took effect %d times (executions %v)", j, n, attempts[j])
+		}
+		effects += n
+	}
+	// Nothing is left queued or running, on any node's view.
+	for _, status := range []sandbox.Status{sandbox.StatusQueued, sandbox.StatusRunning} {
+		page, err := clients[0].List(t.Context(), sandbox.ListOptions{Status: status, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Executions) > 0 {
+			t.Errorf("%d executions left %s, e.g. %s", len(page.Executions), status, page.Executions[0].ExecutionID)
+		}
+	}
+	seen.mu.Lock()
+	for code, n := range seen.codes {
+		if code != "503 unavailable" && code != "503 session_unavailable" {
+			t.Errorf("%d answers %s: not a documented retryable error", n, code)
+		}
+	}
+	t.Logf("%d jobs in %v (%.1f/s): %d programs posted (%d twice), %d effects; %d executions lost with their node "+
+		"(%d after posting, not run again); %d calls moved to another node; 5xx seen: %v",
+		total, took.Round(time.Second), float64(total)/took.Seconds(), posted, twice, effects, lost.Load(), lostHit.Load(),
+		switched.Load(), seen.codes)
+	seen.mu.Unlock()
+}
+
+// runJob runs job j until its program has taken effect: through the node
+// j falls to, moving to the next node when one does not answer (the same
+// execution id, so never a second execution), and submitting a new
+// execution only when one was lost with its node before its program
+// posted.
+func runJob(ctx context.Context, clients []*sandbox.Client, recv *receiver, j int, lost, lostHit, switched *atomic.Int64, attempt func(string)) error {
+	node := j % len(clients)
+	for try := 0; ; try++ {
+		id := fmt.Sprintf("chaos-%04d-%d", j, try)
+		attempt(id)
+		req := sandbox.ExecuteRequest{ExecutionID: id, Language: "bash", Code: program(recv.port, id),
+			Isolation: sandbox.IsolationContainer, Network: &sandbox.Network{Allow: []string{"receiver.test"}},
+			Limits: sandbox.Limits{TimeoutMS: 30_000}}
+		var res *sandbox.Result
+		var err error
+		for call := 0; ; call++ {
+			res, err = clients[node].Execute(ctx, req)
+			var se *sandbox.Error
+			if err == nil || errors.As(err, &se) || ctx.Err() != nil {
+				break
+			}
+			// The node did not answer (killed), or kept answering 503
+			// past the SDK's retries: the next node, the same id.
+			if call == 20 {
+				return fmt.Errorf("execution %s: no node took it: %w", id, err)
+			}
+			node = (node + 1) % len(clients)
+			switched.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			return nil
+		}
+		// Lost with its node: the only failure a job may meet.
+		if res.Error == nil || res.Error.Type != sandbox.ErrInternal || !res.Error.Retryable {
+			return fmt.Errorf("execution %s: %s %+v; stderr %q", id, res.Status, res.Error, res.Stderr)
+		}
+		lost.Add(1)
+		if recv.count(id) > 0 {
+			lostHit.Add(1) // its effect happened: done, not run again
+			return nil
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -261,8 +262,13 @@ func testQuery(t *testing.T, s *server) {
 	if got := list("status=success"); len(got) != 2 {
 		t.Errorf("status=success: %v", ids(got))
 	}
-	if got := list("error_type=runtime_error"); len(got) != 2 {
-		t.Errorf("runtime errors: %v", ids(got))
+	if bad.Status != sandbox.StatusFailed || bad.Error == nil || bad.Error.Type != sandbox.ErrRuntime ||
+		!strings.Contains(bad.Error.Message, "ValueError: x") {
+		t.Errorf("uncaught ValueError: %s %+v", bad.Status, bad.Error)
+	}
+	// Newest first: bash's exit 7, then python's ValueError.
+	if got := ids(list("error_type=runtime_error")); !slices.Equal(got, []string{sh.ExecutionID, bad.ExecutionID}) {
+		t.Errorf("runtime errors: %v, want [%s %s]", got, sh.ExecutionID, bad.ExecutionID)
 	}
 	if got := list("error_type=compile_error"); len(got) != 1 || got[0].ExecutionID != syn.ExecutionID {
 		t.Errorf("compile errors: %v", ids(got))
@@ -302,7 +308,6 @@ func testQuery(t *testing.T, s *server) {
 	if len(seen) != 5 {
 		t.Errorf("paging saw %d of 5", len(seen))
 	}
-	_ = bad
 }
 
 func testCancel(t *testing.T, s *server) {

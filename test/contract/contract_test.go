@@ -282,7 +282,7 @@ func testQuery(t *testing.T, s *server) {
 	if got := list("sort=-duration_ms"); len(got) != 5 || got[0].ExecutionID != slow.ExecutionID {
 		t.Errorf("slowest first: %v", ids(got))
 	}
-	if got := list("sort=created_at"); got[0].ExecutionID != ok.ExecutionID {
+	if got := list("sort=created_at"); len(got) != 5 || got[0].ExecutionID != ok.ExecutionID {
 		t.Errorf("oldest first: %v", ids(got))
 	}
 	// Paging: two at a time, every record once.
@@ -393,10 +393,13 @@ func testEvents(t *testing.T, s *server) {
 	if strings.Join(statuses, ",") != "queued,running" {
 		t.Errorf("statuses %v", statuses)
 	}
+	if len(evs) < 4 {
+		t.Fatalf("%d events, too few to resume after the third: %+v", len(evs), evs)
+	}
 	// Resume after the third event: exactly the rest.
 	rest := s.events(alphaKey, sub.ExecutionID, evs[2].id)
 	if len(rest) != len(evs)-3 || rest[0].id != evs[3].id {
-		t.Errorf("resumed after %s: %d events from %s, want %d from %s", evs[2].id, len(rest), rest[0].id, len(evs)-3, evs[3].id)
+		t.Errorf("resumed after %s: %d events %+v, want %d from %s", evs[2].id, len(rest), rest, len(evs)-3, evs[3].id)
 	}
 }
 
@@ -628,7 +631,9 @@ func TestOrphanedNode(t *testing.T) {
 	}
 	t.Logf("orphan marked %v after the kill: %s", took.Round(100*time.Millisecond), rec.Error.Message)
 	var running struct{ Executions []sandbox.Result }
-	b.call(alphaKey, "GET", "/v1/executions?status=running", nil, &running)
+	if code, raw := b.call(alphaKey, "GET", "/v1/executions?status=running", nil, &running); code != http.StatusOK {
+		t.Fatalf("list running: %d %s", code, raw)
+	}
 	if len(running.Executions) != 0 {
 		t.Errorf("still running: %d", len(running.Executions))
 	}

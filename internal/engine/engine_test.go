@@ -368,6 +368,9 @@ print(os.environ.get('GREETING'), keys == sorted(keys))`
 				outs = append(outs, res.Stdout)
 			}
 			lines := strings.Split(outs[0], "\n")
+			if len(lines) < 2 {
+				t.Fatalf("output %q, want two lines", outs[0])
+			}
 			f := strings.Fields(lines[0])
 			if len(f) != 7 || f[0] != "/workspace" || f[1] != "/workspace" || f[2] != "UTC" || f[3] != "C.UTF-8" || f[4] != "sandbox" || f[5] != "UTC" {
 				t.Errorf("environment line %q", lines[0])
@@ -395,7 +398,11 @@ func TestCancel(t *testing.T) {
 			sink := &startSink{started: make(chan struct{})}
 			done := make(chan sandbox.Result)
 			go func() { done <- e.Run(ctx, job, sink) }()
-			<-sink.started
+			select {
+			case <-sink.started:
+			case res := <-done:
+				t.Fatalf("finished before it printed: %s %+v", res.Status, res.Error)
+			}
 			at := time.Now()
 			cancel()
 			res := <-done

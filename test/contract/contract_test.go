@@ -314,20 +314,13 @@ func testCancel(t *testing.T, s *server) {
 	var sub struct {
 		ExecutionID string `json:"execution_id"`
 	}
-	s.call(alphaKey, "POST", "/v1/executions", sandbox.ExecuteRequest{Language: "bash", Code: "echo started; sleep 60"}, &sub)
-	// Wait until it runs.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var r sandbox.Result
-		s.call(alphaKey, "GET", "/v1/executions/"+sub.ExecutionID, nil, &r)
-		if r.Status == sandbox.StatusRunning && len(s.sandboxesLeft()) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never ran: %+v", r)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if code, raw := s.call(alphaKey, "POST", "/v1/executions", sandbox.ExecuteRequest{Language: "bash", Code: "echo started; sleep 60"}, &sub); code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", code, raw)
 	}
+	// Wait until the program runs: it has printed. (A running status and
+	// a sandbox directory come before the program starts; a sandbox could
+	// also be the server's own, warming a language cache.)
+	s.waitOutput(alphaKey, sub.ExecutionID, "started")
 	start := time.Now()
 	var res sandbox.Result
 	code, raw := s.call(alphaKey, "POST", "/v1/executions/"+sub.ExecutionID+"/cancel", nil, &res)
@@ -338,7 +331,7 @@ func testCancel(t *testing.T, s *server) {
 	if took > time.Second {
 		t.Errorf("cancel answered after %v", took)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for len(s.sandboxesLeft()) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -217,6 +217,13 @@ func TestKill9ThenNextStartReaps(t *testing.T) {
 		t.Fatalf("sandboxes while running: %v", ids)
 	}
 	id := filepath.Base(ids[0])
+	// What the checks below look for must be there now, or they prove
+	// nothing.
+	if !cgroup.Exists("/"+testenv.CgroupParent+"/"+id) || len(testenv.Mounts(id)) == 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("running sandbox %s: cgroup there %v, mounts %v", id, cgroup.Exists("/"+testenv.CgroupParent+"/"+id), testenv.Mounts(id))
+	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 

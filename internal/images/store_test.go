@@ -287,7 +287,7 @@ func TestImportRefusesUnsafeArchives(t *testing.T) {
 	if _, err := os.Lstat("/tmp/corral-escape"); err == nil {
 		t.Error("an archive wrote /tmp/corral-escape")
 	}
-	if list, _ := s.List(); len(list) != 0 {
+	if list := listImages(t, s); len(list) != 0 {
 		t.Errorf("refused imports left images: %v", list)
 	}
 	if stages, _ := filepath.Glob(filepath.Join(dir, "tmp", "stage-*")); len(stages) != 0 {
@@ -309,6 +309,17 @@ func TestImportNotAnArchive(t *testing.T) {
 	if _, err := s.Import(t.Context(), p, images.ImportOptions{Name: "host"}); err == nil {
 		t.Fatal("imported over the host image")
 	}
+}
+
+// listImages is s.List, failing t on an error (an empty list would pass
+// every "nothing left" check).
+func listImages(t testing.TB, s *images.Store) []images.Info {
+	t.Helper()
+	list, err := s.List()
+	if err != nil {
+		t.Fatalf("list images: %v", err)
+	}
+	return list
 }
 
 func names(list []images.Info) []string {
@@ -348,13 +359,16 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 	if !slices.Equal(c.Evicted, []string{"b"}) {
 		t.Fatalf("third image evicted %v, want [b]", c.Evicted)
 	}
-	list, _ := s.List()
+	list := listImages(t, s)
 	if got := names(list); !slices.Equal(got, []string{"a", "c"}) {
 		t.Fatalf("images %v, want [a c]", got)
 	}
 
 	// An image in use is never evicted, even the least recently used.
-	imgA, _ := s.Resolve("a")
+	imgA, err := s.Resolve("a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	holdA, err := s.Acquire(imgA)
 	if err != nil {
 		t.Fatal(err)
@@ -363,9 +377,11 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 	use("c")
 	// a is older than c only if its use before holding counts: make it so.
 	old := time.Now().Add(-time.Hour)
-	os.Chtimes(filepath.Join(filepath.Dir(imgA.Rootfs), "lock"), old, old)
-	list, _ = s.List()
-	if !list[0].InUse || list[1].InUse {
+	if err := os.Chtimes(filepath.Join(filepath.Dir(imgA.Rootfs), "lock"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	list = listImages(t, s)
+	if len(list) != 2 || !list[0].InUse || list[1].InUse {
 		t.Fatalf("in use: %+v", list)
 	}
 	d := importTiny(t, s, "d", "d")
@@ -373,21 +389,30 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("evicted %v, want [c] (a is in use)", d.Evicted)
 	}
 	// With everything left in use, nothing fits and nothing is evicted.
-	imgD, _ := s.Resolve("d")
-	holdD, _ := s.Acquire(imgD)
+	imgD, err := s.Resolve("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdD, err := s.Acquire(imgD)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = s.Import(t.Context(), dockerArchive(t, image(t, nil, layerBytes(t, tinyFiles("e")...)), "corral.test/e:1"), images.ImportOptions{Name: "e"})
 	if !errors.Is(err, images.ErrNoRoom) {
 		t.Fatalf("err = %v, want ErrNoRoom", err)
 	}
 	holdA()
 	holdD()
-	list, _ = s.List()
+	list = listImages(t, s)
 	if got := names(list); !slices.Equal(got, []string{"a", "d"}) {
 		t.Fatalf("images %v, want [a d]", got)
 	}
 
 	// Last-used times survive a restart (a new Store over the directory).
-	again, _ := newStore(t, dir, budget).List()
+	again := listImages(t, newStore(t, dir, budget))
+	if len(again) != len(list) {
+		t.Fatalf("after a restart %v, before %v", names(again), names(list))
+	}
 	for i := range list {
 		if !again[i].LastUsed.Equal(list[i].LastUsed) {
 			t.Errorf("%s last used %v, after a restart %v", list[i].Name, list[i].LastUsed, again[i].LastUsed)

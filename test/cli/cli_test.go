@@ -100,7 +100,7 @@ func testExecJSON(t *testing.T, srv *testserver.Server) {
 		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
 	}
 	if r.status != 1 || rec.ExecutionID != id || rec.Status != sandbox.StatusFailed || rec.Error == nil ||
-		rec.Error.Type != sandbox.ErrRuntime || *rec.ExitCode != 5 || rec.Limits.MemoryMB != 128 {
+		rec.Error.Type != sandbox.ErrRuntime || rec.ExitCode == nil || *rec.ExitCode != 5 || rec.Limits.MemoryMB != 128 {
 		t.Errorf("status %d record %+v", r.status, rec)
 	}
 }
@@ -114,7 +114,10 @@ func testExecErrors(t *testing.T, srv *testserver.Server) {
 	if r.status != 4 || !strings.Contains(r.stderr, "401 unauthorized") {
 		t.Errorf("wrong key: %+v", r)
 	}
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	dead := "http://" + l.Addr().String()
 	l.Close()
 	r = corral(t, srv, "print(1)", "exec", "--lang", "python", "--endpoint", dead, "-")
@@ -218,7 +221,7 @@ func testLs(t *testing.T, srv *testserver.Server) {
 	if p := list(); len(p.Executions) != 3 || p.Executions[0].Stdout != "" {
 		t.Errorf("ls: %d executions", len(p.Executions))
 	}
-	if p := list("--exit-code-ne", "0"); len(p.Executions) != 1 || *p.Executions[0].ExitCode != 3 {
+	if p := list("--exit-code-ne", "0"); len(p.Executions) != 1 || p.Executions[0].ExitCode == nil || *p.Executions[0].ExitCode != 3 {
 		t.Errorf("--exit-code-ne 0: %+v", p.Executions)
 	}
 	if p := list("--status", "failed", "--error-type", "runtime_error", "--lang", "bash", "--since", "1h"); len(p.Executions) != 1 {

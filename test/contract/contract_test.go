@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -261,8 +262,13 @@ func testQuery(t *testing.T, s *server) {
 	if got := list("status=success"); len(got) != 2 {
 		t.Errorf("status=success: %v", ids(got))
 	}
-	if got := list("error_type=runtime_error"); len(got) != 2 {
-		t.Errorf("runtime errors: %v", ids(got))
+	if bad.Status != sandbox.StatusFailed || bad.Error == nil || bad.Error.Type != sandbox.ErrRuntime ||
+		!strings.Contains(bad.Error.Message, "ValueError: x") {
+		t.Errorf("uncaught ValueError: %s %+v", bad.Status, bad.Error)
+	}
+	// Newest first: bash's exit 7, then python's ValueError.
+	if got := ids(list("error_type=runtime_error")); !slices.Equal(got, []string{sh.ExecutionID, bad.ExecutionID}) {
+		t.Errorf("runtime errors: %v, want [%s %s]", got, sh.ExecutionID, bad.ExecutionID)
 	}
 	if got := list("error_type=compile_error"); len(got) != 1 || got[0].ExecutionID != syn.ExecutionID {
 		t.Errorf("compile errors: %v", ids(got))
@@ -276,7 +282,7 @@ func testQuery(t *testing.T, s *server) {
 	if got := list("sort=-duration_ms"); len(got) != 5 || got[0].ExecutionID != slow.ExecutionID {
 		t.Errorf("slowest first: %v", ids(got))
 	}
-	if got := list("sort=created_at"); got[0].ExecutionID != ok.ExecutionID {
+	if got := list("sort=created_at"); len(got) != 5 || got[0].ExecutionID != ok.ExecutionID {
 		t.Errorf("oldest first: %v", ids(got))
 	}
 	// Paging: two at a time, every record once.
@@ -302,27 +308,19 @@ func testQuery(t *testing.T, s *server) {
 	if len(seen) != 5 {
 		t.Errorf("paging saw %d of 5", len(seen))
 	}
-	_ = bad
 }
 
 func testCancel(t *testing.T, s *server) {
 	var sub struct {
 		ExecutionID string `json:"execution_id"`
 	}
-	s.call(alphaKey, "POST", "/v1/executions", sandbox.ExecuteRequest{Language: "bash", Code: "echo started; sleep 60"}, &sub)
-	// Wait until it runs.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var r sandbox.Result
-		s.call(alphaKey, "GET", "/v1/executions/"+sub.ExecutionID, nil, &r)
-		if r.Status == sandbox.StatusRunning && len(s.sandboxesLeft()) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never ran: %+v", r)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if code, raw := s.call(alphaKey, "POST", "/v1/executions", sandbox.ExecuteRequest{Language: "bash", Code: "echo started; sleep 60"}, &sub); code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", code, raw)
 	}
+	// Wait until the program runs: it has printed. (A running status and
+	// a sandbox directory come before the program starts; a sandbox could
+	// also be the server's own, warming a language cache.)
+	s.waitOutput(alphaKey, sub.ExecutionID, "started")
 	start := time.Now()
 	var res sandbox.Result
 	code, raw := s.call(alphaKey, "POST", "/v1/executions/"+sub.ExecutionID+"/cancel", nil, &res)
@@ -333,7 +331,7 @@ func testCancel(t *testing.T, s *server) {
 	if took > time.Second {
 		t.Errorf("cancel answered after %v", took)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for len(s.sandboxesLeft()) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -388,10 +386,13 @@ func testEvents(t *testing.T, s *server) {
 	if strings.Join(statuses, ",") != "queued,running" {
 		t.Errorf("statuses %v", statuses)
 	}
+	if len(evs) < 4 {
+		t.Fatalf("%d events, too few to resume after the third: %+v", len(evs), evs)
+	}
 	// Resume after the third event: exactly the rest.
 	rest := s.events(alphaKey, sub.ExecutionID, evs[2].id)
 	if len(rest) != len(evs)-3 || rest[0].id != evs[3].id {
-		t.Errorf("resumed after %s: %d events from %s, want %d from %s", evs[2].id, len(rest), rest[0].id, len(evs)-3, evs[3].id)
+		t.Errorf("resumed after %s: %d events %+v, want %d from %s", evs[2].id, len(rest), rest, len(evs)-3, evs[3].id)
 	}
 }
 
@@ -603,6 +604,13 @@ func TestOrphanedNode(t *testing.T) {
 		}
 	}
 	b := startServer(t, options{store: storeURL, state: stateURL, extra: []string{"--node-id", "node-b"}})
+	// What node A's process has when it dies: the reap after its restart
+	// must remove these. (The new process may start sandboxes of its own,
+	// such as one warming a language cache.)
+	orphaned := a.sandboxesLeft()
+	if len(orphaned) == 0 {
+		t.Fatal("node A runs an execution but has no sandbox directory")
+	}
 	a.Kill()
 	killed := time.Now()
 	var rec sandbox.Result
@@ -623,14 +631,18 @@ func TestOrphanedNode(t *testing.T) {
 	}
 	t.Logf("orphan marked %v after the kill: %s", took.Round(100*time.Millisecond), rec.Error.Message)
 	var running struct{ Executions []sandbox.Result }
-	b.call(alphaKey, "GET", "/v1/executions?status=running", nil, &running)
+	if code, raw := b.call(alphaKey, "GET", "/v1/executions?status=running", nil, &running); code != http.StatusOK {
+		t.Fatalf("list running: %d %s", code, raw)
+	}
 	if len(running.Executions) != 0 {
 		t.Errorf("still running: %d", len(running.Executions))
 	}
 	// Node A comes back: it reaps the sandbox its previous process left.
 	a.Launch()
-	if left := a.sandboxesLeft(); len(left) > 0 {
-		t.Errorf("after restart node A still has %v", left)
+	for _, left := range a.sandboxesLeft() {
+		if slices.Contains(orphaned, left) {
+			t.Errorf("after restart node A still has %s", left)
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package contract
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -117,6 +119,50 @@ func (s *server) events(key, id, lastEventID string) []sse {
 		}
 	}
 	return out
+}
+
+// waitOutput follows an execution's event stream until its stdout so far
+// contains want: the program is running. It fails the test if the stream
+// ends or 30s pass first.
+func (s *server) waitOutput(key, id, want string) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(s.t.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", s.URL+"/v1/executions/"+id+"/events", nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		s.t.Fatalf("events: %d %s", resp.StatusCode, b)
+	}
+	var stdout strings.Builder
+	event := ""
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: ") && event == "stdout":
+			var d struct{ Text string }
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d); err != nil {
+				s.t.Fatalf("stdout event %q: %v", line, err)
+			}
+			stdout.WriteString(d.Text)
+			if strings.Contains(stdout.String(), want) {
+				return
+			}
+		}
+	}
+	s.t.Fatalf("execution %s: no %q in its output before the stream ended (%v); stdout %q", id, want, sc.Err(), stdout.String())
 }
 
 // sandboxesLeft lists sandbox directories in the server's data dir.

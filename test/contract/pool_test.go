@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/internal/testenv"
 )
 
 // TestWarmPool runs python through a server with the embedded warm pool:
@@ -25,6 +27,12 @@ func TestWarmPool(t *testing.T) {
 	idle := func() bool {
 		_, raw := s.call("", "GET", "/metrics", nil, nil)
 		return strings.Contains(string(raw), `corral_pool_idle{image="host",tier="container"} 2`)
+	}
+	// The sandbox an execution used is reset in the background after the
+	// answer (it counts as resetting from before the answer is sent).
+	reset := func() bool {
+		_, raw := s.call("", "GET", "/metrics", nil, nil)
+		return strings.Contains(string(raw), `corral_pool_resetting{image="host",tier="container"} 0`)
 	}
 	for deadline := time.Now().Add(60 * time.Second); !idle(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -52,7 +60,9 @@ func TestWarmPool(t *testing.T) {
 			t.Fatalf("a sandbox served two tenants")
 		}
 		sandboxes[sb] = key
-		time.Sleep(300 * time.Millisecond) // the reset happens after the answer
+		if !testenv.Eventually(t, 30*time.Second, reset) {
+			t.Fatalf("execution %d: its sandbox was still being reset after 30s", i)
+		}
 	}
 	if got := hits() - before; got < 4 {
 		t.Errorf("pool hits: %v, want 4", got)

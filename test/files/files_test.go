@@ -8,10 +8,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +149,16 @@ print(total, open('/workspace/input/notes/readme.txt').read())
 	if code, _ := download(t, res.Artifacts[0].URL); code != http.StatusForbidden {
 		t.Errorf("expired link answered %d", code)
 	}
+}
+
+// listed returns res, failing t unless it succeeded: a failed ls lists
+// nothing, and would pass every "does not see" check.
+func listed(t *testing.T, res sandbox.Result) sandbox.Result {
+	t.Helper()
+	if res.Status != sandbox.StatusSuccess {
+		t.Fatalf("ls /workspace: %s %+v %s", res.Status, res.Error, res.Stderr)
+	}
+	return res
 }
 
 func tamper(u string) []string {
@@ -380,7 +394,7 @@ reap_interval = "500ms"
 	if r.Stdout != "turn 1 False\n" {
 		t.Errorf("second execution saw %q (%s)", r.Stdout, r.Stderr)
 	}
-	other := run(t, s, sandbox.ExecuteRequest{SessionID: sess + "-other", Language: "bash", Code: "ls /workspace"})
+	other := listed(t, run(t, s, sandbox.ExecuteRequest{SessionID: sess + "-other", Language: "bash", Code: "ls /workspace"}))
 	if strings.Contains(other.Stdout, "state.txt") {
 		t.Errorf("another session sees %q", other.Stdout)
 	}
@@ -415,7 +429,7 @@ reap_interval = "500ms"
 			t.Errorf("beta GET %s: %d", p, code)
 		}
 	}
-	beta := runAs(t, s, testserver.BetaKey, sandbox.ExecuteRequest{SessionID: sess, Language: "bash", Code: "ls /workspace"})
+	beta := listed(t, runAs(t, s, testserver.BetaKey, sandbox.ExecuteRequest{SessionID: sess, Language: "bash", Code: "ls /workspace"}))
 	if strings.Contains(beta.Stdout, "state.txt") {
 		t.Errorf("beta's session of the same name sees %q", beta.Stdout)
 	}
@@ -426,7 +440,7 @@ reap_interval = "500ms"
 	if code, _ := s.Call(key, "GET", "/v1/sessions/"+sess, nil, nil); code != 404 {
 		t.Errorf("deleted session: %d", code)
 	}
-	gone := run(t, s, sandbox.ExecuteRequest{SessionID: sess, Language: "bash", Code: "ls /workspace"})
+	gone := listed(t, run(t, s, sandbox.ExecuteRequest{SessionID: sess, Language: "bash", Code: "ls /workspace"}))
 	if strings.Contains(gone.Stdout, "state.txt") {
 		t.Errorf("after delete the workspace holds %q", gone.Stdout)
 	}
@@ -435,12 +449,26 @@ reap_interval = "500ms"
 	if code, raw := s.Call(key, "PUT", "/v1/sessions/"+short, `{"ttl_seconds":1}`, nil); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, raw)
 	}
-	run(t, s, sandbox.ExecuteRequest{SessionID: short, Language: "bash", Code: "echo hi > /workspace/f"})
-	time.Sleep(3 * time.Second)
+	if res := run(t, s, sandbox.ExecuteRequest{SessionID: short, Language: "bash", Code: "echo hi > /workspace/f"}); res.Status != sandbox.StatusSuccess {
+		t.Fatalf("write in the short session: %s %+v", res.Status, res.Error)
+	}
+	// The reaper (every 500ms here) removes an expired session's
+	// directory last; until it has, an execution could still find the
+	// session's disk.
+	dir := filepath.Join(s.Data, "sessions", "alpha", short)
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the session's directory: %v", err)
+	}
+	if !testenv.Eventually(t, 30*time.Second, func() bool {
+		_, err := os.Stat(dir)
+		return errors.Is(err, fs.ErrNotExist)
+	}) {
+		t.Fatalf("the expired session's directory %s is still there after 30s", dir)
+	}
 	if code, _ := s.Call(key, "GET", "/v1/sessions/"+short, nil, nil); code != 404 {
 		t.Errorf("expired session: %d", code)
 	}
-	after := run(t, s, sandbox.ExecuteRequest{SessionID: short, Language: "bash", Code: "ls /workspace"})
+	after := listed(t, run(t, s, sandbox.ExecuteRequest{SessionID: short, Language: "bash", Code: "ls /workspace"}))
 	if strings.Contains(after.Stdout, "f") {
 		t.Errorf("after expiry the workspace holds %q", after.Stdout)
 	}

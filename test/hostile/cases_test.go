@@ -209,6 +209,9 @@ report('alive', 'yes')
 				}
 				return
 			}
+			// Surviving proves something only if the agent's threads were
+			// listed, and so sent the signals.
+			o.atLeast(t, "threads", 2)
 			o.want(t, "alive", "yes")
 		}},
 

@@ -131,6 +131,10 @@ func watchHost(t *testing.T, diskPath string) *host {
 	h.wall = time.Now()
 	h.memAvail = memAvailable()
 	h.diskFree = diskFree(diskPath)
+	// Unread, they would be 0, and no drain could ever be below them.
+	if h.memAvail <= 0 || h.diskFree <= 0 {
+		t.Fatalf("cannot read the host's MemAvailable (%d) or the free space of %s (%d)", h.memAvail, diskPath, h.diskFree)
+	}
 	h.procsStart = hostProcesses()
 	return h
 }
@@ -255,6 +259,7 @@ func checkGone(t *testing.T, sandboxID, token string) {
 		t.Errorf("LEFT ON HOST: %s", l)
 	}
 	if sandboxID == "" {
+		t.Errorf("the engine never named the sandbox: its cgroup, mounts and loop devices went unchecked")
 		return
 	}
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + testenv.CgroupParent + "/" + sandboxID)

@@ -14,7 +14,9 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -245,7 +247,18 @@ allow_private = true
 	lost := crashDuring(t, srv, client, &ids)
 
 	// Back: everything arrives, the refused and the unreachable included.
-	time.Sleep(time.Second) // let a few attempts fail against the closed port
+	// First the restarted server must have tried the closed port (its
+	// counters start at zero): otherwise nothing unreachable was tested.
+	failedMemory := regexp.MustCompile(`(?m)^corral_deliveries_total\{kind="memory",outcome="retry"\} (\S+)$`)
+	waitFor(t, "a memory delivery to fail against the closed port", func() bool {
+		_, raw := srv.Call("", "GET", "/metrics", nil, nil)
+		m := failedMemory.FindSubmatch(raw)
+		if m == nil {
+			return false
+		}
+		n, err := strconv.ParseFloat(string(m[1]), 64)
+		return err == nil && n >= 1
+	})
 	backAt := time.Now()
 	rcv.up()
 	waitFor(t, "a memory delivery of every execution", func() bool { return len(rcv.received()) >= len(ids) })

@@ -17,7 +17,7 @@ import (
 func TestEveryPackageHasOneDoc(t *testing.T) {
 	root := testenv.ModuleRoot(t)
 	dirs := map[string]bool{}
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -29,6 +29,15 @@ func TestEveryPackageHasOneDoc(t *testing.T) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", root, err)
+	}
+	// A walk that found nothing would pass.
+	for _, want := range []string{"internal/engine", "sandbox", "cmd/corral"} {
+		if !dirs[filepath.Join(root, want)] {
+			t.Fatalf("the walk of %s did not find %s", root, want)
+		}
+	}
 	for dir := range dirs {
 		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
 			return !strings.HasSuffix(fi.Name(), "_test.go")

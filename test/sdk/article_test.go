@@ -96,6 +96,9 @@ func TestArticle(t *testing.T) {
 		defer ticker.Stop()
 		for range ticker.C {
 			polls++
+			if polls > 30 {
+				t.Fatalf("no final status after %d polls", polls-1)
+			}
 			status, err := client.GetExecution(ctx, execID)
 			if err != nil {
 				// 处理查询错误
@@ -105,9 +108,6 @@ func TestArticle(t *testing.T) {
 				// 执行结束，处理结果
 				final = status
 				break
-			}
-			if polls > 30 {
-				t.Fatalf("still %s after %d polls", status.Status, polls)
 			}
 		}
 		if final.Status != sandbox.StatusSuccess || final.Stdout != "step 0\nstep 1\nstep 2\n" || polls < 2 {
@@ -174,7 +174,10 @@ func TestArticle(t *testing.T) {
 			}
 		}
 		// Transport errors take the else branch: nothing listens here.
-		l, _ := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
 		dead := "http://" + l.Addr().String()
 		l.Close()
 		down := sandbox.NewClient(sandbox.Config{Endpoint: dead, APIKey: testserver.AlphaKey, MaxRetries: 1})

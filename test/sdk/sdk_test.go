@@ -203,7 +203,7 @@ func testStream(t *testing.T, _ *testserver.Server, c *sandbox.Client) {
 		t.Errorf("statuses %v", statuses)
 	}
 	if done == nil || done.Status != sandbox.StatusFailed || done.Error == nil || done.Error.Type != sandbox.ErrRuntime ||
-		*done.ExitCode != 2 {
+		done.ExitCode == nil || *done.ExitCode != 2 {
 		t.Errorf("done %+v", done)
 	}
 	// Resuming after an event gives exactly the rest.

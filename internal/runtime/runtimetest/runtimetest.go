@@ -281,7 +281,10 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		if st, _, err := ExecMayDie(t, sb, "python3", "-c", alloc); err == nil && st.Code == 0 {
 			t.Errorf("160 MB under an updated 96 MB limit succeeded")
 		}
-		stats, _ := sb.Stats(t.Context())
+		stats, err := sb.Stats(t.Context())
+		if err != nil {
+			t.Fatalf("stats after the lowered limit: %v", err)
+		}
 		if stats.PeakMemoryBytes > 96<<20 {
 			t.Errorf("peak %d above the updated limit", stats.PeakMemoryBytes)
 		}

@@ -69,6 +69,9 @@ type Runtime struct {
 	sandboxes string // one directory per sandbox
 	templates *disk.Templates
 	swap      bool
+	// rollbacks counts creations cancelled half-way that are being undone
+	// in the background; Close waits for them.
+	rollbacks sync.WaitGroup
 }
 
 // New checks cfg and prepares the data directory.
@@ -113,6 +116,7 @@ func New(cfg Config) (*Runtime, error) {
 // empty network namespace under its root, which must be unmounted before
 // the data directory can be removed.
 func (r *Runtime) Close() error {
+	r.rollbacks.Wait()
 	path := filepath.Join(r.state, "null-netns")
 	for unix.Unmount(path, unix.MNT_DETACH) == nil {
 	}
@@ -183,11 +187,27 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	s.dir = filepath.Join(r.sandboxes, s.id)
 	s.cgroup = "/" + r.cfg.CgroupParent + "/" + s.id
 	defer func() {
-		if err != nil {
-			// Destroy undoes whatever part of creation happened.
-			if derr := s.Destroy(context.WithoutCancel(ctx)); derr != nil {
-				err = errors.Join(err, derr)
-			}
+		if err == nil {
+			return
+		}
+		// Destroy undoes whatever part of creation happened. A creation
+		// cancelled by its caller (a cancelled execution) is undone in the
+		// background: a teardown can take seconds (the runtime's delete,
+		// the loop device letting go of the disk) that the caller must not
+		// wait for. A session's disk is undone before returning: the
+		// session's next sandbox attaches it again.
+		if ctx.Err() != nil && !s.keep {
+			r.rollbacks.Add(1)
+			go func() {
+				defer r.rollbacks.Done()
+				if derr := s.Destroy(context.WithoutCancel(ctx)); derr != nil {
+					r.cfg.Log.Warn("undo a cancelled sandbox creation", "sandbox", s.id, "err", derr)
+				}
+			}()
+			return
+		}
+		if derr := s.Destroy(context.WithoutCancel(ctx)); derr != nil {
+			err = errors.Join(err, derr)
 		}
 	}()
 	if err := os.Mkdir(s.dir, 0o700); err != nil {

@@ -286,7 +286,19 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		// whose program hit a limit is not handed on.
 		defer func() {
 			intact := res.Error == nil || res.Error.Type == sandbox.ErrRuntime || res.Error.Type == sandbox.ErrCompile
-			lease.Release(err == nil && intact && !facts.TimedOut && !facts.Cancelled && !facts.AgentKilled)
+			clean := err == nil && intact && !facts.TimedOut && !facts.Cancelled && !facts.AgentKilled
+			if clean || !e.cfg.DestroyAsync {
+				lease.Release(clean)
+				return
+			}
+			// A sandbox that is not handed on is torn down; a server does
+			// that after the record (a cancel or a timeout is answered
+			// without waiting for the runtime's delete and the disk).
+			e.teardown.Add(1)
+			go func() {
+				defer e.teardown.Done()
+				lease.Release(false)
+			}()
 		}()
 	}
 	res.Stdout, res.StdoutBytes, res.StdoutLines, res.StdoutTruncated = out.stdout.Text(), out.stdout.Bytes(), out.stdout.Lines(), out.stdout.Truncated()

@@ -7,11 +7,13 @@ package testserver
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -141,6 +143,15 @@ func (s *Server) Launch() {
 	s.t.Helper()
 	s.cmd = exec.Command(testenv.Corral(s.t), s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if dir := os.Getenv("CORRAL_TEST_LOG_DIR"); dir != "" {
+		// Whole logs for a look by hand; a failed test prints the tail.
+		name := strings.NewReplacer("/", "_", ":", "_").Replace(s.t.Name() + "-" + strings.TrimPrefix(s.URL, "http://") + ".log")
+		if f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			s.t.Cleanup(func() { f.Close() })
+			w := io.MultiWriter(s.logs, f)
+			s.cmd.Stdout, s.cmd.Stderr = w, w
+		}
+	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)

@@ -74,6 +74,11 @@ var (
 	ErrQueueFull = errors.New("corral: queue full")
 	// ErrRateLimited: any other 429, e.g. a tenant quota.
 	ErrRateLimited = errors.New("corral: rate limited")
+	// ErrTierUnavailable: 503 tier_unavailable, the isolation tier the
+	// request needs (gVisor, asked for or picked by auto) is still being
+	// installed on the server; retry after APIError.RetryAfter. It also
+	// matches ErrServer.
+	ErrTierUnavailable = errors.New("corral: tier unavailable")
 	// ErrServer: a 5xx answer; the server or something before it failed.
 	ErrServer = errors.New("corral: server error")
 )
@@ -84,8 +89,8 @@ type APIError struct {
 	// Status is the HTTP status, e.g. 404.
 	Status int
 	// Code is the machine-readable code, e.g. "not_found", "queue_full",
-	// "invalid_request"; "http_<status>" when the answer was not Corral's
-	// (a proxy's).
+	// "invalid_request", "tier_unavailable"; "http_<status>" when the
+	// answer was not Corral's (a proxy's).
 	Code string
 	// Message explains the error to a human or a model.
 	Message string
@@ -123,6 +128,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusTooManyRequests && e.Code == "queue_full"
 	case ErrRateLimited:
 		return e.Status == http.StatusTooManyRequests && e.Code != "queue_full"
+	case ErrTierUnavailable:
+		return e.Status == http.StatusServiceUnavailable && e.Code == "tier_unavailable"
 	case ErrServer:
 		return e.Status >= 500
 	}

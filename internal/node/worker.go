@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/store"
@@ -190,6 +191,9 @@ func (n *Node) execute(ctx context.Context, k string) {
 		rec := ex.Record
 		rec.Status = sandbox.StatusFailed
 		rec.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: err.Error()}
+		if errors.Is(err, engine.ErrTierPending) { // this node's tier is still being installed
+			rec.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + err.Error(), Retryable: true}
+		}
 		rec.FinishedAt = time.Now().UTC()
 		if err := n.finish(ctx, ex, rec, sandbox.StatusQueued); err != nil && !errors.Is(err, store.ErrStale) {
 			n.log.Error("record execution", "execution_id", id, "err", err)

@@ -177,7 +177,7 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 			w.pending = runscBuilding(w.lock)
 			switch {
 			case w.pending:
-				log.Warn("runsc is being built: gVisor requests answer 503 tier_unavailable until it is installed",
+				log.Warn("runsc is being built: work for the gvisor tier is refused as retryable (503 tier_unavailable) until it is installed",
 					"runsc", w.bin, "build_log", runscBuildLog(w.lock))
 			case f.runsc == "":
 				log.Info("no runsc: the gvisor tier is unavailable, auto runs on the container tier (scripts/deps.sh builds runsc)")

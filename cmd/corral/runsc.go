@@ -104,7 +104,7 @@ func (l *local) awaitGVisor(ctx context.Context, ready func()) {
 		w.pending = building
 		l.engine.SetPending(runtime.TierGVisor, building)
 		if building {
-			l.log.Warn("runsc is being built: gVisor requests answer 503 tier_unavailable until it is installed",
+			l.log.Warn("runsc is being built: work for the gvisor tier is refused as retryable (503 tier_unavailable) until it is installed",
 				"runsc", w.bin, "build_log", runscBuildLog(w.lock))
 		} else {
 			l.log.Warn("the runsc build ended without a usable runsc: the gvisor tier is unavailable, auto runs on the container tier",

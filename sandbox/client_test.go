@@ -173,6 +173,42 @@ func TestSubmitRetriesWithSameID(t *testing.T) {
 	}
 }
 
+// A tier still being installed (503 tier_unavailable) is retried after
+// its Retry-After; a call whose deadline comes sooner answers at once with
+// the error, so the caller can decide.
+func TestTierUnavailableIsRetried(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "0")
+			apiError(w, 503, "tier_unavailable", "")
+			return
+		}
+		writeJSON(w, 202, Submitted{ExecutionID: "x", Status: StatusQueued})
+	})
+	if _, err := f.client(2).Submit(t.Context(), ExecuteRequest{Language: "python", Isolation: IsolationGVisor}); err != nil {
+		t.Fatalf("Submit after a tier_unavailable: %v", err)
+	}
+	if n := len(f.all()); n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
+
+	slow := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Retry-After", "30")
+		apiError(w, 503, "tier_unavailable", "")
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := slow.client(3).Submit(ctx, ExecuteRequest{Language: "python", Isolation: IsolationGVisor})
+	var ae *APIError
+	if !errors.Is(err, ErrTierUnavailable) || !errors.As(err, &ae) || ae.RetryAfter != 30*time.Second {
+		t.Fatalf("err = %v, want ErrTierUnavailable with Retry-After 30s", err)
+	}
+	if d := time.Since(start); d > time.Second || len(slow.all()) != 1 {
+		t.Errorf("answered after %v and %d requests, want at once after 1", d, len(slow.all()))
+	}
+}
+
 func TestNoRetriesByDefault(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) { apiError(w, 503, "not_ready", "") })
 	_, err := f.client(0).GetExecution(t.Context(), "x")
@@ -195,6 +231,7 @@ func TestAPIErrors(t *testing.T) {
 		{429, "queue_full", ErrQueueFull},
 		{429, "tenant_quota", ErrRateLimited},
 		{500, "internal", ErrServer},
+		{503, "tier_unavailable", ErrTierUnavailable},
 	}
 	for _, c := range cases {
 		f := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) {
@@ -210,7 +247,10 @@ func TestAPIErrors(t *testing.T) {
 		if !errors.Is(err, c.sentinel) {
 			t.Errorf("%d %s is not %v", c.status, c.code, c.sentinel)
 		}
-		for _, other := range []error{ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrConflict, ErrQueueFull, ErrRateLimited, ErrServer} {
+		for _, other := range []error{ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrConflict, ErrQueueFull, ErrRateLimited, ErrServer, ErrTierUnavailable} {
+			if other == ErrServer && c.status >= 500 {
+				continue // every 5xx is also ErrServer
+			}
 			if other != c.sentinel && errors.Is(err, other) {
 				t.Errorf("%d %s also matches %v", c.status, c.code, other)
 			}

@@ -77,6 +77,11 @@ var (
 	// ErrSessionLost: 410 session_lost, the node that held the session
 	// is gone and its files with it; create a new session.
 	ErrSessionLost = errors.New("corral: session lost")
+	// ErrTierUnavailable: 503 tier_unavailable, the isolation tier the
+	// request needs (gVisor, asked for or picked by auto) is still being
+	// installed on the server; retry after APIError.RetryAfter. It also
+	// matches ErrServer.
+	ErrTierUnavailable = errors.New("corral: tier unavailable")
 	// ErrServer: a 5xx answer; the server or something before it failed.
 	ErrServer = errors.New("corral: server error")
 )
@@ -87,8 +92,8 @@ type APIError struct {
 	// Status is the HTTP status, e.g. 404.
 	Status int
 	// Code is the machine-readable code, e.g. "not_found", "queue_full",
-	// "invalid_request"; "http_<status>" when the answer was not Corral's
-	// (a proxy's).
+	// "invalid_request", "tier_unavailable"; "http_<status>" when the
+	// answer was not Corral's (a proxy's).
 	Code string
 	// Message explains the error to a human or a model.
 	Message string
@@ -128,6 +133,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusTooManyRequests && e.Code != "queue_full"
 	case ErrSessionLost:
 		return e.Status == http.StatusGone
+	case ErrTierUnavailable:
+		return e.Status == http.StatusServiceUnavailable && e.Code == "tier_unavailable"
 	case ErrServer:
 		return e.Status >= 500
 	}

@@ -7,9 +7,10 @@
 #   deps.sh serve            what `corral serve` needs before it answers:
 #                            mkfs.ext4, losetup and the pinned runc
 #   deps.sh runsc-background builds the pinned runsc in the background (niced,
-#                            logged to $CORRAL_CACHE/runsc-VERSION.log); serve
-#                            answers gVisor requests with a retryable error
-#                            until it is installed
+#                            logged to $CORRAL_CACHE/runsc-VERSION.log), holding
+#                            $CORRAL_CACHE/runsc.lock from before it returns
+#                            until runsc is installed; meanwhile serve answers
+#                            gVisor requests with a retryable error
 #   deps.sh test             everything the suite needs (the default): the
 #                            above in the foreground, PostgreSQL, Redis,
 #                            Chromium, mmdebstrap, bubblewrap, the S3 server
@@ -154,12 +155,27 @@ runsc-background)
 		exit 0
 	fi
 	runsc_log="$CACHE/runsc-$RUNSC_VERSION.log"
+	# The build lock is taken here and handed to the build on fd 9, so it is
+	# held when this returns: a server started next finds the gvisor tier
+	# pending, not missing (corral serve --runsc-build-lock). The kernel
+	# drops it when the build ends, however it ends. The wait covers a
+	# server's brief look at the lock.
+	exec 9>"$CACHE/runsc.lock"
+	if ! flock -w 10 9; then
+		log "runsc is already being built"
+		exit 0
+	fi
 	log "building runsc in the background (log: $runsc_log); the gvisor tier answers 503 until it is installed"
 	# setsid: the build outlives this script and the terminal's signals.
-	CORRAL_CACHE=$CACHE CORRAL_PREFIX=$PREFIX setsid nice -n 19 "$0" runsc >"$runsc_log" 2>&1 </dev/null &
+	CORRAL_CACHE=$CACHE CORRAL_PREFIX=$PREFIX setsid nice -n 19 "$0" runsc-locked >"$runsc_log" 2>&1 </dev/null &
 	;;
 runsc)
 	with_lock runsc build_runsc
+	;;
+runsc-locked)
+	# runsc-background's build, which inherits the held lock on fd 9.
+	{ : >&9; } 2>/dev/null || { log "runsc-locked is started by runsc-background"; exit 2; }
+	build_runsc
 	;;
 test)
 	serve_deps

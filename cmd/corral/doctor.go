@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,8 +17,11 @@ import (
 type check struct {
 	name string
 	ok   bool
-	info string // what was found
-	fix  string // what to do when not ok
+	// pending: not there yet but on its way (a build in progress); not
+	// a problem.
+	pending bool
+	info    string // what was found
+	fix     string // what to do when not ok
 }
 
 // cmdDoctor checks that this machine can run sandboxes and says how to fix
@@ -33,7 +37,10 @@ func cmdDoctor(args []string) int {
 	failed := 0
 	for _, c := range checks {
 		mark := "ok  "
-		if !c.ok {
+		switch {
+		case c.pending:
+			mark = "wait"
+		case !c.ok:
 			mark = "FAIL"
 			failed++
 		}
@@ -85,7 +92,7 @@ func doctorChecks(lf localFlags) []check {
 		cs = append(cs, seccompCheck(runc))
 	}
 	if lf.runsc != "off" {
-		cs = append(cs, runtimeCheck("runsc", findBinary(lf.runsc, "runsc"), "runsc"))
+		cs = append(cs, runscCheck(lf))
 	}
 
 	_, err := os.Stat("/dev/loop-control")
@@ -134,6 +141,21 @@ func runtimeCheck(name, path, kind string) check {
 		c.info = fmt.Sprintf("%s (%s) — unpinned; scripts/deps.sh installs the pinned build", path, version)
 	}
 	return c
+}
+
+// runscCheck is runtimeCheck for runsc, which may still be being built
+// (make run builds it in the background).
+func runscCheck(lf localFlags) check {
+	path := findBinary(lf.runsc, "runsc")
+	lock := cmp.Or(lf.runscLock, defaultRunscBuildLock)
+	if _, err := os.Stat(path); (path == "" || err != nil) && runscBuilding(lock) {
+		info := "being built"
+		if log := runscBuildLog(lock); log != "" {
+			info += " (see " + log + ")"
+		}
+		return check{name: "runsc", pending: true, info: info + "; the gvisor tier starts serving when it is installed"}
+	}
+	return runtimeCheck("runsc", path, "runsc")
 }
 
 // seccompCheck asks runc whether it was built with seccomp support.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"debug/elf"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/engine"
@@ -30,6 +32,7 @@ type localFlags struct {
 	cgroupParent string
 	runc         string
 	runsc        string
+	runscLock    string
 	// The image store (image.go): where, how big, and each language's
 	// default image.
 	imageDir      string
@@ -43,6 +46,7 @@ func (f *localFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cgroupParent, "cgroup-parent", "corral", "cgroup under which sandboxes are placed")
 	fs.StringVar(&f.runc, "runc", "", "runc binary (default: the pinned one in "+pinnedDir+"/bin, else PATH)")
 	fs.StringVar(&f.runsc, "runsc", "", "runsc binary for the gvisor tier (default: pinned, else PATH; \"off\" disables the tier)")
+	fs.StringVar(&f.runscLock, "runsc-build-lock", "", "lock scripts/deps.sh holds while it builds runsc: while held and runsc is missing, the gvisor tier is pending (default "+defaultRunscBuildLock+")")
 }
 
 // findBinary returns explicit if set, else the pinned build, else PATH.
@@ -94,17 +98,52 @@ func staticELF(path string) error {
 	return nil
 }
 
+// local is this machine's engine and runtimes. A runtime can be added
+// after start (awaitGVisor).
 type local struct {
-	engine   *engine.Engine
+	engine *engine.Engine
+	log    *slog.Logger
+	// rtcfg is what every runtime here shares: data dir, agent, cgroup,
+	// sandbox user.
+	rtcfg oci.Config
+	// awaiting, if set, is the runsc the gvisor tier waits for.
+	awaiting *runscWait
+
+	mu       sync.Mutex
 	runtimes []*oci.Runtime
 }
 
 // Close waits for teardowns and releases the runtimes.
 func (l *local) Close() {
 	l.engine.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, rt := range l.runtimes {
 		rt.Close()
 	}
+}
+
+// newRuntime makes tier's runtime from bin and reaps the sandboxes a
+// previous, dead corral process left with it.
+func (l *local) newRuntime(ctx context.Context, tier runtime.Tier, bin string, flags []string) (*oci.Runtime, error) {
+	cfg := l.rtcfg
+	cfg.Tier, cfg.Binary, cfg.Flags = tier, bin, flags
+	rt, err := oci.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	reapCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	n, err := rt.Reap(reapCtx)
+	cancel()
+	if err != nil {
+		l.log.Warn("reap leftover sandboxes", "tier", tier, "err", err)
+	} else if n > 0 {
+		l.log.Info("reaped leftover sandboxes", "tier", tier, "count", n)
+	}
+	l.mu.Lock()
+	l.runtimes = append(l.runtimes, rt)
+	l.mu.Unlock()
+	return rt, nil
 }
 
 // newLocal prepares runtimes, images and an engine on this machine and
@@ -120,45 +159,38 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 	if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	l := &local{}
+	l := &local{log: log, rtcfg: oci.Config{DataDir: f.dataDir, AgentBinary: agentPath, CgroupParent: f.cgroupParent,
+		UID: sandboxUID, GID: sandboxGID, Log: log}}
 	runc := findBinary(f.runc, "runc")
 	if runc == "" {
 		return nil, fmt.Errorf("%w: runc not found; run scripts/deps.sh", runtime.ErrUnavailable)
 	}
-	tiers := []struct {
-		tier  runtime.Tier
-		bin   string
-		flags []string
-	}{
-		{runtime.TierContainer, runc, nil},
+	if _, err := l.newRuntime(ctx, runtime.TierContainer, runc, nil); err != nil {
+		return nil, err
 	}
 	if f.runsc != "off" {
-		if runsc := findBinary(f.runsc, "runsc"); runsc != "" {
-			tiers = append(tiers, struct {
-				tier  runtime.Tier
-				bin   string
-				flags []string
-			}{runtime.TierGVisor, runsc, oci.GVisorFlags})
+		// Missing runsc is awaited where a build installs it: the one
+		// named, else the pinned one.
+		w := &runscWait{bin: cmp.Or(f.runsc, filepath.Join(pinnedDir, "bin", "runsc")), lock: cmp.Or(f.runscLock, defaultRunscBuildLock)}
+		runsc := findBinary(f.runsc, "runsc")
+		if _, err := os.Stat(runsc); runsc == "" || err != nil {
+			w.pending = runscBuilding(w.lock)
+			switch {
+			case w.pending:
+				log.Warn("runsc is being built: work for the gvisor tier is refused as retryable (503 tier_unavailable) until it is installed",
+					"runsc", w.bin, "build_log", runscBuildLog(w.lock))
+			case f.runsc == "":
+				log.Info("no runsc: the gvisor tier is unavailable, auto runs on the container tier (scripts/deps.sh builds runsc)")
+			}
+			if w.pending || f.runsc == "" {
+				l.awaiting, runsc = w, ""
+			} // else a runsc named but missing, and no build: oci.New says so
 		}
-	}
-	for _, t := range tiers {
-		rt, err := oci.New(oci.Config{
-			Tier: t.tier, Binary: t.bin, Flags: t.flags,
-			DataDir: f.dataDir, AgentBinary: agentPath, CgroupParent: f.cgroupParent,
-			UID: sandboxUID, GID: sandboxGID, Log: log,
-		})
-		if err != nil {
-			return nil, err
+		if runsc != "" {
+			if _, err := l.newRuntime(ctx, runtime.TierGVisor, runsc, oci.GVisorFlags); err != nil {
+				return nil, err
+			}
 		}
-		reapCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		n, err := rt.Reap(reapCtx)
-		cancel()
-		if err != nil {
-			log.Warn("reap leftover sandboxes", "tier", t.tier, "err", err)
-		} else if n > 0 {
-			log.Info("reaped leftover sandboxes", "tier", t.tier, "count", n)
-		}
-		l.runtimes = append(l.runtimes, rt)
 	}
 	store, err := f.imageStore(log)
 	if err != nil {
@@ -177,6 +209,9 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 	l.engine, err = engine.New(cfg, rts, store, filepath.Join(f.dataDir, "engine"), log)
 	if err != nil {
 		return nil, err
+	}
+	if l.awaiting != nil && l.awaiting.pending {
+		l.engine.SetPending(runtime.TierGVisor, true)
 	}
 	return l, nil
 }

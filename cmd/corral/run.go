@@ -130,6 +130,9 @@ func cmdRun(args []string) int {
 	job, err := loc.engine.Prepare(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corral run:", err)
+		if errors.Is(err, engine.ErrTierPending) {
+			return 70 // retryable, as internal_error
+		}
 		return 4
 	}
 	var sink engine.Sink = streamSink{}

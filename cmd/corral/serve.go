@@ -119,6 +119,7 @@ func loadServeConfig(args []string) (config.Config, error) {
 	apply("cgroup-parent", func() { cfg.CgroupParent = lf.cgroupParent })
 	apply("runc", func() { cfg.Runc = lf.runc })
 	apply("runsc", func() { cfg.Runsc = lf.runsc })
+	apply("runsc-build-lock", func() { cfg.RunscBuildLock = lf.runscLock })
 	apply("image-dir", func() { cfg.Images.Dir = lf.imageDir })
 	apply("image-budget", func() { cfg.Images.Budget = lf.imageBudget })
 	apply("default-images", func() { cfg.Images.Defaults = lf.defaultImages })
@@ -206,7 +207,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ecfg.Files.ArtifactTTL, _ = time.ParseDuration(cfg.Files.ArtifactTTL)
 	ecfg.SummaryChars = cfg.Summary.MaxChars
 	loc, err := newLocal(ctx, localFlags{dataDir: cfg.DataDir, cacheDir: cfg.CacheDir, cgroupParent: cfg.CgroupParent,
-		runc: cfg.Runc, runsc: cfg.Runsc, imageDir: cfg.Images.Dir, imageBudget: cfg.Images.Budget,
+		runc: cfg.Runc, runsc: cfg.Runsc, runscLock: cfg.RunscBuildLock, imageDir: cfg.Images.Dir, imageBudget: cfg.Images.Budget,
 		defaultImages: cfg.Images.Defaults}, ecfg, log)
 	if err != nil {
 		return err
@@ -288,29 +289,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() {
-		defer wg.Done()
-		cl.Run(workCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		sessions.Run(workCtx)
-	}()
-	go func() {
-		defer wg.Done()
+	wg.Go(func() { cl.Run(workCtx) })
+	wg.Go(func() { sessions.Run(workCtx) })
+	wg.Go(func() {
 		if err := n.Run(workCtx); err != nil {
 			log.Error("node stopped", "err", err)
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		notifier.Run(workCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		loc.engine.Warm(workCtx, images.HostName)
-	}()
+	})
+	wg.Go(func() { notifier.Run(workCtx) })
+	wg.Go(func() { loc.engine.Warm(workCtx, images.HostName) })
+	wg.Go(func() {
+		// gVisor arriving while serving (runsc built in the background):
+		// its pool classes, left out at start, start now.
+		loc.awaitGVisor(workCtx, func() {
+			for _, err := range wp.AddTier(workCtx, runtime.TierGVisor) {
+				log.Warn("warm pool class left out", "err", err)
+			}
+		})
+	})
 	log.Info("corral serving", "listen", ln.Addr().String(), "node", cfg.NodeID, "store", storeKind(cfg.Store),
 		"state", stateKind(cfg.State), "max_concurrency", cfg.MaxConcurrency, "queue_bound", cfg.QueueBound,
 		"advertise_address", cfg.AdvertiseAddress)

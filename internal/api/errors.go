@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -28,6 +29,11 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
+// tierRetryAfter is the Retry-After of tier_unavailable, in seconds:
+// building runsc takes minutes, and a client that retries at once only
+// adds load.
+const tierRetryAfter = 30
+
 func errorf(status int, code, field, msg string) *Error {
 	return &Error{Status: status, Code: code, Field: field, Message: msg}
 }
@@ -39,11 +45,20 @@ func asError(err error, log *slog.Logger) *Error {
 	var ae *Error
 	var ie *engine.InputError
 	var se *cluster.SessionError
+	var pe *engine.TierPendingError
 	switch {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &ie):
 		return errorf(http.StatusBadRequest, "invalid_request", ie.Field, ie.Error())
+	case errors.As(err, &pe):
+		// Where the build's log is, is for the operator: the server logged
+		// it when the build was seen.
+		e := errorf(http.StatusServiceUnavailable, "tier_unavailable", "", fmt.Sprintf(
+			"this execution runs on the %s tier (%s), which is still being installed on this server; retry after the delay in Retry-After",
+			pe.Tier, pe.Reason))
+		e.RetryAfter = tierRetryAfter
+		return e
 	case errors.Is(err, node.ErrNotFound):
 		return errorf(http.StatusNotFound, "not_found", "", "no such execution")
 	case errors.Is(err, node.ErrConflict):

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -73,6 +74,11 @@ type Config struct {
 	CgroupParent     string `toml:"cgroup_parent"`
 	Runc             string `toml:"runc"`
 	Runsc            string `toml:"runsc"`
+	// RunscBuildLock is the lock scripts/deps.sh holds while it builds
+	// runsc (default /var/cache/corral/runsc.lock): while it is held and
+	// runsc is missing, the gvisor tier is pending (503 tier_unavailable)
+	// rather than unavailable, and it serves once runsc is installed.
+	RunscBuildLock string `toml:"runsc_build_lock"`
 
 	// MaxConcurrency is how many executions this node runs at once; 0
 	// derives it from memory (see DeriveConcurrency).
@@ -286,6 +292,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir is empty")
+	}
+	if c.RunscBuildLock != "" && !filepath.IsAbs(c.RunscBuildLock) {
+		bad("runsc_build_lock %q: an absolute path", c.RunscBuildLock)
 	}
 	if c.MaxConcurrency < 0 || c.QueueBound < 0 || c.MaxBodyBytes < 0 || c.Pids < 0 {
 		bad("max_concurrency, queue_bound, max_body_bytes and pids must not be negative")

@@ -47,3 +47,16 @@ func TestSummaryAndMemory(t *testing.T) {
 		t.Errorf("defaults: summary.max_chars %d, memory.url %q", cfg.Summary.MaxChars, cfg.Memory.URL)
 	}
 }
+
+// TestRunscBuildLock: the lock a runsc build holds is an absolute path, or
+// empty for scripts/deps.sh's own.
+func TestRunscBuildLock(t *testing.T) {
+	for lock, ok := range map[string]bool{"": true, "/var/cache/corral/runsc.lock": true, "runsc.lock": false} {
+		cfg := Default()
+		cfg.MaxConcurrency = 1
+		cfg.RunscBuildLock = lock
+		if err := cfg.Validate(); (err == nil) != ok || err != nil && !strings.Contains(err.Error(), "runsc_build_lock") {
+			t.Errorf("runsc_build_lock %q: %v", lock, err)
+		}
+	}
+}

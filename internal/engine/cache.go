@@ -128,9 +128,9 @@ func (e *Engine) warm(ctx context.Context, c lang.Cache, img images.Image, final
 	if err := os.Chown(tmp, e.cfg.UID, e.cfg.GID); err != nil {
 		return fmt.Errorf("create cache dir: %w", err)
 	}
-	rt, ok := e.runtimes[runtime.TierContainer]
+	rt, ok := e.runtimeOf(runtime.TierContainer)
 	if !ok {
-		for _, r := range e.runtimes {
+		for _, r := range e.tiers.Load().runtimes {
 			rt = r
 		}
 	}

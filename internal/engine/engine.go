@@ -99,12 +99,16 @@ type SandboxObserver interface {
 // Engine runs executions. It is safe for concurrent use.
 type Engine struct {
 	cfg      Config
-	runtimes map[runtime.Tier]runtime.Runtime
 	images   ImageResolver
 	log      *slog.Logger
 	caches   *caches
 	scratch  string // the engine's own files (downloaded inputs)
 	emptyDir string // an empty directory, the lower layer of a cold cache
+
+	// tiers holds the current *tierSet; tmu serialises its changes (a
+	// tier's runtime can arrive while the engine serves, see AddRuntime).
+	tmu   sync.Mutex
+	tiers atomic.Pointer[tierSet]
 
 	teardown sync.WaitGroup
 
@@ -127,18 +131,20 @@ type liveSandbox struct {
 	created time.Time
 }
 
-// New returns an engine over the given runtimes (at most one per tier).
-// scratch is a directory the engine may use for its own files.
+// New returns an engine over the given runtimes (at most one per tier;
+// more can come later, see AddRuntime). scratch is a directory the engine
+// may use for its own files.
 func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, log *slog.Logger) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := map[runtime.Tier]runtime.Runtime{}
+	ts := &tierSet{runtimes: map[runtime.Tier]runtime.Runtime{}, pending: map[runtime.Tier]bool{}}
 	for _, rt := range rts {
-		m[rt.Tier()] = rt
+		ts.runtimes[rt.Tier()] = rt
 	}
-	e := &Engine{cfg: cfg, runtimes: m, images: imgs, log: log, scratch: scratch, emptyDir: filepath.Join(scratch, "empty"),
+	e := &Engine{cfg: cfg, images: imgs, log: log, scratch: scratch, emptyDir: filepath.Join(scratch, "empty"),
 		live: map[string]liveSandbox{}}
+	e.tiers.Store(ts)
 	e.pool = fresh{e}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
 	if err := os.MkdirAll(e.emptyDir, 0o755); err != nil {
@@ -222,7 +228,8 @@ type Job struct {
 }
 
 // Prepare validates req, fills defaults and routes it. An *InputError says
-// what to fix.
+// what to fix; a *TierPendingError (ErrTierPending) that the valid request
+// needs a tier still being installed.
 func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 	runner, err := e.normalize(&req)
 	if err != nil {
@@ -243,10 +250,16 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 		}
 		job.Egress = allow
 	}
-	_, gvisor := e.runtimes[runtime.TierGVisor]
-	route := router.Route(e.cfg.Routing, req, runner, gvisor)
+	// One instant's tiers for the whole decision: a build that ends
+	// meanwhile cannot turn an auto request into an invalid one.
+	ts := e.tiers.Load()
+	_, gvisor := ts.runtimes[runtime.TierGVisor]
+	// A tier being installed counts for routing: auto waits for gVisor
+	// rather than fall back to a weaker tier that is here now.
+	route := router.Route(e.cfg.Routing, req, runner, gvisor || ts.pending[runtime.TierGVisor])
 	job.Tier, job.TierReason = route.Tier, route.Reason
-	if _, ok := e.runtimes[job.Tier]; !ok {
+	_, ready := ts.runtimes[job.Tier]
+	if !ready && !ts.pending[job.Tier] {
 		return nil, inputErr("isolation", "the %s tier is not available on this server", job.Tier)
 	}
 	name := req.Image
@@ -258,6 +271,10 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 		return nil, inputErr("image", "%v", err)
 	}
 	job.Image = img
+	if !ready {
+		// Last: what the caller must fix comes before what time fixes.
+		return nil, &TierPendingError{Tier: job.Tier, Reason: job.TierReason}
+	}
 	return job, nil
 }
 

@@ -87,7 +87,7 @@ func (f fresh) Acquire(ctx context.Context, c Claim) (*Lease, error) {
 // Create makes a sandbox on the tier's runtime and tracks it for the
 // sweeper until Destroy.
 func (e *Engine) Create(ctx context.Context, tier runtime.Tier, spec runtime.Spec) (runtime.Sandbox, error) {
-	rt, ok := e.runtimes[tier]
+	rt, ok := e.runtimeOf(tier)
 	if !ok {
 		return nil, fmt.Errorf("no %s runtime", tier)
 	}
@@ -156,7 +156,8 @@ func (e *Engine) Spec(ctx context.Context, job *Job) (runtime.Spec, error) {
 // Fixed returns the part of l that a sandbox of tier keeps from its creation
 // (see runtime.Fixer): all of it on a runtime that cannot say.
 func (e *Engine) Fixed(tier runtime.Tier, l runtime.Limits) runtime.Limits {
-	if f, ok := e.runtimes[tier].(runtime.Fixer); ok {
+	rt, _ := e.runtimeOf(tier)
+	if f, ok := rt.(runtime.Fixer); ok {
 		return f.Fixed(l)
 	}
 	return l
@@ -165,7 +166,7 @@ func (e *Engine) Fixed(tier runtime.Tier, l runtime.Limits) runtime.Limits {
 // WarmSpec returns the spec of a sandbox for language's executions on
 // image with the server's default limits: what a warm pool keeps ready.
 func (e *Engine) WarmSpec(ctx context.Context, tier runtime.Tier, language, image string) (runtime.Spec, images.Image, error) {
-	if _, ok := e.runtimes[tier]; !ok {
+	if _, ok := e.runtimeOf(tier); !ok {
 		return runtime.Spec{}, images.Image{}, fmt.Errorf("no %s runtime", tier)
 	}
 	r, ok := lang.Get(language)

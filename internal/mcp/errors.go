@@ -16,7 +16,8 @@ import (
 //     result has isError set and its summary says why and what to do);
 //   - a result with isError and no record, when the call itself could not
 //     be served: arguments the tool cannot use (naming the argument;
-//     Corral's own 4xx answers count), a Corral server that is busy,
+//     Corral's own 4xx answers count), a Corral server that is busy (or
+//     still installing the tier the code needs),
 //     unreachable, failing or refusing the API key. The model reads the
 //     text and can correct the call or tell its user (MCP 2025-11-25,
 //     SEP-1303: input validation errors are tool execution errors). The
@@ -92,7 +93,8 @@ func (s *Server) callFailed(tool string, err error) (*gomcp.CallToolResult, erro
 			return toolError(fmt.Sprintf("The Corral server at %s refused corral mcp's API key (%d %s). "+
 				"This is a set-up problem the code cannot fix: tell the user to set CORRAL_API_KEY for corral mcp.",
 				s.endpoint, ae.Status, ae.Code), data), nil
-		case ae.Status == http.StatusTooManyRequests:
+		case ae.Status == http.StatusTooManyRequests, errors.Is(ae, sandbox.ErrTierUnavailable):
+			// Both pass with time: gVisor being installed is no failure.
 			data.Reason = ReasonBusy
 			msg := fmt.Sprintf("The Corral server is busy (%s): %s.", ae.Code, ae.Message)
 			if ae.RetryAfter > 0 {

@@ -261,3 +261,23 @@ func TestCapWriter(t *testing.T) {
 		t.Fatalf("exactly max bytes: %v", err)
 	}
 }
+
+// A server still installing gVisor is busy, not failing: the model is told
+// when to retry.
+func TestTierUnavailableIsBusy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":{"code":"tier_unavailable","message":"this execution runs on the gvisor tier (auto: python uses subprocess (line 1)), which is still being installed on this server"}}`))
+	}))
+	defer srv.Close()
+	cs := connect(t, srv.URL)
+	res, err := cs.CallTool(t.Context(), &gomcp.CallToolParams{Name: ToolRunCode,
+		Arguments: map[string]any{"language": "python", "code": "import subprocess"}})
+	text, data := toolErr(t, res, err)
+	if data.Reason != ReasonBusy || data.Code != "tier_unavailable" || !strings.Contains(text, "still being installed") ||
+		!strings.Contains(text, "Retry run_code in 30s") {
+		t.Errorf("text %q, data %+v", text, data)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/store"
@@ -198,6 +199,9 @@ func (n *Node) execute(ctx context.Context, ex *store.Execution) {
 		rec := ex.Record
 		rec.Status = sandbox.StatusFailed
 		rec.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: err.Error()}
+		if errors.Is(err, engine.ErrTierPending) { // this node's tier is still being installed
+			rec.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + err.Error(), Retryable: true}
+		}
 		rec.FinishedAt = time.Now().UTC()
 		n.record(ex, rec)
 		return

@@ -72,14 +72,21 @@ func DefaultConfig() Config {
 	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20, ReturnWait: 500 * time.Millisecond}
 }
 
-// Pool is an engine.Acquirer backed by warm sandboxes.
+// Pool is an engine.Acquirer backed by warm sandboxes. It is safe for
+// concurrent use.
 type Pool struct {
-	e       *engine.Engine
-	cfg     Config
-	m       *metrics.Metrics
-	log     *slog.Logger
-	fresh   engine.Acquirer
+	e     *engine.Engine
+	cfg   Config
+	m     *metrics.Metrics
+	log   *slog.Logger
+	fresh engine.Acquirer
+
+	// cmu guards classes, which grow when a tier arrives (AddTier), and
+	// closed. A classes slice is never modified once published, so a
+	// reader may keep it.
+	cmu     sync.RWMutex
 	classes []*class
+	closed  bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -90,6 +97,7 @@ type Pool struct {
 }
 
 type class struct {
+	index int // in Config.Warm
 	warm  Warm
 	key   string
 	fixed runtime.Limits
@@ -119,35 +127,75 @@ type member struct {
 
 // New resolves each class's image and spec and starts filling the pool. A
 // class that cannot be served here (its image or tier is missing) is left
-// out and reported in skipped.
+// out and reported in skipped; AddTier starts a tier's classes later.
 func New(ctx context.Context, e *engine.Engine, cfg Config, m *metrics.Metrics, log *slog.Logger) (_ *Pool, skipped []error) {
 	p := &Pool{e: e, cfg: cfg, m: m, log: log, fresh: e.Fresh(), held: map[string]bool{}}
 	if p.cfg.MaxUses < 1 {
 		p.cfg.MaxUses = 1
 	}
-	for i, w := range cfg.Warm {
-		if w.Language == "" {
-			w.Language = "python"
-		}
-		if w.MaxIdle < w.MinIdle {
-			w.MaxIdle = w.MinIdle
-		}
-		spec, img, err := e.WarmSpec(ctx, w.Tier, w.Language, w.Image)
-		if err != nil {
-			skipped = append(skipped, fmt.Errorf("pool class %d (%s %s on %s): %w", i, w.Language, w.Image, w.Tier, err))
-			continue
-		}
-		fixed := e.Fixed(w.Tier, spec.Limits)
-		p.classes = append(p.classes, &class{warm: w, key: classKey(w.Tier, spec, fixed), fixed: fixed, spec: spec,
-			img: img, target: w.MinIdle, kick: make(chan struct{}, 1),
-			resetting: map[string]int{}, back: make(chan struct{})})
-	}
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	for _, c := range p.classes {
-		p.wg.Add(1)
-		go p.fill(c)
+	for i := range cfg.Warm {
+		if err := p.start(ctx, i); err != nil {
+			skipped = append(skipped, err)
+		}
 	}
 	return p, skipped
+}
+
+// AddTier starts the classes of tier that New left out because the engine
+// had no runtime for it then: the tier was installed while the server
+// runs (engine.AddRuntime). It returns the classes still left out.
+func (p *Pool) AddTier(ctx context.Context, tier runtime.Tier) (skipped []error) {
+	for i, w := range p.cfg.Warm {
+		if w.Tier != tier || p.started(i) {
+			continue
+		}
+		if err := p.start(ctx, i); err != nil {
+			skipped = append(skipped, err)
+		}
+	}
+	return skipped
+}
+
+// started reports whether the class of Config.Warm[i] is in the pool.
+func (p *Pool) started(i int) bool {
+	return slices.ContainsFunc(p.all(), func(c *class) bool { return c.index == i })
+}
+
+// all returns the classes in the pool now.
+func (p *Pool) all() []*class {
+	p.cmu.RLock()
+	defer p.cmu.RUnlock()
+	return p.classes
+}
+
+// start resolves the class of Config.Warm[i] and starts filling it.
+func (p *Pool) start(ctx context.Context, i int) error {
+	w := p.cfg.Warm[i]
+	if w.Language == "" {
+		w.Language = "python"
+	}
+	if w.MaxIdle < w.MinIdle {
+		w.MaxIdle = w.MinIdle
+	}
+	spec, img, err := p.e.WarmSpec(ctx, w.Tier, w.Language, w.Image)
+	if err != nil {
+		return fmt.Errorf("pool class %d (%s %s on %s): %w", i, w.Language, w.Image, w.Tier, err)
+	}
+	fixed := p.e.Fixed(w.Tier, spec.Limits)
+	c := &class{index: i, warm: w, key: classKey(w.Tier, spec, fixed), fixed: fixed, spec: spec,
+		img: img, target: w.MinIdle, kick: make(chan struct{}, 1),
+		resetting: map[string]int{}, back: make(chan struct{})}
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	if p.closed || slices.ContainsFunc(p.classes, func(c *class) bool { return c.index == i }) {
+		return nil
+	}
+	// A new slice: readers keep the one they have.
+	p.classes = append(slices.Clip(p.classes), c)
+	p.wg.Add(1)
+	go p.fill(c)
+	return nil
 }
 
 func classKey(tier runtime.Tier, spec runtime.Spec, fixed runtime.Limits) string {
@@ -158,9 +206,13 @@ func classKey(tier runtime.Tier, spec runtime.Spec, fixed runtime.Limits) string
 // Close stops refilling and destroys every idle sandbox. Sandboxes still
 // lent are destroyed when they come back.
 func (p *Pool) Close() {
+	p.cmu.Lock()
+	p.closed = true
+	classes := p.classes
+	p.cmu.Unlock()
 	p.cancel()
 	p.wg.Wait()
-	for _, c := range p.classes {
+	for _, c := range classes {
 		c.mu.Lock()
 		idle := c.idle
 		c.idle = nil
@@ -232,11 +284,12 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 
 // classOf is the class whose sandboxes can serve cl, if any.
 func (p *Pool) classOf(cl engine.Claim) *class {
-	if len(p.classes) == 0 {
+	classes := p.all()
+	if len(classes) == 0 {
 		return nil
 	}
 	key := classKey(cl.Tier, cl.Spec, p.e.Fixed(cl.Tier, cl.Spec.Limits))
-	for _, c := range p.classes {
+	for _, c := range classes {
 		if c.key == key && c.img.Digest == cl.Image.Digest && cl.Spec.Workspace == "" {
 			return c
 		}
@@ -585,11 +638,12 @@ func (p *Pool) expire(c *class) {
 	}
 }
 
-// Idle returns how many sandboxes are ready, per class, in configuration
-// order.
+// Idle returns how many sandboxes are ready, per class, in the order the
+// classes started (configuration order, then those AddTier started).
 func (p *Pool) Idle() []int {
-	n := make([]int, len(p.classes))
-	for i, c := range p.classes {
+	classes := p.all()
+	n := make([]int, len(classes))
+	for i, c := range classes {
 		c.mu.Lock()
 		n[i] = len(c.idle)
 		c.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -454,5 +455,58 @@ func TestClaimAppliesLimits(t *testing.T) {
 				t.Fatalf("cold start: %s %+v %s", r.Status, r.Error, r.Stderr)
 			}
 		})
+	}
+}
+
+// TestAddTier: a gvisor class left out because the engine had no gVisor
+// runtime starts when the tier arrives, and executions then use it.
+func TestAddTier(t *testing.T) {
+	dir := t.TempDir()
+	var container, gvisor []runtime.Runtime
+	for _, rt := range testenv.Runtimes(t, dir) {
+		if rt.Tier() == runtime.TierGVisor {
+			gvisor = append(gvisor, rt)
+		} else {
+			container = append(container, rt)
+		}
+	}
+	cfg := engine.DefaultConfig()
+	cfg.CacheDir = testenv.CacheDir()
+	cfg.UID, cfg.GID = 1000, 1000
+	e, err := engine.New(cfg, container, images.NewStore(filepath.Join(dir, "images"), 1000, 1000), filepath.Join(dir, "engine"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	pc := pool.DefaultConfig()
+	pc.Warm = []pool.Warm{{Image: images.HostName, Tier: runtime.TierGVisor, Language: "python", MinIdle: 1, MaxIdle: 1}}
+	m := metrics.New()
+	p, skipped := pool.New(t.Context(), e, pc, m, slog.New(slog.NewTextHandler(testLog{t}, nil)))
+	t.Cleanup(p.Close)
+	e.SetPool(p)
+	if len(skipped) != 1 || len(p.Idle()) != 0 {
+		t.Fatalf("without the tier: skipped %v, classes %v; want the class left out", skipped, p.Idle())
+	}
+	if err := e.AddRuntime(gvisor[0]); err != nil {
+		t.Fatal(err)
+	}
+	if skipped := p.AddTier(t.Context(), runtime.TierGVisor); len(skipped) != 0 {
+		t.Fatal(skipped)
+	}
+	if skipped := p.AddTier(t.Context(), runtime.TierGVisor); len(skipped) != 0 || len(p.Idle()) != 1 {
+		t.Fatalf("a second AddTier: skipped %v, classes %v; want one class", skipped, p.Idle())
+	}
+	f := &fixture{t: t, e: e, p: p, m: m, tier: runtime.TierGVisor}
+	f.waitIdle(1)
+	res := f.run("alpha", "print(6 * 7)")
+	if res.Status != sandbox.StatusSuccess || res.Tier != "gvisor" || res.Stdout != "42\n" {
+		t.Fatalf("execution on the added tier: %s on %s: %q %+v", res.Status, res.Tier, res.Stdout, res.Error)
+	}
+	var hits dto.Metric
+	if err := m.PoolClaims.WithLabelValues(string(runtime.TierGVisor), images.HostName, "hit").Write(&hits); err != nil {
+		t.Fatal(err)
+	}
+	if n := hits.GetCounter().GetValue(); n != 1 {
+		t.Errorf("%v pool hits on gvisor, want 1", n)
 	}
 }

@@ -48,9 +48,11 @@ type Decision struct {
 }
 
 // Route decides where req runs. runner is req's language and gvisor says
-// whether this server has the gVisor tier. An explicit isolation is
-// obeyed as asked (the caller refuses a tier it lacks); auto never picks a
-// missing tier, and its reason says when it fell back. req must be
+// whether this server has the gVisor tier, or will have it (its runtime is
+// being installed: the caller then refuses work routed there as
+// retryable, rather than run it on a weaker tier). An explicit isolation
+// is obeyed as asked (the caller refuses a tier it lacks); auto never
+// picks a missing tier, and its reason says when it fell back. req must be
 // normalised: its timeout filled in.
 func Route(cfg Config, req sandbox.ExecuteRequest, runner lang.Runner, gvisor bool) Decision {
 	switch req.Isolation {

@@ -216,8 +216,12 @@ func TestResponsesMatchSpec(t *testing.T) {
 	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 	srv := testserver.Start(t, testserver.Options{})
 	small := testserver.Start(t, testserver.Options{Extra: []string{"--max-concurrency", "1", "--queue-bound", "1"}})
+	// A server whose runsc is still being built.
+	build := testserver.NewRunscBuild(t)
+	build.Start()
+	building := testserver.Start(t, testserver.Options{Extra: build.Flags, NoPool: true})
 	// Route every server's requests with the same document.
-	doc.Servers = openapi3.Servers{{URL: srv.URL}, {URL: small.URL}}
+	doc.Servers = openapi3.Servers{{URL: srv.URL}, {URL: small.URL}, {URL: building.URL}}
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -320,6 +324,11 @@ func TestResponsesMatchSpec(t *testing.T) {
 	for _, q := range queued {
 		c.do(call{method: "POST", path: "/v1/executions/" + q + "/cancel", key: key, want: 200})
 	}
+
+	// 503 tier_unavailable while gVisor is being installed.
+	c.url = building.URL
+	c.do(call{method: "POST", path: "/v1/executions", key: key, want: 503,
+		body: mustJSON(sandbox.ExecuteRequest{Language: "python", Code: "print(1)", Isolation: sandbox.IsolationGVisor})})
 
 	// Every operation and every response the spec documents was seen,
 	// except what a healthy server cannot be made to answer.

@@ -1,7 +1,8 @@
 // Package testserver starts real corral serve processes for the tests of the
 // SDK, the remote CLI, the examples and the OpenAPI spec: the binary built
 // from this checkout, two tenants with known keys and callback secrets,
-// private callbacks allowed, on the embedded backends.
+// private callbacks allowed, on the embedded backends. RunscBuild stands
+// for a runsc build in progress, for servers whose gvisor tier is pending.
 package testserver
 
 import (
@@ -211,6 +212,9 @@ func (s *Server) Restart() {
 	s.Stop()
 	s.Launch()
 }
+
+// Log returns what the server logged so far.
+func (s *Server) Log() string { return s.logs.String() }
 
 // Env returns the environment a client of s runs with: CORRAL_ENDPOINT
 // and CORRAL_API_KEY (tenant alpha), and CORRAL_CALLBACK_SECRET.

@@ -220,8 +220,13 @@ func TestResponsesMatchSpec(t *testing.T) {
 	build := testserver.NewRunscBuild(t)
 	build.Start()
 	building := testserver.Start(t, testserver.Options{Extra: build.Flags, NoPool: true})
+	// Two nodes on PostgreSQL and Redis, for a session whose node dies.
+	storeURL, stateURL := testenv.Postgres(t), testenv.Redis(t)
+	clusterCfg := "\n[cluster]\nheartbeat = \"200ms\"\nlost_after = \"2s\"\n"
+	nodeA := testserver.Start(t, testserver.Options{Store: storeURL, State: stateURL, NoPool: true, Config: clusterCfg, Extra: []string{"--node-id", "a"}})
+	nodeB := testserver.Start(t, testserver.Options{Store: storeURL, State: stateURL, NoPool: true, Config: clusterCfg, Extra: []string{"--node-id", "b"}})
 	// Route every server's requests with the same document.
-	doc.Servers = openapi3.Servers{{URL: srv.URL}, {URL: small.URL}, {URL: building.URL}}
+	doc.Servers = openapi3.Servers{{URL: srv.URL}, {URL: small.URL}, {URL: building.URL}, {URL: nodeA.URL}, {URL: nodeB.URL}}
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +335,9 @@ func TestResponsesMatchSpec(t *testing.T) {
 	c.do(call{method: "POST", path: "/v1/executions", key: key, want: 503,
 		body: mustJSON(sandbox.ExecuteRequest{Language: "python", Code: "print(1)", Isolation: sandbox.IsolationGVisor})})
 
+	// 503 and 410 for a session whose node died.
+	c.lostSession(key, nodeA, nodeB)
+
 	// Every operation and every response the spec documents was seen,
 	// except what a healthy server cannot be made to answer.
 	unprovokable := map[string]bool{"500": true, "GET /readyz 503": true}
@@ -352,6 +360,47 @@ func TestResponsesMatchSpec(t *testing.T) {
 	}
 	slices.Sort(seen)
 	t.Logf("exercised and validated:\n  %s", strings.Join(seen, "\n  "))
+}
+
+// lostSession asks a node for a session held by a node that was killed:
+// every session call answers 503 session_unavailable at once, then 410
+// session_lost once the node is lost (deleting it then succeeds).
+func (c *checker) lostSession(key string, a, b *testserver.Server) {
+	c.url = a.URL
+	c.do(call{method: "PUT", path: "/v1/sessions/gone", key: key, want: 201})
+	a.Kill()
+	c.url = b.URL
+	exec := mustJSON(sandbox.ExecuteRequest{SessionID: "gone", Language: "bash", Code: "true"})
+	calls := func(want int) {
+		c.do(call{method: "GET", path: "/v1/sessions/gone", key: key, want: want})
+		c.do(call{method: "PUT", path: "/v1/sessions/gone", key: key, want: want})
+		c.do(call{method: "POST", path: "/v1/sessions/gone", key: key, want: want})
+		c.do(call{method: "GET", path: "/v1/sessions/gone/files/", key: key, want: want})
+		c.do(call{method: "GET", path: "/v1/sessions/gone/files/a.txt", key: key, want: want})
+		c.do(call{method: "PUT", path: "/v1/sessions/gone/files/a.txt", key: key, want: want, body: []byte("x"),
+			header: http.Header{"Content-Type": {"application/octet-stream"}}})
+		c.do(call{method: "DELETE", path: "/v1/sessions/gone/files/a.txt", key: key, want: want})
+		c.do(call{method: "POST", path: "/v1/executions", key: key, want: want, body: exec})
+	}
+	calls(503)
+	c.do(call{method: "DELETE", path: "/v1/sessions/gone", key: key, want: 503})
+	lost := testenv.Eventually(c.t, 30*time.Second, func() bool {
+		req, _ := http.NewRequest("GET", b.URL+"/v1/sessions/gone", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusGone
+	})
+	if !lost {
+		c.t.Fatal("the killed node's session was never lost")
+	}
+	calls(410)
+	c.do(call{method: "DELETE", path: "/v1/sessions/gone", key: key, want: 204})
+	// A comes back and reaps what its killed process left.
+	a.Launch()
 }
 
 // checkEvents reads an execution's event stream: the response is checked

@@ -5,8 +5,9 @@
 //
 // A claim is served by an idle sandbox only when it matches the request
 // exactly (tier, image, mounts, overlays and the limits fixed at creation);
-// the request's memory and CPU limits are then applied to it. Anything else
-// is a cold start, never a weaker sandbox.
+// the request's memory and CPU limits are then applied to it, and one that
+// holds more memory than they leave room for is replaced. Anything else is
+// a cold start, never a weaker sandbox.
 //
 // After an execution a sandbox is reset — every process but the zygote
 // killed, /workspace, /tmp, /dev/shm and IPC emptied, inherited limits
@@ -205,7 +206,26 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 		p.gauge(c)
 		p.hold(mb, false)
 		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
-			p.log.Debug("pooled sandbox does not fit the claim", "sandbox", mb.sb.ID(), "err", err)
+			below := errors.Is(err, runtime.ErrLimitBelowUsage)
+			if below && mb.owner == "" {
+				// A fresh sandbox holds what every sandbox of the class
+				// holds (its agent, its zygote): no ready one can serve
+				// a claim this tight. It stays for others.
+				p.log.Debug("claim too tight for a pooled sandbox", "sandbox", mb.sb.ID(), "err", err)
+				c.putBack(mb)
+				p.hold(mb, true)
+				p.gauge(c)
+				break
+			}
+			reason := "error"
+			if below {
+				// After a big program (gVisor's Sentry returns its memory
+				// to the host in the background): a new sandbox is quicker
+				// than waiting for it.
+				reason = "limit_below_usage"
+			}
+			p.log.Debug("pooled sandbox does not fit the claim: replaced", "sandbox", mb.sb.ID(), "reason", reason, "err", err)
+			p.replaced(c, reason)
 			p.destroy(c, mb)
 			continue
 		}
@@ -216,14 +236,11 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 	}
 	c.missed()
 	p.claimed(c, "miss", start)
-	// Cold: a sandbox made for this claim, which then joins the pool for
-	// its tenant (without a zygote: the caller is waiting).
-	mb, err := p.create(ctx, c, false)
+	// Cold: a sandbox made for this claim, with its limits, which then
+	// joins the pool for its tenant (without a zygote: the caller is
+	// waiting).
+	mb, err := p.create(ctx, c, cl.Spec, false)
 	if err != nil {
-		return nil, err
-	}
-	if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
-		p.destroy(c, mb)
 		return nil, err
 	}
 	tenant := cl.Tenant
@@ -286,6 +303,14 @@ func (c *class) returned(tenant string) {
 	c.back = make(chan struct{})
 }
 
+// putBack returns a fresh sandbox a claim took but did not use to idle,
+// where fresh ones go.
+func (c *class) putBack(mb *member) {
+	c.mu.Lock()
+	c.idle = append([]*member{mb}, c.idle...)
+	c.mu.Unlock()
+}
+
 // missed grows the class's target: demand is above what it keeps.
 func (c *class) missed() {
 	c.mu.Lock()
@@ -307,7 +332,10 @@ func (c *class) poke() {
 // memoryUser is a sandbox that can say what it uses now.
 type memoryUser interface{ MemoryUsage() (int64, error) }
 
-// fit applies a claim's limits to a ready sandbox.
+// fit applies a claim's limits to a ready sandbox. A sandbox that holds
+// more memory than the claim's limit leaves room for is refused with
+// runtime.ErrLimitBelowUsage, by this check (the program needs Headroom
+// beside what is there) or by Update; either way its limits are as before.
 func (p *Pool) fit(ctx context.Context, mb *member, l runtime.Limits) error {
 	if u, ok := mb.sb.(memoryUser); ok {
 		used, err := u.MemoryUsage()
@@ -315,7 +343,8 @@ func (p *Pool) fit(ctx context.Context, mb *member, l runtime.Limits) error {
 			return err
 		}
 		if used+p.cfg.Headroom > l.MemoryBytes {
-			return fmt.Errorf("uses %d bytes, the claim allows %d", used, l.MemoryBytes)
+			return fmt.Errorf("memory limit %d MiB leaves less than %d MiB beside the %d MiB the sandbox holds: %w",
+				l.MemoryBytes>>20, p.cfg.Headroom>>20, used>>20, runtime.ErrLimitBelowUsage)
 		}
 	}
 	return mb.sb.Update(ctx, l)
@@ -328,6 +357,13 @@ func (p *Pool) claimed(c *class, result string, start time.Time) {
 	tier := string(c.warm.Tier)
 	p.m.PoolClaims.WithLabelValues(tier, c.img.Name, result).Inc()
 	p.m.PoolClaim.WithLabelValues(tier).Observe(time.Since(start).Seconds())
+}
+
+// replaced counts a ready sandbox a claim could not use.
+func (p *Pool) replaced(c *class, reason string) {
+	if p.m != nil {
+		p.m.PoolReplaced.WithLabelValues(string(c.warm.Tier), c.img.Name, reason).Inc()
+	}
 }
 
 func (p *Pool) gauge(c *class) {
@@ -435,13 +471,14 @@ func (p *Pool) startZygote(c *class, mb *member) error {
 	return nil
 }
 
-// create makes a sandbox of class c, with its zygote if asked.
-func (p *Pool) create(ctx context.Context, c *class, zygote bool) (*member, error) {
+// create makes a sandbox of class c from spec (c's own, or a claim's
+// that matches c), with its zygote if asked.
+func (p *Pool) create(ctx context.Context, c *class, spec runtime.Spec, zygote bool) (*member, error) {
 	unhold, err := p.e.HoldImage(c.img)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := p.e.Create(ctx, c.warm.Tier, c.spec)
+	sb, err := p.e.Create(ctx, c.warm.Tier, spec)
 	if err != nil {
 		unhold()
 		return nil, err
@@ -513,7 +550,7 @@ func (p *Pool) fill(c *class) {
 			// Not cancelled by Close: a runtime interrupted mid-create can
 			// leave parts of a sandbox behind. Close waits for it instead.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 2*time.Minute)
-			mb, err := p.create(ctx, c, c.warm.Zygote)
+			mb, err := p.create(ctx, c, c.spec, c.warm.Zygote)
 			cancel()
 			if err == nil && p.ctx.Err() != nil {
 				p.destroy(c, mb)

@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	dto "github.com/prometheus/client_model/go"
 	"io"
 	"log/slog"
 	"slices"
@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
@@ -21,6 +25,7 @@ import (
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/pool"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/runtime/runtimetest"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -46,8 +51,8 @@ type fixture struct {
 	tier runtime.Tier
 }
 
-func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int) *fixture {
-	e := testenv.Engine(t)
+func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int, engineConfig ...func(*engine.Config)) *fixture {
+	e := testenv.Engine(t, engineConfig...)
 	cfg := pool.DefaultConfig()
 	cfg.MaxUses = maxUses
 	cfg.Warm = []pool.Warm{{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}}
@@ -71,6 +76,16 @@ func (f *fixture) waitIdle(n int) {
 			f.t.Fatalf("pool holds %d ready sandboxes, want %d", f.p.Idle()[0], n)
 		}
 	}
+}
+
+// count reads a counter of f's class whose last label is label.
+func (f *fixture) count(c *prometheus.CounterVec, label string) float64 {
+	f.t.Helper()
+	var m dto.Metric
+	if err := c.WithLabelValues(string(f.tier), images.HostName, label).Write(&m); err != nil {
+		f.t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
 
 func (f *fixture) run(tenant, code string, mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
@@ -452,6 +467,73 @@ func TestClaimAppliesLimits(t *testing.T) {
 			r = f.run("a", "print('cold')", func(r *sandbox.ExecuteRequest) { r.Limits.DiskMB = 64 })
 			if r.Status != sandbox.StatusSuccess || r.Stdout != "cold\n" {
 				t.Fatalf("cold start: %s %+v %s", r.Status, r.Error, r.Stderr)
+			}
+		})
+	}
+}
+
+// TestClaimOverUsageIsReplaced: a tenant's ready sandbox that holds more
+// memory than its next claim's limit leaves room for is destroyed, counted
+// as replaced for that reason, and the execution runs elsewhere. In
+// production that is gVisor right after a big program, while the Sentry
+// hands its memory back to the host (about 1 GB/s); here a live process
+// holds the memory, so the test does not race the Sentry. A claim tighter
+// than what even a fresh sandbox holds is served cold, with its own limits,
+// and leaves the fresh ones alone.
+func TestClaimOverUsageIsReplaced(t *testing.T) {
+	for _, tier := range tiers {
+		t.Run(string(tier), func(t *testing.T) {
+			// On gVisor the task limit, fixed at creation, follows the memory
+			// limit below 6 MB a task; with 64 tasks, claims from 384 MB up
+			// match the class's 512 MB.
+			f := newFixture(t, tier, true, 100, func(c *engine.Config) { c.Pids = 64 })
+			first := decode[observed](t, f.run("a", inspect))
+			f.waitIdle(2)
+			used := f.p.IdleSandboxes("a")
+			if len(used) != 1 {
+				t.Fatalf("tenant a has %d ready sandboxes, want 1", len(used))
+			}
+			h := runtimetest.HoldMemory(t, used[0], 400)
+			claims := f.count(f.m.PoolClaims, "hit") + f.count(f.m.PoolClaims, "miss")
+			r := f.run("a", inspect, func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 384 })
+			got := decode[observed](t, r)
+			if got.Sandbox == first.Sandbox {
+				t.Fatalf("a claim for 384 MB ran in the sandbox that holds 400 MB")
+			}
+			if n := f.count(f.m.PoolReplaced, "limit_below_usage"); n != 1 {
+				t.Errorf("corral_pool_replaced_total{reason=limit_below_usage} = %v, want 1", n)
+			}
+			if n := f.count(f.m.PoolReplaced, "error"); n != 0 {
+				t.Errorf("corral_pool_replaced_total{reason=error} = %v, want 0", n)
+			}
+			if n := f.count(f.m.PoolClaims, "hit") + f.count(f.m.PoolClaims, "miss"); n != claims+1 {
+				t.Errorf("%v claims counted for one execution", n-claims)
+			}
+			if _, err := h.Wait(t, time.Minute); !errors.Is(err, agent.ErrLost) {
+				t.Errorf("the replaced sandbox's holder: %v, want it lost with its sandbox", err)
+			}
+			if f.p.Holds(used[0].ID()) {
+				t.Errorf("the pool still holds the replaced sandbox %s", used[0].ID())
+			}
+
+			if tier != runtime.TierContainer {
+				return // a tighter limit lowers gVisor's task limit: not this class
+			}
+			f.waitIdle(2)
+			fresh := len(f.p.IdleSandboxes(""))
+			misses := f.count(f.m.PoolClaims, "miss")
+			r = f.run("b", "print('ok')", func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 24 })
+			if r.Status != sandbox.StatusSuccess || r.Stdout != "ok\n" {
+				t.Fatalf("a claim for 24 MB: %s %+v %s", r.Status, r.Error, r.Stderr)
+			}
+			if n := f.count(f.m.PoolClaims, "miss"); n != misses+1 {
+				t.Errorf("a claim for 24 MB was not a cold start (%v misses)", n-misses)
+			}
+			if n := f.count(f.m.PoolReplaced, "limit_below_usage"); n != 1 {
+				t.Errorf("a claim for 24 MB replaced %v ready sandboxes", n-1)
+			}
+			if n := len(f.p.IdleSandboxes("")); n < fresh {
+				t.Errorf("%d fresh sandboxes ready after a claim for 24 MB, %d before", n, fresh)
 			}
 		})
 	}

@@ -291,9 +291,11 @@ func (c *class) take(tenant string) (*member, <-chan struct{}) {
 	return mb, nil
 }
 
-// returned records that one of tenant's sandboxes finished its reset
-// (joining idle or not) and wakes the claims waiting for one.
-func (c *class) returned(tenant string) {
+// returned records that one of tenant's sandboxes finished its reset and
+// wakes the claims waiting for one. mb, unless nil (it is not coming back
+// now), joins the idle ones in the same step, so that a claim it wakes
+// finds it; returned reports whether there was room for it.
+func (c *class) returned(tenant string, mb *member) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.resetting[tenant]--; c.resetting[tenant] <= 0 {
@@ -301,6 +303,23 @@ func (c *class) returned(tenant string) {
 	}
 	close(c.back)
 	c.back = make(chan struct{})
+	return mb != nil && c.addIdleLocked(mb)
+}
+
+// ready adds mb, which no claim waits for, to the idle ones if there is
+// room, and reports whether there was.
+func (c *class) ready(mb *member) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addIdleLocked(mb)
+}
+
+func (c *class) addIdleLocked(mb *member) bool {
+	if len(c.idle) >= c.warm.MaxIdle {
+		return false
+	}
+	c.idle = append(c.idle, mb)
+	return true
 }
 
 // putBack returns a fresh sandbox a claim took but did not use to idle,
@@ -403,27 +422,32 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 		defer p.wg.Done()
 		defer p.resetGauge(c, -1)
 		err := p.reset(mb)
-		c.returned(tenant)
+		awaited := true // claims of tenant may be waiting for mb
 		if err == nil && mb.zygote == nil && c.warm.Zygote {
 			// A sandbox made cold for a claim starts its zygote now, so
 			// that its tenant's later executions fork too. That is not a
 			// quick reset: claims no longer wait for it.
+			c.returned(tenant, nil)
+			awaited = false
 			err = p.startZygote(c, mb)
 		}
 		if err != nil {
 			p.log.Debug("pooled sandbox not reused", "sandbox", mb.sb.ID(), "reason", err)
+			if awaited {
+				c.returned(tenant, nil)
+			}
 			p.destroy(c, mb)
 			return
 		}
 		mb.idleAt = time.Now()
-		c.mu.Lock()
-		full := len(c.idle) >= c.warm.MaxIdle
-		if !full {
-			c.idle = append(c.idle, mb)
+		var added bool
+		if awaited {
+			added = c.returned(tenant, mb)
+		} else {
+			added = c.ready(mb)
 		}
-		c.mu.Unlock()
-		if full {
-			p.destroy(c, mb)
+		if !added {
+			p.destroy(c, mb) // the class holds as many idle as it may
 			return
 		}
 		p.gauge(c)

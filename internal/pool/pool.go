@@ -182,6 +182,7 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 		return p.fresh.Acquire(ctx, cl)
 	}
 	var deadline *time.Timer // started by the first wait: a hit needs none
+	var waited time.Duration // for the tenant's sandboxes to come back
 	for {
 		mb, back := c.take(cl.Tenant)
 		if mb == nil {
@@ -194,13 +195,16 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 				deadline = time.NewTimer(p.cfg.ReturnWait)
 				defer deadline.Stop()
 			}
+			w := time.Now()
 			select {
 			case <-back:
+				waited += time.Since(w)
 				continue
 			case <-deadline.C:
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+			waited += time.Since(w)
 			break
 		}
 		p.gauge(c)
@@ -230,12 +234,18 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 			continue
 		}
 		p.claimed(c, "hit", start)
+		if deadline != nil {
+			p.waited(c, waited)
+		}
 		p.log.Debug("pool hit", "sandbox", mb.sb.ID(), "tenant", cl.Tenant, "uses", mb.uses)
 		tenant := cl.Tenant
 		return engine.NewLeaseZygote(mb.sb, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 	}
 	c.missed()
 	p.claimed(c, "miss", start)
+	if deadline != nil {
+		p.waited(c, waited)
+	}
 	// Cold: a sandbox made for this claim, with its limits, which then
 	// joins the pool for its tenant (without a zygote: the caller is
 	// waiting).
@@ -376,6 +386,14 @@ func (p *Pool) claimed(c *class, result string, start time.Time) {
 	tier := string(c.warm.Tier)
 	p.m.PoolClaims.WithLabelValues(tier, c.img.Name, result).Inc()
 	p.m.PoolClaim.WithLabelValues(tier).Observe(time.Since(start).Seconds())
+}
+
+// waited records how long a claim waited for its tenant's sandboxes to
+// come back from their reset.
+func (p *Pool) waited(c *class, d time.Duration) {
+	if p.m != nil {
+		p.m.PoolWait.WithLabelValues(string(c.warm.Tier)).Observe(d.Seconds())
+	}
 }
 
 // replaced counts a ready sandbox a claim could not use.

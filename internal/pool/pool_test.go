@@ -88,6 +88,16 @@ func (f *fixture) count(c *prometheus.CounterVec, label string) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// waits counts the claims of f's tier that waited for a reset.
+func (f *fixture) waits() uint64 {
+	f.t.Helper()
+	var m dto.Metric
+	if err := f.m.PoolWait.WithLabelValues(string(f.tier)).(prometheus.Metric).Write(&m); err != nil {
+		f.t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
 func (f *fixture) run(tenant, code string, mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
 	f.t.Helper()
 	return f.runJob(tenant, code, nil, mutate...)
@@ -428,23 +438,40 @@ func TestMaxUses(t *testing.T) {
 }
 
 // TestBackToBackWaitsForReset: a tenant whose next request comes while
-// its sandbox is still being reset, with no fresh one ready (the refill
-// is still creating it), gets its own sandbox back rather than a cold
-// start.
+// its sandbox is still being reset, with no fresh one ready (the refill is
+// still creating the one the first request took), waits for its own
+// sandbox rather than starting cold. The wait is measured
+// (corral_pool_return_wait_seconds): a run without one proves nothing.
 func TestBackToBackWaitsForReset(t *testing.T) {
 	f := newFixture(t, runtime.TierContainer, true, 100)
-	first := decode[observed](t, f.run("a", inspect))
-	for i := range 5 {
-		o := decode[observed](t, f.run("a", inspect))
-		if i == 0 && o.Sandbox != first.Sandbox {
-			t.Logf("the refill was quicker than the reset: ran in the fresh sandbox")
+	// Quick, so the refill has no time to make a fresh sandbox (a quarter
+	// of a second and more here), and leaving files, so the reset (which
+	// empties /workspace) is still busy when the next claim comes.
+	const program = marker + `
+for i in range(2000):
+    open('/workspace/f%d' % i, 'w').close()
+print(_sandbox())
+`
+	ran := func() string {
+		t.Helper()
+		r := f.run("a", program)
+		if r.Status != sandbox.StatusSuccess {
+			t.Fatalf("execution %s: %+v\n%s", r.Status, r.Error, r.Stderr)
 		}
+		return strings.TrimSpace(r.Stdout)
 	}
-	var m dto.Metric
-	if err := f.m.PoolClaims.WithLabelValues(string(f.tier), images.HostName, "miss").Write(&m); err != nil {
-		t.Fatal(err)
+	first := ran()
+	second := ran()
+	if n := f.waits(); n != 1 {
+		t.Fatalf("%d claims waited for a reset, want the second one", n)
 	}
-	if n := m.GetCounter().GetValue(); n != 0 {
+	if second != first {
+		t.Errorf("the claim that waited ran in sandbox %s, not the tenant's %s", second, first)
+	}
+	for range 4 {
+		ran()
+	}
+	if n := f.count(f.m.PoolClaims, "miss"); n != 0 {
 		t.Errorf("%v of 6 back-to-back claims were cold starts", n)
 	}
 }

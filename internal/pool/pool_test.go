@@ -78,6 +78,25 @@ func (f *fixture) waitIdle(n int) {
 	}
 }
 
+// waitReset waits until none of the pool's used sandboxes is still being
+// reset: each has been destroyed or is ready again.
+func (f *fixture) waitReset() {
+	f.t.Helper()
+	g := f.m.PoolReset.WithLabelValues(string(f.tier), images.HostName)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var m dto.Metric
+		if err := g.Write(&m); err != nil {
+			f.t.Fatal(err)
+		}
+		if m.GetGauge().GetValue() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%v sandboxes still being reset after a minute", m.GetGauge().GetValue())
+		}
+	}
+}
+
 // count reads a counter of f's class whose last label is label.
 func (f *fixture) count(c *prometheus.CounterVec, label string) float64 {
 	f.t.Helper()
@@ -336,8 +355,12 @@ print('done')
 						t.Errorf("%s: %v", name, zerr)
 						continue
 					}
-					b, _ = io.ReadAll(inner)
+					b, zerr = io.ReadAll(inner)
 					inner.Close()
+					if zerr != nil {
+						t.Errorf("%s: read inner.txt: %v", name, zerr)
+						continue
+					}
 				}
 				if string(b) != text {
 					t.Errorf("%s holds %q, want %q", name, b, text)
@@ -412,7 +435,7 @@ def zygote():
 				if c.status == sandbox.StatusSuccess && strings.TrimSpace(r.Stdout) != before.Sandbox {
 					t.Fatalf("tampering ran in sandbox %q, not the tenant's %s", r.Stdout, before.Sandbox)
 				}
-				time.Sleep(500 * time.Millisecond) // the release runs in the background
+				f.waitReset() // the release decides in the background
 				f.waitIdle(1)
 				after := decode[observed](t, f.run("a", inspect))
 				if after.Sandbox == before.Sandbox {

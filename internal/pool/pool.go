@@ -183,6 +183,7 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 	}
 	var deadline *time.Timer // started by the first wait: a hit needs none
 	var waited time.Duration // for the tenant's sandboxes to come back
+	tight := false           // too tight a claim for any ready sandbox
 	for {
 		mb, back := c.take(cl.Tenant)
 		if mb == nil {
@@ -219,6 +220,7 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 				c.putBack(mb)
 				p.hold(mb, true)
 				p.gauge(c)
+				tight = true
 				break
 			}
 			reason := "error"
@@ -241,7 +243,11 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 		tenant := cl.Tenant
 		return engine.NewLeaseZygote(mb.sb, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 	}
-	c.missed()
+	// A claim too tight for any ready sandbox says nothing of demand:
+	// more of them would not have served it.
+	if !tight {
+		c.missed()
+	}
 	p.claimed(c, "miss", start)
 	if deadline != nil {
 		p.waited(c, waited)

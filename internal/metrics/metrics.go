@@ -31,10 +31,12 @@ type Metrics struct {
 	CancelledRuns prometheus.Counter
 
 	// The warm pool (internal/pool), per tier and image.
-	PoolIdle   *prometheus.GaugeVec     // tier, image: ready sandboxes
-	PoolReset  *prometheus.GaugeVec     // tier, image: used sandboxes on their way back to idle
-	PoolClaims *prometheus.CounterVec   // tier, image, result: hit, miss
-	PoolClaim  *prometheus.HistogramVec // tier: time to hand out a sandbox
+	PoolIdle     *prometheus.GaugeVec     // tier, image: ready sandboxes
+	PoolReset    *prometheus.GaugeVec     // tier, image: used sandboxes on their way back to idle
+	PoolClaims   *prometheus.CounterVec   // tier, image, result: hit, miss
+	PoolClaim    *prometheus.HistogramVec // tier: time to hand out a sandbox
+	PoolReplaced *prometheus.CounterVec   // tier, image, reason: ready sandboxes a claim could not use
+	PoolWait     *prometheus.HistogramVec // tier: claims' waits for their tenant's sandboxes to be reset
 }
 
 var latencyBuckets = []float64{0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 120, 300}
@@ -86,9 +88,19 @@ func New() *Metrics {
 		Name: "corral_pool_claim_seconds", Help: "Time to hand an execution a sandbox, ready or cold.",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 	}, []string{"tier"})
+	m.PoolReplaced = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_pool_replaced_total",
+		Help: "Ready sandboxes a claim took but could not use, destroyed while the claim went on to another ready one or a cold start, by reason " +
+			"(limit_below_usage: it holds more memory than the claim's limit leaves room for; error: it could not be measured or updated).",
+	}, []string{"tier", "image", "reason"})
+	m.PoolWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "corral_pool_return_wait_seconds",
+		Help:    "How long claims that found none of their tenant's sandboxes ready, while one was being reset, waited for it (only claims that waited).",
+		Buckets: []float64{0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1},
+	}, []string{"tier"})
 	for _, c := range []prometheus.Collector{m.Executions, m.Duration, m.Latency, m.QueueWait, m.PeakMemory,
 		m.InFlight, m.Queued, m.Rejected, m.Deliveries, m.Orphans, m.SweptSandbox, m.CancelledRuns, m.HTTPRequests,
-		m.PoolIdle, m.PoolReset, m.PoolClaims, m.PoolClaim,
+		m.PoolIdle, m.PoolReset, m.PoolClaims, m.PoolClaim, m.PoolReplaced, m.PoolWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

@@ -5,8 +5,9 @@
 //
 // A claim is served by an idle sandbox only when it matches the request
 // exactly (tier, image, mounts, overlays and the limits fixed at creation);
-// the request's memory and CPU limits are then applied to it. Anything else
-// is a cold start, never a weaker sandbox.
+// the request's memory and CPU limits are then applied to it, and one that
+// holds more memory than they leave room for is replaced. Anything else is
+// a cold start, never a weaker sandbox.
 //
 // After an execution a sandbox is reset — every process but the zygote
 // killed, /workspace, /tmp, /dev/shm and IPC emptied, inherited limits
@@ -233,6 +234,8 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 		return p.fresh.Acquire(ctx, cl)
 	}
 	var deadline *time.Timer // started by the first wait: a hit needs none
+	var waited time.Duration // for the tenant's sandboxes to come back
+	tight := false           // too tight a claim for any ready sandbox
 	for {
 		mb, back := c.take(cl.Tenant)
 		if mb == nil {
@@ -245,37 +248,67 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 				deadline = time.NewTimer(p.cfg.ReturnWait)
 				defer deadline.Stop()
 			}
+			w := time.Now()
 			select {
 			case <-back:
+				waited += time.Since(w)
 				continue
 			case <-deadline.C:
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+			waited += time.Since(w)
 			break
 		}
 		p.gauge(c)
 		p.hold(mb, false)
 		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
-			p.log.Debug("pooled sandbox does not fit the claim", "sandbox", mb.sb.ID(), "err", err)
+			below := errors.Is(err, runtime.ErrLimitBelowUsage)
+			if below && mb.owner == "" {
+				// A fresh sandbox holds what every sandbox of the class
+				// holds (its agent, its zygote): no ready one can serve
+				// a claim this tight. It stays for others.
+				p.log.Debug("claim too tight for a pooled sandbox", "sandbox", mb.sb.ID(), "err", err)
+				c.putBack(mb)
+				p.hold(mb, true)
+				p.gauge(c)
+				tight = true
+				break
+			}
+			reason := "error"
+			if below {
+				// After a big program (gVisor's Sentry returns its memory
+				// to the host in the background): a new sandbox is quicker
+				// than waiting for it.
+				reason = "limit_below_usage"
+			}
+			p.log.Debug("pooled sandbox does not fit the claim: replaced", "sandbox", mb.sb.ID(), "reason", reason, "err", err)
+			p.replaced(c, reason)
 			p.destroy(c, mb)
 			continue
 		}
 		p.claimed(c, "hit", start)
+		if deadline != nil {
+			p.waited(c, waited)
+		}
 		p.log.Debug("pool hit", "sandbox", mb.sb.ID(), "tenant", cl.Tenant, "uses", mb.uses)
 		tenant := cl.Tenant
 		return engine.NewLeaseZygote(mb.sb, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 	}
-	c.missed()
-	p.claimed(c, "miss", start)
-	// Cold: a sandbox made for this claim, which then joins the pool for
-	// its tenant (without a zygote: the caller is waiting).
-	mb, err := p.create(ctx, c, false)
-	if err != nil {
-		return nil, err
+	// A claim too tight for any ready sandbox says nothing of demand:
+	// more of them would not have served it.
+	if !tight {
+		c.missed()
 	}
-	if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
-		p.destroy(c, mb)
+	p.claimed(c, "miss", start)
+	if deadline != nil {
+		p.waited(c, waited)
+	}
+	// Cold: a sandbox made for this claim, with its limits, which then
+	// joins the pool for its tenant (without a zygote: the caller is
+	// waiting).
+	mb, err := p.create(ctx, c, cl.Spec, false)
+	if err != nil {
 		return nil, err
 	}
 	tenant := cl.Tenant
@@ -327,9 +360,11 @@ func (c *class) take(tenant string) (*member, <-chan struct{}) {
 	return mb, nil
 }
 
-// returned records that one of tenant's sandboxes finished its reset
-// (joining idle or not) and wakes the claims waiting for one.
-func (c *class) returned(tenant string) {
+// returned records that one of tenant's sandboxes finished its reset and
+// wakes the claims waiting for one. mb, unless nil (it is not coming back
+// now), joins the idle ones in the same step, so that a claim it wakes
+// finds it; returned reports whether there was room for it.
+func (c *class) returned(tenant string, mb *member) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.resetting[tenant]--; c.resetting[tenant] <= 0 {
@@ -337,6 +372,31 @@ func (c *class) returned(tenant string) {
 	}
 	close(c.back)
 	c.back = make(chan struct{})
+	return mb != nil && c.addIdleLocked(mb)
+}
+
+// ready adds mb, which no claim waits for, to the idle ones if there is
+// room, and reports whether there was.
+func (c *class) ready(mb *member) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addIdleLocked(mb)
+}
+
+func (c *class) addIdleLocked(mb *member) bool {
+	if len(c.idle) >= c.warm.MaxIdle {
+		return false
+	}
+	c.idle = append(c.idle, mb)
+	return true
+}
+
+// putBack returns a fresh sandbox a claim took but did not use to idle,
+// where fresh ones go.
+func (c *class) putBack(mb *member) {
+	c.mu.Lock()
+	c.idle = append([]*member{mb}, c.idle...)
+	c.mu.Unlock()
 }
 
 // missed grows the class's target: demand is above what it keeps.
@@ -360,7 +420,10 @@ func (c *class) poke() {
 // memoryUser is a sandbox that can say what it uses now.
 type memoryUser interface{ MemoryUsage() (int64, error) }
 
-// fit applies a claim's limits to a ready sandbox.
+// fit applies a claim's limits to a ready sandbox. A sandbox that holds
+// more memory than the claim's limit leaves room for is refused with
+// runtime.ErrLimitBelowUsage, by this check (the program needs Headroom
+// beside what is there) or by Update; either way its limits are as before.
 func (p *Pool) fit(ctx context.Context, mb *member, l runtime.Limits) error {
 	if u, ok := mb.sb.(memoryUser); ok {
 		used, err := u.MemoryUsage()
@@ -368,7 +431,8 @@ func (p *Pool) fit(ctx context.Context, mb *member, l runtime.Limits) error {
 			return err
 		}
 		if used+p.cfg.Headroom > l.MemoryBytes {
-			return fmt.Errorf("uses %d bytes, the claim allows %d", used, l.MemoryBytes)
+			return fmt.Errorf("memory limit %d MiB leaves less than %d MiB beside the %d MiB the sandbox holds: %w",
+				l.MemoryBytes>>20, p.cfg.Headroom>>20, used>>20, runtime.ErrLimitBelowUsage)
 		}
 	}
 	return mb.sb.Update(ctx, l)
@@ -381,6 +445,21 @@ func (p *Pool) claimed(c *class, result string, start time.Time) {
 	tier := string(c.warm.Tier)
 	p.m.PoolClaims.WithLabelValues(tier, c.img.Name, result).Inc()
 	p.m.PoolClaim.WithLabelValues(tier).Observe(time.Since(start).Seconds())
+}
+
+// waited records how long a claim waited for its tenant's sandboxes to
+// come back from their reset.
+func (p *Pool) waited(c *class, d time.Duration) {
+	if p.m != nil {
+		p.m.PoolWait.WithLabelValues(string(c.warm.Tier)).Observe(d.Seconds())
+	}
+}
+
+// replaced counts a ready sandbox a claim could not use.
+func (p *Pool) replaced(c *class, reason string) {
+	if p.m != nil {
+		p.m.PoolReplaced.WithLabelValues(string(c.warm.Tier), c.img.Name, reason).Inc()
+	}
 }
 
 func (p *Pool) gauge(c *class) {
@@ -420,27 +499,32 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 		defer p.wg.Done()
 		defer p.resetGauge(c, -1)
 		err := p.reset(mb)
-		c.returned(tenant)
+		awaited := true // claims of tenant may be waiting for mb
 		if err == nil && mb.zygote == nil && c.warm.Zygote {
 			// A sandbox made cold for a claim starts its zygote now, so
 			// that its tenant's later executions fork too. That is not a
 			// quick reset: claims no longer wait for it.
+			c.returned(tenant, nil)
+			awaited = false
 			err = p.startZygote(c, mb)
 		}
 		if err != nil {
 			p.log.Debug("pooled sandbox not reused", "sandbox", mb.sb.ID(), "reason", err)
+			if awaited {
+				c.returned(tenant, nil)
+			}
 			p.destroy(c, mb)
 			return
 		}
 		mb.idleAt = time.Now()
-		c.mu.Lock()
-		full := len(c.idle) >= c.warm.MaxIdle
-		if !full {
-			c.idle = append(c.idle, mb)
+		var added bool
+		if awaited {
+			added = c.returned(tenant, mb)
+		} else {
+			added = c.ready(mb)
 		}
-		c.mu.Unlock()
-		if full {
-			p.destroy(c, mb)
+		if !added {
+			p.destroy(c, mb) // the class holds as many idle as it may
 			return
 		}
 		p.gauge(c)
@@ -488,13 +572,14 @@ func (p *Pool) startZygote(c *class, mb *member) error {
 	return nil
 }
 
-// create makes a sandbox of class c, with its zygote if asked.
-func (p *Pool) create(ctx context.Context, c *class, zygote bool) (*member, error) {
+// create makes a sandbox of class c from spec (c's own, or a claim's
+// that matches c), with its zygote if asked.
+func (p *Pool) create(ctx context.Context, c *class, spec runtime.Spec, zygote bool) (*member, error) {
 	unhold, err := p.e.HoldImage(c.img)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := p.e.Create(ctx, c.warm.Tier, c.spec)
+	sb, err := p.e.Create(ctx, c.warm.Tier, spec)
 	if err != nil {
 		unhold()
 		return nil, err
@@ -566,7 +651,7 @@ func (p *Pool) fill(c *class) {
 			// Not cancelled by Close: a runtime interrupted mid-create can
 			// leave parts of a sandbox behind. Close waits for it instead.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 2*time.Minute)
-			mb, err := p.create(ctx, c, c.warm.Zygote)
+			mb, err := p.create(ctx, c, c.spec, c.warm.Zygote)
 			cancel()
 			if err == nil && p.ctx.Err() != nil {
 				p.destroy(c, mb)

@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	dto "github.com/prometheus/client_model/go"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
@@ -22,6 +26,7 @@ import (
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/pool"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/runtime/runtimetest"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -47,8 +52,8 @@ type fixture struct {
 	tier runtime.Tier
 }
 
-func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int) *fixture {
-	e := testenv.Engine(t)
+func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int, engineConfig ...func(*engine.Config)) *fixture {
+	e := testenv.Engine(t, engineConfig...)
 	cfg := pool.DefaultConfig()
 	cfg.MaxUses = maxUses
 	cfg.Warm = []pool.Warm{{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}}
@@ -72,6 +77,45 @@ func (f *fixture) waitIdle(n int) {
 			f.t.Fatalf("pool holds %d ready sandboxes, want %d", f.p.Idle()[0], n)
 		}
 	}
+}
+
+// waitReset waits until none of the pool's used sandboxes is still being
+// reset: each has been destroyed or is ready again.
+func (f *fixture) waitReset() {
+	f.t.Helper()
+	g := f.m.PoolReset.WithLabelValues(string(f.tier), images.HostName)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var m dto.Metric
+		if err := g.Write(&m); err != nil {
+			f.t.Fatal(err)
+		}
+		if m.GetGauge().GetValue() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%v sandboxes still being reset after a minute", m.GetGauge().GetValue())
+		}
+	}
+}
+
+// count reads a counter of f's class whose last label is label.
+func (f *fixture) count(c *prometheus.CounterVec, label string) float64 {
+	f.t.Helper()
+	var m dto.Metric
+	if err := c.WithLabelValues(string(f.tier), images.HostName, label).Write(&m); err != nil {
+		f.t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// waits counts the claims of f's tier that waited for a reset.
+func (f *fixture) waits() uint64 {
+	f.t.Helper()
+	var m dto.Metric
+	if err := f.m.PoolWait.WithLabelValues(string(f.tier)).(prometheus.Metric).Write(&m); err != nil {
+		f.t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
 
 func (f *fixture) run(tenant, code string, mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
@@ -312,8 +356,12 @@ print('done')
 						t.Errorf("%s: %v", name, zerr)
 						continue
 					}
-					b, _ = io.ReadAll(inner)
+					b, zerr = io.ReadAll(inner)
 					inner.Close()
+					if zerr != nil {
+						t.Errorf("%s: read inner.txt: %v", name, zerr)
+						continue
+					}
 				}
 				if string(b) != text {
 					t.Errorf("%s holds %q, want %q", name, b, text)
@@ -388,7 +436,7 @@ def zygote():
 				if c.status == sandbox.StatusSuccess && strings.TrimSpace(r.Stdout) != before.Sandbox {
 					t.Fatalf("tampering ran in sandbox %q, not the tenant's %s", r.Stdout, before.Sandbox)
 				}
-				time.Sleep(500 * time.Millisecond) // the release runs in the background
+				f.waitReset() // the release decides in the background
 				f.waitIdle(1)
 				after := decode[observed](t, f.run("a", inspect))
 				if after.Sandbox == before.Sandbox {
@@ -414,23 +462,40 @@ func TestMaxUses(t *testing.T) {
 }
 
 // TestBackToBackWaitsForReset: a tenant whose next request comes while
-// its sandbox is still being reset, with no fresh one ready (the refill
-// is still creating it), gets its own sandbox back rather than a cold
-// start.
+// its sandbox is still being reset, with no fresh one ready (the refill is
+// still creating the one the first request took), waits for its own
+// sandbox rather than starting cold. The wait is measured
+// (corral_pool_return_wait_seconds): a run without one proves nothing.
 func TestBackToBackWaitsForReset(t *testing.T) {
 	f := newFixture(t, runtime.TierContainer, true, 100)
-	first := decode[observed](t, f.run("a", inspect))
-	for i := range 5 {
-		o := decode[observed](t, f.run("a", inspect))
-		if i == 0 && o.Sandbox != first.Sandbox {
-			t.Logf("the refill was quicker than the reset: ran in the fresh sandbox")
+	// Quick, so the refill has no time to make a fresh sandbox (a quarter
+	// of a second and more here), and leaving files, so the reset (which
+	// empties /workspace) is still busy when the next claim comes.
+	const program = marker + `
+for i in range(2000):
+    open('/workspace/f%d' % i, 'w').close()
+print(_sandbox())
+`
+	ran := func() string {
+		t.Helper()
+		r := f.run("a", program)
+		if r.Status != sandbox.StatusSuccess {
+			t.Fatalf("execution %s: %+v\n%s", r.Status, r.Error, r.Stderr)
 		}
+		return strings.TrimSpace(r.Stdout)
 	}
-	var m dto.Metric
-	if err := f.m.PoolClaims.WithLabelValues(string(f.tier), images.HostName, "miss").Write(&m); err != nil {
-		t.Fatal(err)
+	first := ran()
+	second := ran()
+	if n := f.waits(); n != 1 {
+		t.Fatalf("%d claims waited for a reset, want the second one", n)
 	}
-	if n := m.GetCounter().GetValue(); n != 0 {
+	if second != first {
+		t.Errorf("the claim that waited ran in sandbox %s, not the tenant's %s", second, first)
+	}
+	for range 4 {
+		ran()
+	}
+	if n := f.count(f.m.PoolClaims, "miss"); n != 0 {
 		t.Errorf("%v of 6 back-to-back claims were cold starts", n)
 	}
 }
@@ -508,5 +573,72 @@ func TestAddTier(t *testing.T) {
 	}
 	if n := hits.GetCounter().GetValue(); n != 1 {
 		t.Errorf("%v pool hits on gvisor, want 1", n)
+	}
+}
+
+// TestClaimOverUsageIsReplaced: a tenant's ready sandbox that holds more
+// memory than its next claim's limit leaves room for is destroyed, counted
+// as replaced for that reason, and the execution runs elsewhere. In
+// production that is gVisor right after a big program, while the Sentry
+// hands its memory back to the host (about 1 GB/s); here a live process
+// holds the memory, so the test does not race the Sentry. A claim tighter
+// than what even a fresh sandbox holds is served cold, with its own limits,
+// and leaves the fresh ones alone.
+func TestClaimOverUsageIsReplaced(t *testing.T) {
+	for _, tier := range tiers {
+		t.Run(string(tier), func(t *testing.T) {
+			// On gVisor the task limit, fixed at creation, follows the memory
+			// limit below 6 MB a task; with 64 tasks, claims from 384 MB up
+			// match the class's 512 MB.
+			f := newFixture(t, tier, true, 100, func(c *engine.Config) { c.Pids = 64 })
+			first := decode[observed](t, f.run("a", inspect))
+			f.waitIdle(2)
+			used := f.p.IdleSandboxes("a")
+			if len(used) != 1 {
+				t.Fatalf("tenant a has %d ready sandboxes, want 1", len(used))
+			}
+			h := runtimetest.HoldMemory(t, used[0], 400)
+			claims := f.count(f.m.PoolClaims, "hit") + f.count(f.m.PoolClaims, "miss")
+			r := f.run("a", inspect, func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 384 })
+			got := decode[observed](t, r)
+			if got.Sandbox == first.Sandbox {
+				t.Fatalf("a claim for 384 MB ran in the sandbox that holds 400 MB")
+			}
+			if n := f.count(f.m.PoolReplaced, "limit_below_usage"); n != 1 {
+				t.Errorf("corral_pool_replaced_total{reason=limit_below_usage} = %v, want 1", n)
+			}
+			if n := f.count(f.m.PoolReplaced, "error"); n != 0 {
+				t.Errorf("corral_pool_replaced_total{reason=error} = %v, want 0", n)
+			}
+			if n := f.count(f.m.PoolClaims, "hit") + f.count(f.m.PoolClaims, "miss"); n != claims+1 {
+				t.Errorf("%v claims counted for one execution", n-claims)
+			}
+			if _, err := h.Wait(t, time.Minute); !errors.Is(err, agent.ErrLost) {
+				t.Errorf("the replaced sandbox's holder: %v, want it lost with its sandbox", err)
+			}
+			if f.p.Holds(used[0].ID()) {
+				t.Errorf("the pool still holds the replaced sandbox %s", used[0].ID())
+			}
+
+			if tier != runtime.TierContainer {
+				return // a tighter limit lowers gVisor's task limit: not this class
+			}
+			f.waitIdle(2)
+			fresh := len(f.p.IdleSandboxes(""))
+			misses := f.count(f.m.PoolClaims, "miss")
+			r = f.run("b", "print('ok')", func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 24 })
+			if r.Status != sandbox.StatusSuccess || r.Stdout != "ok\n" {
+				t.Fatalf("a claim for 24 MB: %s %+v %s", r.Status, r.Error, r.Stderr)
+			}
+			if n := f.count(f.m.PoolClaims, "miss"); n != misses+1 {
+				t.Errorf("a claim for 24 MB was not a cold start (%v misses)", n-misses)
+			}
+			if n := f.count(f.m.PoolReplaced, "limit_below_usage"); n != 1 {
+				t.Errorf("a claim for 24 MB replaced %v ready sandboxes", n-1)
+			}
+			if n := len(f.p.IdleSandboxes("")); n < fresh {
+				t.Errorf("%d fresh sandboxes ready after a claim for 24 MB, %d before", n, fresh)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/corralhq/corral/internal/agent"
 )
@@ -97,7 +98,11 @@ type Sandbox interface {
 	Stats(ctx context.Context) (Stats, error)
 	// ResetStats starts a new measurement window (peak memory).
 	ResetStats(ctx context.Context) error
-	// Update changes the limits of the running sandbox.
+	// Update changes the limits of the running sandbox. It never lowers
+	// the memory limit below what the sandbox holds: it returns a
+	// *LimitBelowUsageError then, and every limit stays as it was. After
+	// any other error the limits in force are unknown and the sandbox
+	// should be destroyed.
 	Update(ctx context.Context, l Limits) error
 	// Kill kills every process in the sandbox, the agent included.
 	Kill(ctx context.Context) error
@@ -142,6 +147,31 @@ type HostWorkspace interface {
 	// in it is the program's: open it only without following links.
 	WorkspaceDir() string
 }
+
+// ErrLimitBelowUsage matches a *LimitBelowUsageError (errors.Is).
+var ErrLimitBelowUsage = errors.New("limit below usage")
+
+// LimitBelowUsageError reports a limit that cannot be lowered to what was
+// asked because the sandbox holds more than that and the kernel cannot take
+// it back: anonymous and shared memory with no swap, or a gVisor Sentry that
+// has not yet returned a finished program's memory to the host. Cgroup v1
+// refuses such a write (EBUSY); cgroup v2 would take it and OOM-kill, so
+// Corral asks the kernel to reclaim first and refuses itself.
+type LimitBelowUsageError struct {
+	// Resource is the limit: "memory", or "memory+swap" where swap is
+	// accounted.
+	Resource string
+	// Limit is what was asked and Usage what the sandbox's cgroup held
+	// when it was refused, in bytes. On gVisor both include the Sentry.
+	Limit, Usage int64
+}
+
+func (e *LimitBelowUsageError) Error() string {
+	return fmt.Sprintf("%s limit %d MiB is below the %d MiB the sandbox holds", e.Resource, e.Limit>>20, e.Usage>>20)
+}
+
+// Is makes errors.Is(err, ErrLimitBelowUsage) match.
+func (e *LimitBelowUsageError) Is(target error) bool { return target == ErrLimitBelowUsage }
 
 // ErrUnavailable reports that the runtime cannot run here (binary missing,
 // no cgroups); the message says what to install.

@@ -459,8 +459,16 @@ func (m *Manager) sandbox(ctx context.Context, e *entry, tier runtime.Tier, spec
 		default:
 		}
 		if alive && of == k {
-			if err := kept.Update(ctx, spec.Limits); err == nil {
+			err := kept.Update(ctx, spec.Limits)
+			if err == nil {
 				return kept, nil
+			}
+			// A limit below what the sandbox holds (on gVisor, memory the
+			// Sentry has not yet handed back after a big program) is the
+			// request's to have: a new sandbox on the same disk serves it.
+			// Anything else means the kept sandbox is broken.
+			if !errors.Is(err, runtime.ErrLimitBelowUsage) {
+				m.log.Warn("update kept session sandbox", "session", e.key, "sandbox", kept.ID(), "err", err)
 			}
 		}
 		m.destroy(kept) // detached before the disk is attached again

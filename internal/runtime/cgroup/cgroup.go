@@ -1,6 +1,6 @@
 // Package cgroup reads the kernel's per-sandbox accounting — peak memory, OOM
-// kills, refused forks — from cgroup v1 or v2, and removes cgroups a dead
-// process left behind.
+// kills, refused forks — from cgroup v1 or v2, changes a running sandbox's
+// limits (all or nothing), and removes cgroups a dead process left behind.
 package cgroup
 
 import (
@@ -15,6 +15,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/runtime"
 )
 
 // Root is where cgroup file systems are mounted.
@@ -205,24 +207,89 @@ type Limits struct {
 }
 
 // SetLimits writes limits straight into the cgroup at path: a few small
-// writes, where `runc update` costs a process start. In v1 memory+swap may
-// never be below memory, so the order of the two writes follows the
-// direction of the change.
+// writes, where `runc update` costs a process start. It is all or nothing:
+// memory goes first, as the only limit the kernel can refuse, and when a
+// write fails the ones before it are restored. A memory limit below what
+// the cgroup holds and the kernel cannot reclaim is a
+// *runtime.LimitBelowUsageError. If restoring fails as well, the error says
+// so and matches nothing: the cgroup is in neither state.
 func SetLimits(path string, l Limits, swap bool) error {
-	write := func(d, name string, v int64) error {
-		if err := os.WriteFile(filepath.Join(d, name), []byte(strconv.FormatInt(v, 10)+"\n"), 0); err != nil {
-			return fmt.Errorf("set %s: %w", name, err)
+	if Unified() {
+		return setV2(dir("", path), l, swap)
+	}
+	return setV1(dir("memory", path), dir("cpu", path), dir("pids", path), l, swap)
+}
+
+// setV1 writes l into the v1 controllers' directories. The kernel refuses
+// (EBUSY) a memory or memory+swap limit below usage after reclaiming what
+// it could, and leaves that limit as it was. Memory+swap may never be below
+// memory, so the order of the two writes follows the direction of the
+// change.
+func setV1(mem, cpu, pids string, l Limits, swap bool) error {
+	var w writes
+	return w.done(func() error {
+		if l.MemoryBytes > 0 {
+			cur, err := readInt(mem, "memory.limit_in_bytes")
+			if err != nil {
+				return err
+			}
+			order := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}
+			if l.MemoryBytes > cur {
+				order[0], order[1] = order[1], order[0]
+			}
+			for _, name := range order {
+				memsw := name == "memory.memsw.limit_in_bytes"
+				if memsw && !swap {
+					continue
+				}
+				err := w.set(mem, name, strconv.FormatInt(l.MemoryBytes, 10))
+				if !errors.Is(err, unix.EBUSY) {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+				refused := &runtime.LimitBelowUsageError{Resource: "memory", Limit: l.MemoryBytes}
+				usage := "memory.usage_in_bytes"
+				if memsw {
+					refused.Resource, usage = "memory+swap", "memory.memsw.usage_in_bytes"
+				}
+				refused.Usage, _ = readInt(mem, usage) // for the message only
+				return refused
+			}
+		}
+		if l.PeriodUS > 0 {
+			if err := w.set(cpu, "cpu.cfs_period_us", strconv.FormatInt(l.PeriodUS, 10)); err != nil {
+				return err
+			}
+			q := l.CPUQuotaUS
+			if q <= 0 {
+				q = -1
+			}
+			if err := w.set(cpu, "cpu.cfs_quota_us", strconv.FormatInt(q, 10)); err != nil {
+				return err
+			}
+		}
+		if l.Pids > 0 {
+			return w.set(pids, "pids.max", strconv.FormatInt(l.Pids, 10))
 		}
 		return nil
-	}
-	if Unified() {
-		d := dir("", path)
+	})
+}
+
+// setV2 writes l into the unified directory d.
+func setV2(d string, l Limits, swap bool) error {
+	var w writes
+	return w.done(func() error {
 		if l.MemoryBytes > 0 {
-			if err := write(d, "memory.max", l.MemoryBytes); err != nil {
+			if err := makeRoom(d, l.MemoryBytes); err != nil {
+				return err
+			}
+			if err := w.set(d, "memory.max", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
 				return err
 			}
 			if swap {
-				if err := write(d, "memory.swap.max", 0); err != nil {
+				if err := w.set(d, "memory.swap.max", "0"); err != nil {
 					return err
 				}
 			}
@@ -232,51 +299,82 @@ func SetLimits(path string, l Limits, swap bool) error {
 			if l.CPUQuotaUS > 0 {
 				q = strconv.FormatInt(l.CPUQuotaUS, 10)
 			}
-			if err := os.WriteFile(filepath.Join(d, "cpu.max"), []byte(q+" "+strconv.FormatInt(l.PeriodUS, 10)+"\n"), 0); err != nil {
-				return fmt.Errorf("set cpu.max: %w", err)
-			}
-		}
-		if l.Pids > 0 {
-			return write(d, "pids.max", l.Pids)
-		}
-		return nil
-	}
-	if l.MemoryBytes > 0 {
-		d := dir("memory", path)
-		cur, err := readInt(d, "memory.limit_in_bytes")
-		if err != nil {
-			return err
-		}
-		order := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}
-		if l.MemoryBytes > cur {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, name := range order {
-			if name == "memory.memsw.limit_in_bytes" && !swap {
-				continue
-			}
-			if err := write(d, name, l.MemoryBytes); err != nil {
+			if err := w.set(d, "cpu.max", q+" "+strconv.FormatInt(l.PeriodUS, 10)); err != nil {
 				return err
 			}
 		}
+		if l.Pids > 0 {
+			return w.set(d, "pids.max", strconv.FormatInt(l.Pids, 10))
+		}
+		return nil
+	})
+}
+
+// makeRoom gets the v2 cgroup in d down to limit bytes before memory.max
+// is lowered to it, or refuses. Unlike v1, v2 takes a memory.max below
+// usage and, when reclaim falls short, OOM-kills in the cgroup: a claim
+// would kill a pooled sandbox's zygote, or on gVisor its whole Sentry, and
+// the execution would run in a broken sandbox. memory.reclaim (Linux 5.19)
+// reclaims without killing, failing with EAGAIN when it falls short.
+func makeRoom(d string, limit int64) error {
+	usage, err := readInt(d, "memory.current")
+	if err != nil || usage <= limit {
+		return err
 	}
-	if l.PeriodUS > 0 {
-		d := dir("cpu", path)
-		if err := write(d, "cpu.cfs_period_us", l.PeriodUS); err != nil {
-			return err
-		}
-		q := l.CPUQuotaUS
-		if q <= 0 {
-			q = -1
-		}
-		if err := write(d, "cpu.cfs_quota_us", q); err != nil {
-			return err
-		}
+	// Whether it failed (EAGAIN: short; ENOENT: an older kernel) or not,
+	// the usage after it decides.
+	_ = os.WriteFile(filepath.Join(d, "memory.reclaim"), []byte(strconv.FormatInt(usage-limit, 10)+"\n"), 0)
+	if usage, err = readInt(d, "memory.current"); err != nil {
+		return err
 	}
-	if l.Pids > 0 {
-		return write(dir("pids", path), "pids.max", l.Pids)
+	if usage > limit {
+		return &runtime.LimitBelowUsageError{Resource: "memory", Limit: limit, Usage: usage}
 	}
 	return nil
+}
+
+// writes changes cgroup files and can put them back.
+type writes struct {
+	undo []func() error // newest last
+}
+
+// set writes v to d/name, remembering what was there.
+func (w *writes) set(d, name, v string) error {
+	f := filepath.Join(d, name)
+	old, err := os.ReadFile(f)
+	if err != nil {
+		return fmt.Errorf("read cgroup: %w", err)
+	}
+	if err := os.WriteFile(f, []byte(v+"\n"), 0); err != nil {
+		return fmt.Errorf("set %s: %w", name, err)
+	}
+	w.undo = append(w.undo, func() error {
+		if err := os.WriteFile(f, old, 0); err != nil {
+			return fmt.Errorf("restore %s: %w", name, err)
+		}
+		return nil
+	})
+	return nil
+}
+
+// done runs apply and, if it fails, restores what it changed, newest first
+// (which keeps v1's memory+swap at or above memory throughout).
+func (w *writes) done(apply func() error) error {
+	err := apply()
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	for i := len(w.undo) - 1; i >= 0; i-- {
+		if rerr := w.undo[i](); rerr != nil {
+			errs = append(errs, rerr)
+		}
+	}
+	if len(errs) > 0 {
+		// Not %w for err: a refusal promises that nothing changed.
+		return fmt.Errorf("%v; then %w", err, errors.Join(errs...))
+	}
+	return err
 }
 
 // MemoryUsage returns the cgroup's current memory use.

@@ -17,12 +17,28 @@ import (
 )
 
 // backs reports whether some loop device backs image (absolute, links
-// resolved: as the kernel names it).
+// resolved, as the kernel names it).
 func backs(image string) bool {
 	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, f := range files {
-		b, _ := os.ReadFile(f)
+		b, _ := os.ReadFile(f) // a device detached since the glob backs nothing
 		if strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == image {
+			return true
+		}
+	}
+	return false
+}
+
+// mounted reports whether dir is a mount point of this process's
+// namespace.
+func mounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
 			return true
 		}
 	}
@@ -41,16 +57,9 @@ func TestDetachWaitsForTheLoopDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backing, err := filepath.EvalSymlinks(d.Image)
-	if err == nil {
-		backing, err = filepath.Abs(backing)
-	}
+	image, err := filepath.EvalSymlinks(d.Image)
 	if err != nil {
 		t.Fatal(err)
-	}
-	// Without this, the check after Detach could not fail.
-	if !backs(backing) {
-		t.Fatalf("no loop device backs %s after Create", backing)
 	}
 	hold := filepath.Join(root, "hold")
 	if err := os.Mkdir(hold, 0o700); err != nil {
@@ -59,30 +68,37 @@ func TestDetachWaitsForTheLoopDevice(t *testing.T) {
 	if err := unix.Mount(d.Dir, hold, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
-	released := make(chan time.Time, 1)
-	holderDone := make(chan struct{})
-	// The holder outlives no failure of the test (t.Error after the test
-	// ends would panic).
-	defer func() { <-holderDone }()
-	go func() {
-		defer close(holderDone)
-		// The hold is what is under test: Detach must still be waiting
-		// when it ends.
-		time.Sleep(300 * time.Millisecond)
-		released <- time.Now()
-		if err := unix.Unmount(hold, 0); err != nil {
-			t.Error(err)
+	detached := make(chan error, 1)
+	go func() { detached <- d.Detach(true) }()
+	// Detach unmounts its own mount first, then waits for the device:
+	// only once that unmount is seen is the wait what is under test.
+	for deadline := time.Now().Add(10 * time.Second); mounted(t, d.Dir); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Detach did not unmount %s within 10 s", d.Dir)
 		}
-	}()
-	if err := d.Detach(true); err != nil {
+	}
+	if !backs(image) {
+		t.Fatalf("no loop device backs %s while %s holds its file system", image, hold)
+	}
+	// Not a synchronisation: the time in which Detach must not return.
+	select {
+	case err := <-detached:
+		t.Fatalf("Detach returned (%v) while a mount still held the file system", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := unix.Unmount(hold, 0); err != nil {
 		t.Fatal(err)
 	}
-	returned := time.Now()
-	if at := <-released; returned.Before(at) {
-		t.Errorf("Detach returned %v before the file system's last mount went", at.Sub(returned))
+	select {
+	case err := <-detached:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Detach still waiting 10 s after the last holder went")
 	}
-	if backs(backing) {
-		t.Errorf("a loop device still backs %s after Detach", d.Image)
+	if backs(image) {
+		t.Errorf("a loop device still backs %s after Detach", image)
 	}
 	if _, err := os.Stat(d.Image); !os.IsNotExist(err) {
 		t.Errorf("image still there after Detach(true): %v", err)

@@ -449,6 +449,15 @@ func (s *Sandbox) ResetStats(ctx context.Context) error { return cgroup.ResetPea
 // writing its cgroup (a warm claim must not pay for a runtime process).
 // The disk size is fixed at creation, and on gVisor so is the task limit
 // (RLIMIT_NPROC inside the sandbox): Fixed says which limits those are.
+//
+// A memory limit below what the sandbox holds is refused with a
+// *runtime.LimitBelowUsageError and nothing changes. Update does not try
+// to make the sandbox give memory back first: the kernel's limit write
+// already reclaims what it can (page cache; without swap, a program's
+// memory and shared memory are not reclaimable), and gVisor's Sentry
+// returns a finished program's memory to the host on its own schedule
+// (about 1 GB/s here, from a background goroutine nothing outside can
+// hurry). Waiting for it would cost a claim more than a new sandbox.
 func (s *Sandbox) Update(ctx context.Context, l runtime.Limits) error {
 	if cur := s.limits.Load(); cur.MemoryBytes == l.MemoryBytes && cur.CPUCores == l.CPUCores && cur.Pids == l.Pids {
 		return nil // in force already: a claim like the last one writes nothing

@@ -2,6 +2,8 @@ package oci_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
@@ -100,6 +104,63 @@ func TestRunc(t *testing.T) {
 func TestRunsc(t *testing.T) {
 	f := newFixture(t, runtime.TierGVisor, t.TempDir())
 	runtimetest.Run(t, f.rt, f.env)
+}
+
+// TestRefusedUpdateChangesNothing reads the cgroup of a sandbox whose
+// Update was refused for holding more memory than the new limit: every
+// file is as before, the CPU quota included, which runtimetest cannot see
+// from inside.
+func TestRefusedUpdateChangesNothing(t *testing.T) {
+	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
+		t.Run(string(tier), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, tier, t.TempDir())
+			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+				Limits: runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128, DiskBytes: 64 << 20}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := sb.Destroy(context.Background()); err != nil {
+					t.Errorf("destroy: %v", err)
+				}
+			})
+			path := "/" + testenv.CgroupParent + "/" + sb.ID()
+			names := map[string][]string{
+				"memory": {"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"},
+				"cpu":    {"cpu.cfs_period_us", "cpu.cfs_quota_us"},
+				"pids":   {"pids.max"},
+			}
+			if cgroup.Unified() {
+				names = map[string][]string{"": {"memory.max", "memory.swap.max", "cpu.max", "pids.max"}}
+			}
+			limits := func() map[string]string {
+				got := map[string]string{}
+				for controller, files := range names {
+					for _, name := range files {
+						b, err := os.ReadFile(filepath.Join(cgroup.Root, controller, path, name))
+						if errors.Is(err, os.ErrNotExist) && strings.Contains(name, "sw") {
+							continue // no swap accounting
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						got[name] = strings.TrimSpace(string(b))
+					}
+				}
+				return got
+			}
+			before := limits()
+			runtimetest.HoldMemory(t, sb, 160)
+			err = sb.Update(t.Context(), runtime.Limits{MemoryBytes: 96 << 20, CPUCores: 0.5, Pids: 64})
+			if !errors.Is(err, runtime.ErrLimitBelowUsage) {
+				t.Fatalf("Update to 96 MB under 160 MB held = %v, want ErrLimitBelowUsage", err)
+			}
+			if diff := cmp.Diff(before, limits()); diff != "" {
+				t.Errorf("a refused Update changed the cgroup (-before +after):\n%s", diff)
+			}
+		})
+	}
 }
 
 // hang is the child side of TestReapAfterCrash.

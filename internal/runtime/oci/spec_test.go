@@ -69,6 +69,9 @@ func TestConfigPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Root == nil || cfg.Process == nil || cfg.Linux == nil || cfg.Linux.Seccomp == nil {
+		t.Fatalf("config without a root, process, linux or seccomp section: %+v", cfg)
+	}
 	if !cfg.Root.Readonly {
 		t.Error("root is writable")
 	}

@@ -7,7 +7,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -267,17 +269,54 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 
 	t.Run("UpdateLimits", func(t *testing.T) {
 		t.Parallel()
-		sb := create(t, rt, env, runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128, DiskBytes: 64 << 20})
-		alloc := "b = bytearray(160 << 20); print('ok')"
-		if st, out := Exec(t, sb, "python3", "-c", alloc); st.Code != 0 {
-			t.Fatalf("160 MB under 512 MB failed: %+v %s", st, out.ErrString())
+		high := runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128, DiskBytes: 64 << 20}
+		low := runtime.Limits{MemoryBytes: 96 << 20, CPUCores: 0.5, Pids: 64}
+		sb := create(t, rt, env, high)
+
+		// Down, below what the sandbox holds: without swap the kernel cannot
+		// take a live program's 160 MB back, so Update refuses, changes
+		// nothing, and the sandbox goes on under its old limits.
+		h := HoldMemory(t, sb, 160)
+		if err := sb.Update(t.Context(), low); !isBelowUsage(err, low.MemoryBytes) {
+			t.Fatalf("lowering the memory limit to 96 MB under 160 MB held: %v, want a *runtime.LimitBelowUsageError for 96 MB", err)
 		}
-		if err := sb.Update(t.Context(), runtime.Limits{MemoryBytes: 96 << 20, CPUCores: 0.5, Pids: 64}); err != nil {
-			t.Fatal(err)
+		if st, out, err := h.Grow(t, 160); err != nil || st.Code != 0 || out != "held\ngrew\n" {
+			t.Fatalf("growing to 320 MB after the refused update: %+v %v %q: the old 512 MB limit is not in force", st, err, out)
+		}
+		if env.PidsAccounted {
+			// About 100 tasks with the agent's threads: within the old 128,
+			// not the refused 64.
+			Exec(t, sb, "sh", "-c", "for i in $(seq 90); do sleep 1 & done; wait")
+			stats, err := sb.Stats(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stats.PidsLimitHits > 0 {
+				t.Errorf("%d forks refused after the refused update: its pids limit was applied", stats.PidsLimitHits)
+			}
+		}
+
+		// Down once the programs are gone. Their memory is free at once on
+		// runc; gVisor's Sentry hands it back to the host in the background,
+		// and until then Update refuses exactly as above.
+		for refused, deadline := 0, time.Now().Add(30*time.Second); ; refused++ {
+			err := sb.Update(t.Context(), low)
+			if err == nil {
+				t.Logf("lowered after %d refusals", refused)
+				break
+			}
+			if !isBelowUsage(err, low.MemoryBytes) {
+				t.Fatalf("lowering the memory limit with no program running: %v", err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("30 s after its programs ended the sandbox still holds too much: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		if err := sb.ResetStats(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		alloc := "b = bytearray(160 << 20); print('ok')"
 		if st, _, err := ExecMayDie(t, sb, "python3", "-c", alloc); err == nil && st.Code == 0 {
 			t.Errorf("160 MB under an updated 96 MB limit succeeded")
 		}
@@ -285,17 +324,18 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		if err != nil {
 			t.Fatalf("stats after the lowered limit: %v", err)
 		}
-		if stats.PeakMemoryBytes > 96<<20 {
+		if stats.PeakMemoryBytes > low.MemoryBytes {
 			t.Errorf("peak %d above the updated limit", stats.PeakMemoryBytes)
 		}
+
 		// And up: raising a limit must work as well as lowering it (in v1,
 		// memory+swap has to grow first). A fresh sandbox: on gVisor the
 		// OOM kill above ends the sandbox.
-		low := create(t, rt, env, runtime.Limits{MemoryBytes: 96 << 20, CPUCores: 0.5, Pids: 64, DiskBytes: 64 << 20})
-		if err := low.Update(t.Context(), runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128}); err != nil {
+		small := create(t, rt, env, runtime.Limits{MemoryBytes: 96 << 20, CPUCores: 0.5, Pids: 64, DiskBytes: 64 << 20})
+		if err := small.Update(t.Context(), runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128}); err != nil {
 			t.Fatal(err)
 		}
-		if st, out := Exec(t, low, "python3", "-c", alloc); st.Code != 0 {
+		if st, out := Exec(t, small, "python3", "-c", alloc); st.Code != 0 {
 			t.Errorf("160 MB after raising a 96 MB limit to 512 MB failed: %+v %s", st, out.ErrString())
 		}
 	})
@@ -317,6 +357,87 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 			t.Errorf("left behind: %v", left)
 		}
 	})
+}
+
+// isBelowUsage reports whether err is Update's refusal to lower the memory
+// limit to limit.
+func isBelowUsage(err error, limit int64) bool {
+	var below *runtime.LimitBelowUsageError
+	return errors.As(err, &below) && errors.Is(err, runtime.ErrLimitBelowUsage) && below.Limit == limit
+}
+
+// Holder is a python process in a sandbox that keeps memory allocated.
+type Holder struct {
+	p   *agent.Process
+	out *notifyOutput
+}
+
+// notifyOutput is an Output that signals each write to stdout.
+type notifyOutput struct {
+	Output
+	wrote chan struct{}
+}
+
+func (o *notifyOutput) Stdout(p []byte) {
+	o.Output.Stdout(p)
+	select {
+	case o.wrote <- struct{}{}:
+	default:
+	}
+}
+
+// HoldMemory starts a process in sb that writes mb MiB and keeps them, and
+// returns once it holds them.
+func HoldMemory(t *testing.T, sb runtime.Sandbox, mb int) *Holder {
+	t.Helper()
+	// bytearray(n) is zero-filled: every page is written, so every page
+	// is charged.
+	code := fmt.Sprintf("import sys\nheld = bytearray(%d << 20)\nprint('held', flush=True)\n"+
+		"more = bytearray(int(sys.stdin.read() or 0) << 20)\nprint('grew', flush=True)\n", mb)
+	h := &Holder{out: &notifyOutput{wrote: make(chan struct{}, 1)}}
+	var err error
+	h.p, err = sb.Agent().Start(t.Context(), agent.StartRequest{Argv: []string{"python3", "-c", code},
+		Env: baseEnv, Dir: "/workspace", Stdin: true}, h.out)
+	if err != nil {
+		t.Fatalf("start the holder: %v", err)
+	}
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for h.out.String() != "held\n" {
+		select {
+		case <-h.out.wrote:
+		case <-h.p.Done():
+			st, err := h.p.Wait(t.Context())
+			t.Fatalf("the holder of %d MiB ended: %+v %v %q", mb, st, err, h.out.ErrString())
+		case <-deadline.C:
+			t.Fatalf("the holder of %d MiB did not report within a minute: %q %q", mb, h.out.String(), h.out.ErrString())
+		}
+	}
+	return h
+}
+
+// Grow has the holder write mb MiB more and exit, and returns how it
+// ended and its stdout.
+func (h *Holder) Grow(t *testing.T, mb int) (agent.ExitStatus, string, error) {
+	t.Helper()
+	if err := h.p.WriteStdin([]byte(strconv.Itoa(mb))); err != nil {
+		return agent.ExitStatus{}, "", err
+	}
+	if err := h.p.CloseStdin(); err != nil {
+		return agent.ExitStatus{}, "", err
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	st, err := h.p.Wait(ctx)
+	return st, h.out.String(), err
+}
+
+// Wait waits up to d for the holder to end (its sandbox destroyed, say).
+func (h *Holder) Wait(t *testing.T, d time.Duration) (agent.ExitStatus, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	return h.p.Wait(ctx)
 }
 
 // HangingChild is the body of a helper process for ReapAfterCrash: it

@@ -349,6 +349,12 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 		return facts, nil, err
 	}
 	sb := lease.Sandbox
+	// A kept sandbox (a session's) carries its kernel counters from earlier
+	// executions; this execution's facts are what changed from here.
+	base, err := sb.Stats(ctx)
+	if err != nil {
+		return facts, lease, fmt.Errorf("read sandbox stats: %w", err)
+	}
 	if o, ok := out.sink.(SandboxObserver); ok {
 		o.Sandbox(sb.ID())
 	}
@@ -389,7 +395,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 
 	if plan.Compile != nil {
-		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed}, env, nil, e.cfg.CompileTimeout, out)
+		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base}, env, nil, e.cfg.CompileTimeout, out)
 		placed = nil
 		if err != nil {
 			return facts, lease, err
@@ -401,7 +407,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 			if st.timedOut {
 				facts.TimeoutMS = e.cfg.CompileTimeout.Milliseconds()
 			}
-			facts, err = e.finishFacts(ctx, sb, facts, res)
+			facts, err = e.finishFacts(ctx, sb, base, facts, res)
 			return facts, lease, err
 		}
 	}
@@ -409,7 +415,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	if err := sb.ResetStats(ctx); err != nil {
 		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
 	}
-	run := stepRun{Step: plan.Run, placed: placed}
+	run := stepRun{Step: plan.Run, placed: placed, base: base}
 	if z := lease.Zygote; z != nil && z.Language == job.Runner.Name() {
 		if zr, ok := job.Runner.(lang.Zygoter); ok && zr.Forkable(plan.Run, z.Env, stepEnv(env, plan.Run.Env, req.Env)) {
 			run.via = z.ID
@@ -427,7 +433,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 	facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
 	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
-	facts, err = e.finishFacts(ctx, sb, facts, res)
+	facts, err = e.finishFacts(ctx, sb, base, facts, res)
 	if err != nil {
 		return facts, lease, err
 	}
@@ -435,17 +441,32 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	return facts, lease, nil
 }
 
-func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts collect.Facts, res *sandbox.Result) (collect.Facts, error) {
+// finishFacts adds the sandbox's kernel facts since base, read when the
+// execution got the sandbox.
+func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, base runtime.Stats, facts collect.Facts, res *sandbox.Result) (collect.Facts, error) {
 	stats, err := sb.Stats(ctx)
 	if err != nil {
 		return facts, fmt.Errorf("read sandbox stats: %w", err)
 	}
+	stats = since(stats, base)
 	facts.OOMKills = stats.OOMKills
 	facts.PidsLimitHits += stats.PidsLimitHits
 	facts.DiskFull = stats.DiskFull
 	facts.PeakMemoryMB = stats.PeakMemoryBytes >> 20
 	res.PeakMemoryMB = facts.PeakMemoryMB
 	return facts, nil
+}
+
+// since returns the counters of now that grew after base. A counter that
+// went down (a sandbox whose cgroup was recreated) counts from zero.
+func since(now, base runtime.Stats) runtime.Stats {
+	if now.OOMKills >= base.OOMKills {
+		now.OOMKills -= base.OOMKills
+	}
+	if now.PidsLimitHits >= base.PidsLimitHits {
+		now.PidsLimitHits -= base.PidsLimitHits
+	}
+	return now
 }
 
 // baseEnv is the reproducible environment every program starts from.
@@ -509,6 +530,8 @@ type stepRun struct {
 	// placed are the answers for files sent ahead of this step: checked
 	// once it has started; a file that failed ends the step with an error.
 	placed []func(context.Context) error
+	// base are the sandbox's counters before the execution.
+	base runtime.Stats
 }
 
 // step runs one process to its end, killing everything in the sandbox at
@@ -559,9 +582,11 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 		}
 		// The sandbox died under the program: the kernel's facts (an OOM
 		// kill of the agent, say) decide; otherwise it is ours.
-		if stats, serr := sb.Stats(context.Background()); serr == nil && (stats.OOMKills > 0 || stats.PidsLimitHits > 0 || r.atLimit) {
-			r.exited, r.code, r.signal = true, 128+int(syscall.SIGKILL), "SIGKILL"
-			return r, nil
+		if stats, serr := sb.Stats(context.Background()); serr == nil {
+			if stats = since(stats, s.base); stats.OOMKills > 0 || stats.PidsLimitHits > 0 || r.atLimit {
+				r.exited, r.code, r.signal = true, 128+int(syscall.SIGKILL), "SIGKILL"
+				return r, nil
+			}
 		}
 		if w, ok := sb.(runtime.AgentWitness); ok && w.AgentKilledByProgram() {
 			r.agentKilled = true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -242,6 +243,59 @@ func TestForkBombHostUnaffected(t *testing.T) {
 				t.Errorf("host has %d processes after the bomb, %d before", after, before)
 			}
 			t.Logf("%s: host processes before %d, peak %d", tier, before, peak)
+		})
+	}
+}
+
+// keeper lends one sandbox to every execution, as a session does.
+type keeper struct {
+	e  *engine.Engine
+	mu sync.Mutex
+	sb runtime.Sandbox
+}
+
+func (k *keeper) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.sb == nil {
+		sb, err := k.e.Create(ctx, c.Tier, c.Spec)
+		if err != nil {
+			return nil, err
+		}
+		k.sb = sb
+	}
+	return engine.NewLease(k.sb, true, func(bool) {}), nil
+}
+
+// TestKeptSandboxLimitsHit runs a fork bomb that recovers, then a failing
+// program, in one kept sandbox: the second does not inherit the first's
+// verdict (the pids cgroup counts refused forks over the sandbox's life).
+func TestKeptSandboxLimitsHit(t *testing.T) {
+	e := testenv.Engine(t)
+	for _, tier := range tiers {
+		t.Run(string(tier), func(t *testing.T) {
+			k := &keeper{e: e}
+			t.Cleanup(func() {
+				if k.sb != nil {
+					e.Destroy(k.sb)
+				}
+			})
+			run := func(code string) sandbox.Result {
+				job, err := e.Prepare(sandbox.ExecuteRequest{Language: "bash", Code: code, Isolation: tier,
+					Limits: sandbox.Limits{TimeoutMS: 20000, MemoryMB: 512, DiskMB: 64}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				job.Acquirer = k
+				return e.Run(t.Context(), job, nil)
+			}
+			if bomb := run(":(){ :|:& };: ; sleep 3"); bomb.Status != sandbox.StatusSuccess {
+				t.Fatalf("fork bomb: %s %+v", bomb.Status, bomb.Error)
+			}
+			next := run("echo failing >&2; exit 3")
+			if next.Error == nil || next.Error.Type != sandbox.ErrRuntime {
+				t.Errorf("the next program in the sandbox: %s %+v", next.Status, next.Error)
+			}
 		})
 	}
 }

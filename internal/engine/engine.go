@@ -307,6 +307,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		facts.Stderr = res.Stderr
 		facts.Explain = e.explain(job)
 		res.Status, res.Error = collect.Verdict(facts)
+		res.LimitsHit = collect.LimitsHit(facts)
 		if facts.Exited && !facts.TimedOut && !facts.Cancelled {
 			code := facts.ExitCode
 			res.ExitCode = &code
@@ -429,7 +430,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	res.DurationMS = st.duration.Milliseconds()
 	facts.TimedOut, facts.AgentKilled = st.timedOut, st.agentKilled
 	if st.atLimit {
-		facts.PidsLimitHits, facts.Pids = 1, st.pidsLimit
+		facts.PidsAtLimit, facts.PidsSeen, facts.Pids = true, st.pidsSeen, st.pidsLimit
 	}
 	facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
 	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
@@ -450,8 +451,8 @@ func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, base runti
 	}
 	stats = since(stats, base)
 	facts.OOMKills = stats.OOMKills
-	facts.PidsLimitHits += stats.PidsLimitHits
-	facts.DiskFull = stats.DiskFull
+	facts.PidsLimitHits = stats.PidsLimitHits
+	facts.DiskFull, facts.DiskFullAtStart = stats.DiskFull, stats.DiskFull && base.DiskFull
 	facts.PeakMemoryMB = stats.PeakMemoryBytes >> 20
 	res.PeakMemoryMB = facts.PeakMemoryMB
 	return facts, nil
@@ -508,14 +509,14 @@ func stepEnv(base map[string]string, step []string, request map[string]string) [
 }
 
 type stepResult struct {
-	// atLimit: the sandbox was seen holding as many processes as its
-	// pidsLimit allows.
-	atLimit   bool
-	pidsLimit int64
-	exited    bool
-	code      int
-	signal    string
-	timedOut  bool
+	// atLimit: the sandbox was seen holding pidsSeen processes, as many
+	// as its pidsLimit allows.
+	atLimit             bool
+	pidsSeen, pidsLimit int64
+	exited              bool
+	code                int
+	signal              string
+	timedOut            bool
 	// agentKilled: the program killed the sandbox's agent (see
 	// runtime.AgentWitness).
 	agentKilled bool
@@ -572,7 +573,7 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 	}
 	st, err := p.Wait(context.Background())
 	r.started, r.duration = start, time.Since(start)
-	r.atLimit, r.pidsLimit = watch.full.Load(), watch.limit.Load()
+	r.atLimit, r.pidsSeen, r.pidsLimit = watch.full.Load(), watch.seen.Load(), watch.limit.Load()
 	if err != nil {
 		if r.timedOut {
 			return r, nil // we killed the sandbox ourselves
@@ -638,8 +639,8 @@ func (e *Engine) watchLimit(sb runtime.Sandbox, done <-chan struct{}) *limitWatc
 
 // limitWatch remembers that a sandbox was seen full of processes.
 type limitWatch struct {
-	full  atomic.Bool
-	limit atomic.Int64
+	full        atomic.Bool
+	seen, limit atomic.Int64 // set before full
 }
 
 // check probes once unless the sandbox was already seen full.
@@ -647,8 +648,9 @@ func (w *limitWatch) check(e *Engine, sb runtime.Sandbox) bool {
 	if w.full.Load() {
 		return true
 	}
-	full, limit := e.atLimit(sb)
+	full, n, limit := e.atLimit(sb)
 	if full {
+		w.seen.Store(n)
 		w.limit.Store(limit)
 		w.full.Store(true)
 	}
@@ -657,20 +659,20 @@ func (w *limitWatch) check(e *Engine, sb runtime.Sandbox) bool {
 
 // atLimit reports whether the sandbox runs as many processes as it may,
 // within a margin: a fork bomb oscillates just below the limit as children
-// die and are replaced.
-func (e *Engine) atLimit(sb runtime.Sandbox) (bool, int64) {
+// die and are replaced. It returns what it saw: n of limit.
+func (e *Engine) atLimit(sb runtime.Sandbox) (full bool, n, limit int64) {
 	p, ok := sb.(runtime.LimitProber)
 	if !ok {
-		return false, 0
+		return false, 0, 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	n, limit, err := p.Processes(ctx)
 	if err != nil {
 		e.log.Debug("probe process count", "sandbox", sb.ID(), "err", err)
-		return false, 0
+		return false, 0, 0
 	}
-	return limit > 0 && n >= limit*9/10, limit
+	return limit > 0 && n >= limit*9/10, n, limit
 }
 
 // kill ends the whole sandbox at a deadline or on cancellation. It goes

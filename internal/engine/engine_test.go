@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -144,6 +145,16 @@ func checkResult(t *testing.T, c verdictCase, res sandbox.Result) {
 			t.Errorf("peak memory = %d", res.PeakMemoryMB)
 		}
 	}
+	// The limit behind a resource verdict is among the limits hit; a
+	// program that met none lists none.
+	want := map[sandbox.ErrorType][]sandbox.Limit{sandbox.ErrOOM: {sandbox.LimitMemory},
+		sandbox.ErrResourceLimit: {sandbox.LimitProcesses, sandbox.LimitDisk}}[c.errType]
+	if c.status == sandbox.StatusSuccess && len(res.LimitsHit) > 0 {
+		t.Errorf("limits_hit %+v, want none", res.LimitsHit)
+	}
+	if len(want) > 0 && !slices.ContainsFunc(res.LimitsHit, func(h sandbox.LimitHit) bool { return slices.Contains(want, h.Limit) }) {
+		t.Errorf("limits_hit %+v, want one of %v", res.LimitsHit, want)
+	}
 	if c.errType == sandbox.ErrOOM && res.PeakMemoryMB > c.limits.MemoryMB {
 		t.Errorf("peak memory %d MB above the %d MB limit", res.PeakMemoryMB, c.limits.MemoryMB)
 	}
@@ -268,8 +279,9 @@ func (k *keeper) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, er
 }
 
 // TestKeptSandboxLimitsHit runs a fork bomb that recovers, then a failing
-// program, in one kept sandbox: the second does not inherit the first's
-// verdict (the pids cgroup counts refused forks over the sandbox's life).
+// program, in one kept sandbox: the first record names the process limit,
+// the second neither inherits it nor its verdict (the pids cgroup counts
+// refused forks over the sandbox's life).
 func TestKeptSandboxLimitsHit(t *testing.T) {
 	e := testenv.Engine(t)
 	for _, tier := range tiers {
@@ -289,12 +301,14 @@ func TestKeptSandboxLimitsHit(t *testing.T) {
 				job.Acquirer = k
 				return e.Run(t.Context(), job, nil)
 			}
-			if bomb := run(":(){ :|:& };: ; sleep 3"); bomb.Status != sandbox.StatusSuccess {
-				t.Fatalf("fork bomb: %s %+v", bomb.Status, bomb.Error)
+			bomb := run(":(){ :|:& };: ; sleep 3")
+			if bomb.Status != sandbox.StatusSuccess || len(bomb.LimitsHit) != 1 || bomb.LimitsHit[0].Limit != sandbox.LimitProcesses ||
+				!strings.Contains(bomb.Summary, "\nlimits hit: processes (") {
+				t.Fatalf("fork bomb: %s %+v, limits_hit %+v, summary:\n%s", bomb.Status, bomb.Error, bomb.LimitsHit, bomb.Summary)
 			}
 			next := run("echo failing >&2; exit 3")
-			if next.Error == nil || next.Error.Type != sandbox.ErrRuntime {
-				t.Errorf("the next program in the sandbox: %s %+v", next.Status, next.Error)
+			if next.Error == nil || next.Error.Type != sandbox.ErrRuntime || len(next.LimitsHit) != 0 {
+				t.Errorf("the next program in the sandbox: %s %+v, limits_hit %+v", next.Status, next.Error, next.LimitsHit)
 			}
 		})
 	}

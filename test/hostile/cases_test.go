@@ -87,6 +87,20 @@ var cases = []hostileCase{
 		// The bomb runs in the background while the script waits: Corral
 		// ends what a program leaves behind when it exits.
 		code: ":(){ :|:& };:\nsleep 60"},
+	{name: "fork-bomb-recovered", lang: "bash", heavy: true, watch: true,
+		// The classic bash fork bomb, in the background of a script that
+		// then exits 0 (Corral ends what it leaves behind): a success, and
+		// the record and the summary name the process limit. On gVisor
+		// the refusals are not counted; the probe sees the sandbox full
+		// while bash retries its forks.
+		limits: sandbox.Limits{TimeoutMS: 20000, MemoryMB: 512, DiskMB: smallDiskMB},
+		code:   ":(){ :|:& };: ; sleep 3",
+		check: func(t *testing.T, o *outcome) {
+			h := o.limitHit(t, sandbox.LimitProcesses)
+			if o.tier == sandbox.IsolationContainer && h.Count < 1 {
+				t.Errorf("no refused fork counted on the container tier: %+v", h)
+			}
+		}},
 	{name: "thread-bomb", lang: "python", heavy: true, watch: true, verdict: sandbox.ErrResourceLimit,
 		limits: sandbox.Limits{TimeoutMS: bombTimeoutMS},
 		code: `import threading
@@ -219,6 +233,28 @@ report('alive', 'yes')
 while True:
     chunks.append(b'x' * (16 << 20))
 `},
+	{name: "memory-child-recovered", lang: "python", heavy: true,
+		// A child killed at the memory limit, its parent going on to exit
+		// 0: a success that lists the memory limit. On gVisor the host
+		// kills the sentry, which ends the sandbox: oom, listed as well.
+		alsoOn: map[sandbox.Isolation]sandbox.ErrorType{sandbox.IsolationGVisor: sandbox.ErrOOM},
+		limits: sandbox.Limits{MemoryMB: smallMemoryMB},
+		code: `import subprocess
+r = subprocess.run([sys.executable, '-c', 'b = bytearray(1 << 30)'])
+report('child', r.returncode)
+`,
+		check: func(t *testing.T, o *outcome) {
+			if o.res.Status == sandbox.StatusSuccess {
+				o.want(t, "child", "-9")
+				if h := o.limitHit(t, sandbox.LimitMemory); h.Count < 1 {
+					t.Errorf("no OOM kill counted: %+v", h)
+				}
+				return
+			}
+			if len(o.res.LimitsHit) == 0 || o.res.LimitsHit[0].Limit != sandbox.LimitMemory {
+				t.Errorf("oom without the memory limit in limits_hit: %+v", o.res.LimitsHit)
+			}
+		}},
 	{name: "mmap-populate", lang: "c", heavy: true, verdict: sandbox.ErrOOM,
 		limits: sandbox.Limits{MemoryMB: smallMemoryMB},
 		code: `#include <stdio.h>
@@ -257,6 +293,25 @@ attempt('raise_memlock', lambda: resource.setrlimit(resource.RLIMIT_MEMLOCK, (1 
     while True:
         f.write(b'x' * (1 << 20))
 `},
+	{name: "disk-full-recovered", lang: "python", heavy: true,
+		// Fills the disk, catches ENOSPC, keeps the file and exits 0: a
+		// success whose record and summary name the disk limit.
+		limits: sandbox.Limits{MemoryMB: 256, DiskMB: smallDiskMB},
+		code: `n = 0
+try:
+    with open('/workspace/big', 'wb') as f:
+        while True:
+            f.write(b'x' * (1 << 20))
+            f.flush()
+            n += 1
+except OSError as e:
+    report('stopped_by', errname(e.errno))
+report('mib', n)
+`,
+		check: func(t *testing.T, o *outcome) {
+			o.want(t, "stopped_by", "ENOSPC")
+			o.limitHit(t, sandbox.LimitDisk)
+		}},
 	{name: "disk-inodes", lang: "python", heavy: true, verdict: sandbox.ErrResourceLimit,
 		limits: sandbox.Limits{DiskMB: 16},
 		code: `os.makedirs('/workspace/i')
@@ -967,6 +1022,31 @@ func checkFlood(t *testing.T, o *outcome) {
 	if o.wall > 0 {
 		t.Logf("%d MiB in %v: %.0f MB/s", mib, o.wall.Round(1e7), float64(r.StdoutBytes)/1e6/o.wall.Seconds())
 	}
+}
+
+// limitHit asserts a success, exit 0, whose record lists limit among the
+// limits hit and whose summary names it; it returns the record's entry.
+func (o *outcome) limitHit(t *testing.T, limit sandbox.Limit) sandbox.LimitHit {
+	t.Helper()
+	r := o.res
+	if r.Status != sandbox.StatusSuccess || r.ExitCode == nil || *r.ExitCode != 0 {
+		t.Errorf("status %s, exit code %v, want success, 0", r.Status, r.ExitCode)
+	}
+	var hit sandbox.LimitHit
+	for _, h := range r.LimitsHit {
+		if h.Limit == limit {
+			hit = h
+		}
+	}
+	if hit.Limit == "" || hit.Max <= 0 || hit.Detail == "" {
+		t.Errorf("limits_hit %+v, want a %s entry with its limit and detail (stderr %s)", r.LimitsHit, limit, clip(r.Stderr))
+		return hit
+	}
+	if !strings.Contains(r.Summary, "\nlimits hit: ") || !strings.Contains(r.Summary, string(limit)+" ("+hit.Detail+")") {
+		t.Errorf("the summary does not name the %s limit:\n%s", limit, r.Summary)
+	}
+	t.Logf("limits_hit %+v", r.LimitsHit)
+	return hit
 }
 
 // atLeast, atMost: an integer value's bounds.

@@ -96,6 +96,37 @@ type Failure struct {
 	Retryable bool      `json:"retryable"`
 }
 
+// Limit names a limit a sandbox enforces by refusing something.
+type Limit string
+
+// Limits that can refuse a program something without ending it.
+const (
+	// LimitProcesses refused a fork or a thread: the server's process
+	// limit (the pids cgroup; RLIMIT_NPROC on the gvisor tier).
+	LimitProcesses Limit = "processes"
+	// LimitMemory killed a process for exceeding limits.memory_mb.
+	LimitMemory Limit = "memory"
+	// LimitDisk refused writes: limits.disk_mb was full.
+	LimitDisk Limit = "disk"
+)
+
+// LimitHit is a limit that refused the program something during the run.
+// A record lists every limit hit, whatever its verdict: a program that met
+// a limit and recovered still succeeds, and LimitsHit is where it shows.
+type LimitHit struct {
+	Limit Limit `json:"limit"`
+	// Max is the limit in force: processes and threads (processes), MB
+	// (memory, disk).
+	Max int64 `json:"max,omitempty"`
+	// Count is how many times the limit refused, where the kernel counts
+	// it: forks refused (processes, container tier), processes killed
+	// (memory). It is absent where nothing counts (the gvisor tier's
+	// processes, disk).
+	Count int64 `json:"count,omitempty"`
+	// Detail says what was refused, for a person or a model.
+	Detail string `json:"detail"`
+}
+
 // Artifact is a file the program left under /workspace/output.
 type Artifact struct {
 	Path      string    `json:"path"`
@@ -126,6 +157,10 @@ type Result struct {
 	// before exit, input or internal errors).
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// LimitsHit are the limits that refused the program something (a
+	// fork, memory, disk space), on success as on failure; absent when
+	// none did.
+	LimitsHit []LimitHit `json:"limits_hit,omitempty"`
 	// Summary is a short, exact account of the execution for a model to
 	// read instead of the raw output: on success the exit code, the first
 	// lines of stdout and the artifacts; on failure the error type, stderr,

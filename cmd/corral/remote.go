@@ -150,6 +150,9 @@ func printRecord(w io.Writer, r *sandbox.Result) {
 	if r.Error != nil && r.Error.Message != "" {
 		line("error", "%s", strings.ReplaceAll(r.Error.Message, "\n", "\n           "))
 	}
+	for _, h := range r.LimitsHit {
+		line("limit hit", "%s: %s", h.Limit, h.Detail)
+	}
 	section := func(name, text string, bytes, lines int64, truncated bool) {
 		if bytes == 0 {
 			return

@@ -54,9 +54,21 @@ func printVerdict(w io.Writer, r *sandbox.Result) {
 	if r.StdoutTruncated || r.StderrTruncated {
 		fmt.Fprintf(&b, " · output %d+%d bytes, truncated", r.StdoutBytes, r.StderrBytes)
 	}
+	if len(r.LimitsHit) > 0 {
+		// On the verdict line: a success that met a limit must not read as
+		// a plain "success · exit 0".
+		names := make([]string, len(r.LimitsHit))
+		for i, h := range r.LimitsHit {
+			names[i] = string(h.Limit)
+		}
+		fmt.Fprintf(&b, " · limits hit: %s", strings.Join(names, ", "))
+	}
 	if r.Error != nil && r.Error.Message != "" {
 		b.WriteString("\n        ")
 		b.WriteString(strings.ReplaceAll(r.Error.Message, "\n", "\n        "))
+	}
+	for _, h := range r.LimitsHit {
+		fmt.Fprintf(&b, "\n        %s: %s", h.Limit, h.Detail)
 	}
 	fmt.Fprintln(w, b.String())
 }

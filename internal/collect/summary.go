@@ -31,6 +31,9 @@ const SummaryLines = 20
 //
 //   - success: the exit code, the first SummaryLines lines of stdout and the
 //     artifact names;
+//   - either: a "limits hit:" line under the headline when a limit refused
+//     the program something (res.LimitsHit), so that a success that met
+//     the process or disk limit and went on says so;
 //   - failure: the error type and exit code, the error message (unless it is
 //     a compile error's, which only repeats stderr), the whole stderr as the
 //     record keeps it (head and tail), and the caller's next step for the
@@ -79,6 +82,11 @@ func Summary(res sandbox.Result, maxChars int) string {
 		if res.StdoutBytes > 0 {
 			after = append(after, "stdout: "+countText(res.StdoutLines, res.StdoutBytes)+", not shown")
 		}
+	}
+	if l := limitsLine(res, part); l != "" {
+		// Above the output, and never dropped: on a success it is the one sign
+		// that a limit changed what the program did.
+		before = append(before, l)
 	}
 	if l := artifactLine(res, part); l != "" {
 		after = append(after, l)
@@ -142,6 +150,19 @@ func NextStep(res sandbox.Result) string {
 		return "none: a client cancelled it; submit it again if the result is still needed"
 	}
 	return "look at the error above"
+}
+
+// limitsLine names the limits that refused the program something, within
+// room characters, or "".
+func limitsLine(res sandbox.Result, room int) string {
+	if len(res.LimitsHit) == 0 {
+		return ""
+	}
+	parts := make([]string, len(res.LimitsHit))
+	for i, h := range res.LimitsHit {
+		parts[i] = fmt.Sprintf("%s (%s)", h.Limit, h.Detail)
+	}
+	return cutEnd("limits hit: "+strings.Join(parts, "; "), room, "…")
 }
 
 func was(limit int64) string {

@@ -30,6 +30,7 @@ func record(f Facts, stdout, stderr string) sandbox.Result {
 	f.Stderr = res.Stderr
 	f.TimeoutMS, f.MemoryMB, f.DiskMB = limits.TimeoutMS, limits.MemoryMB, limits.DiskMB
 	res.Status, res.Error = Verdict(f)
+	res.LimitsHit = LimitsHit(f)
 	if f.Exited && !f.TimedOut && !f.Cancelled {
 		code := f.ExitCode
 		res.ExitCode, res.Signal = &code, f.Signal
@@ -89,6 +90,17 @@ func summaryCases() []struct {
 		{"success_no_output", record(Facts{Exited: true}, "", ""), 0},
 		{"success_long_lines_small_cap", record(Facts{Exited: true}, lines(30, strings.Repeat("数据", 40)+" %d"), ""), 1000},
 		{"success_500_artifacts", withArtifacts(record(Facts{Exited: true}, "done\n", ""), many...), 0},
+		// The classic bash fork bomb in the background of a script that
+		// then exits 0: the pids cgroup counted the refused forks.
+		{"success_limit_processes", record(Facts{Exited: true, PidsLimitHits: 1843, Pids: 64}, "done\n",
+			strings.Repeat("main.sh: fork: retry: Resource temporarily unavailable\n", 40)), 0},
+		// The same on gVisor: no count, a probe saw the sandbox full.
+		{"success_limit_processes_probed", record(Facts{Exited: true, PidsAtLimit: true, PidsSeen: 82, Pids: 85}, "done\n",
+			"main.sh: fork: retry: Resource temporarily unavailable\n"), 0},
+		// A program that filled the disk, caught ENOSPC and went on; and
+		// one of its children, killed at the memory limit.
+		{"success_limit_disk_memory", record(Facts{Exited: true, DiskFull: true, OOMKills: 1},
+			"wrote 61 MiB, then: [Errno 28] No space left on device\nworker died: -9\n", ""), 0},
 		{"compile_error", record(Facts{Exited: true, ExitCode: 1, CompileFailed: true},
 			"", "  File \"/workspace/main.py\", line 1\n    print(\n         ^\nSyntaxError: '(' was never closed\n"), 0},
 		{"runtime_error", record(Facts{Exited: true, ExitCode: 1}, "start\n", traceback), 0},
@@ -168,6 +180,14 @@ func TestSummaryRule(t *testing.T) {
 	for _, c := range summaryCases() {
 		s := Summary(c.res, c.max)
 		head, _, _ := strings.Cut(s, "\n")
+		for _, h := range c.res.LimitsHit {
+			if !strings.Contains(s, "\nlimits hit: ") || !strings.Contains(s, string(h.Limit)+" ("+h.Detail+")") {
+				t.Errorf("%s: the summary does not name the %s limit hit:\n%s", c.name, h.Limit, s)
+			}
+		}
+		if len(c.res.LimitsHit) == 0 && strings.Contains(s, "limits hit") {
+			t.Errorf("%s: limits hit, but none in the record:\n%s", c.name, s)
+		}
 		switch c.res.Status {
 		case sandbox.StatusSuccess:
 			if !strings.HasPrefix(head, "success: exit code 0") {
@@ -247,6 +267,9 @@ func TestSummaryCap(t *testing.T) {
 			}
 			if c.res.Status != sandbox.StatusSuccess && !strings.HasSuffix(s, "next step: "+NextStep(c.res)) {
 				t.Errorf("%s cap %d: next step lost:\n%s", c.name, maxChars, s)
+			}
+			if len(c.res.LimitsHit) > 0 && !strings.Contains(s, "\nlimits hit: "+string(c.res.LimitsHit[0].Limit)) {
+				t.Errorf("%s cap %d: limits hit lost:\n%s", c.name, maxChars, s)
 			}
 			if s != full && !strings.Contains(s, "…") {
 				t.Errorf("%s cap %d: shortened without saying so:\n%s", c.name, maxChars, s)

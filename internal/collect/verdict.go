@@ -22,10 +22,21 @@ type Facts struct {
 	// AgentKilled: the program killed the sandbox's agent, ending the
 	// sandbox under itself.
 	AgentKilled bool
-	// Kernel facts from the sandbox's cgroup and disk.
-	OOMKills      int64
+	// Kernel facts from the sandbox's cgroup and disk, counted from the
+	// start of this execution (a kept sandbox's earlier counts are not
+	// its).
+	OOMKills int64
+	// PidsLimitHits counts forks the pids cgroup refused.
 	PidsLimitHits int64
-	DiskFull      bool
+	// PidsAtLimit: a probe saw the sandbox running PidsSeen processes and
+	// threads, at (or within a tenth of) the Pids it may. Where nothing
+	// counts refused forks (gVisor), it is the fact that remains.
+	PidsAtLimit bool
+	PidsSeen    int64
+	// DiskFull: the sandbox's disk had no room left when the program
+	// ended; DiskFullAtStart: already when it started (a session's disk
+	// an earlier execution filled).
+	DiskFull, DiskFullAtStart bool
 	// Limits in force, for messages.
 	TimeoutMS, MemoryMB, DiskMB, Pids int64
 	// PeakMemoryMB as measured.
@@ -55,7 +66,7 @@ func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 		return sandbox.StatusSuccess, nil
 	}
 	switch {
-	case f.PidsLimitHits > 0:
+	case f.PidsLimitHits > 0 || f.PidsAtLimit:
 		// Before OOM: a sandbox full of processes often runs out of memory
 		// as a consequence (each gVisor task costs the sentry memory).
 		return fail(sandbox.ErrResourceLimit, fmt.Sprintf(
@@ -91,6 +102,45 @@ func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 		msg += ": " + detail
 	}
 	return fail(sandbox.ErrRuntime, msg)
+}
+
+// LimitsHit lists the limits that refused the program something, from the
+// same facts as Verdict, whatever the verdict; nil when none did. What a
+// runtime cannot observe is not claimed: gVisor keeps no count of refused
+// forks, so there a processes entry has no Count and rests on the probe;
+// memory entries come from OOM kills only (an allocation a language's
+// runtime refused itself, a caught MemoryError without a kill, leaves no
+// fact); and the disk is judged by its state when the program ended.
+func LimitsHit(f Facts) []sandbox.LimitHit {
+	var hits []sandbox.LimitHit
+	switch {
+	case f.PidsLimitHits > 0:
+		hits = append(hits, sandbox.LimitHit{Limit: sandbox.LimitProcesses, Max: f.Pids, Count: f.PidsLimitHits,
+			Detail: fmt.Sprintf("%s refused at the limit of %d processes and threads", count(f.PidsLimitHits, "fork", "forks"), f.Pids)})
+	case f.PidsAtLimit:
+		hits = append(hits, sandbox.LimitHit{Limit: sandbox.LimitProcesses, Max: f.Pids,
+			Detail: fmt.Sprintf("the sandbox was seen running %d processes and threads against its limit of %d; forks beyond the limit fail", f.PidsSeen, f.Pids)})
+	}
+	if f.OOMKills > 0 {
+		hits = append(hits, sandbox.LimitHit{Limit: sandbox.LimitMemory, Max: f.MemoryMB, Count: f.OOMKills,
+			Detail: fmt.Sprintf("%s killed by the kernel at the memory limit of %d MB", count(f.OOMKills, "process", "processes"), f.MemoryMB)})
+	}
+	if f.DiskFull {
+		when := "when the program ended"
+		if f.DiskFullAtStart {
+			when = "when the program started (an earlier execution filled it) and when it ended"
+		}
+		hits = append(hits, sandbox.LimitHit{Limit: sandbox.LimitDisk, Max: f.DiskMB,
+			Detail: fmt.Sprintf("the %d MB disk of /workspace and /tmp was full %s; writes past it fail with ENOSPC", f.DiskMB, when)})
+	}
+	return hits
+}
+
+func count(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 const maxMessage = 1000

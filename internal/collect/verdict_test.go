@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -22,6 +24,8 @@ func TestVerdict(t *testing.T) {
 		{"signal", Facts{Exited: true, ExitCode: 139, Signal: "SIGSEGV"}, sandbox.StatusFailed, sandbox.ErrRuntime, "SIGSEGV"},
 		{"oom", Facts{Exited: true, ExitCode: 137, Signal: "SIGKILL", OOMKills: 1, MemoryMB: 128}, sandbox.StatusFailed, sandbox.ErrOOM, "memory_mb=128"},
 		{"exit 137 without an OOM kill is not oom", Facts{Exited: true, ExitCode: 137, Signal: "SIGKILL"}, sandbox.StatusFailed, sandbox.ErrRuntime, "SIGKILL"},
+		{"success despite a full disk", Facts{Exited: true, DiskFull: true}, sandbox.StatusSuccess, "", ""},
+		{"processes seen at the limit (gVisor)", Facts{TimedOut: true, PidsAtLimit: true, PidsSeen: 80, Pids: 85}, sandbox.StatusFailed, sandbox.ErrResourceLimit, "more than 85"},
 		{"pids before oom", Facts{TimedOut: true, OOMKills: 1, PidsLimitHits: 1, Pids: 256}, sandbox.StatusFailed, sandbox.ErrResourceLimit, "256"},
 		{"disk", Facts{Exited: true, ExitCode: 1, DiskFull: true, DiskMB: 64}, sandbox.StatusFailed, sandbox.ErrResourceLimit, "disk_mb=64"},
 		{"timeout", Facts{TimedOut: true, TimeoutMS: 1000}, sandbox.StatusFailed, sandbox.ErrTimeout, "timeout_ms=1000"},
@@ -52,5 +56,43 @@ func TestMessagesAreClipped(t *testing.T) {
 	_, f := Verdict(Facts{Exited: true, ExitCode: 1, Stderr: strings.Repeat("é", 5000)})
 	if len(f.Message) > maxMessage+100 {
 		t.Errorf("message of %d bytes", len(f.Message))
+	}
+}
+
+func TestLimitsHit(t *testing.T) {
+	cases := []struct {
+		name string
+		f    Facts
+		want []sandbox.LimitHit
+	}{
+		{"none", Facts{Exited: true, Pids: 64, MemoryMB: 128, DiskMB: 64}, nil},
+		{"refused forks, counted", Facts{Exited: true, PidsLimitHits: 1843, Pids: 64}, []sandbox.LimitHit{{Limit: sandbox.LimitProcesses, Max: 64, Count: 1843,
+			Detail: "1843 forks refused at the limit of 64 processes and threads"}}},
+		{"one refused fork", Facts{Exited: true, PidsLimitHits: 1, Pids: 64}, []sandbox.LimitHit{{Limit: sandbox.LimitProcesses, Max: 64, Count: 1,
+			Detail: "1 fork refused at the limit of 64 processes and threads"}}},
+		// gVisor: no count, so none is claimed.
+		{"probed", Facts{Exited: true, PidsAtLimit: true, PidsSeen: 80, Pids: 85}, []sandbox.LimitHit{{Limit: sandbox.LimitProcesses, Max: 85,
+			Detail: "the sandbox was seen running 80 processes and threads against its limit of 85; forks beyond the limit fail"}}},
+		{"counted wins over probed", Facts{Exited: true, PidsLimitHits: 3, PidsAtLimit: true, PidsSeen: 60, Pids: 64}, []sandbox.LimitHit{{Limit: sandbox.LimitProcesses, Max: 64, Count: 3,
+			Detail: "3 forks refused at the limit of 64 processes and threads"}}},
+		{"a child killed at the memory limit", Facts{Exited: true, OOMKills: 2, MemoryMB: 128}, []sandbox.LimitHit{{Limit: sandbox.LimitMemory, Max: 128, Count: 2,
+			Detail: "2 processes killed by the kernel at the memory limit of 128 MB"}}},
+		{"disk", Facts{Exited: true, DiskFull: true, DiskMB: 64}, []sandbox.LimitHit{{Limit: sandbox.LimitDisk, Max: 64,
+			Detail: "the 64 MB disk of /workspace and /tmp was full when the program ended; writes past it fail with ENOSPC"}}},
+		{"disk full before", Facts{Exited: true, DiskFull: true, DiskFullAtStart: true, DiskMB: 64}, []sandbox.LimitHit{{Limit: sandbox.LimitDisk, Max: 64,
+			Detail: "the 64 MB disk of /workspace and /tmp was full when the program started (an earlier execution filled it) and when it ended; writes past it fail with ENOSPC"}}},
+		// A failure lists its limits as a success does, in a fixed order.
+		{"all, on a failure", Facts{TimedOut: true, PidsLimitHits: 1, OOMKills: 1, DiskFull: true, Pids: 64, MemoryMB: 128, DiskMB: 64},
+			[]sandbox.LimitHit{
+				{Limit: sandbox.LimitProcesses, Max: 64, Count: 1, Detail: "1 fork refused at the limit of 64 processes and threads"},
+				{Limit: sandbox.LimitMemory, Max: 128, Count: 1, Detail: "1 process killed by the kernel at the memory limit of 128 MB"},
+				{Limit: sandbox.LimitDisk, Max: 64, Detail: "the 64 MB disk of /workspace and /tmp was full when the program ended; writes past it fail with ENOSPC"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if diff := cmp.Diff(c.want, LimitsHit(c.f)); diff != "" {
+				t.Errorf("LimitsHit (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

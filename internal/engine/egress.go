@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/netpolicy"
@@ -41,21 +40,33 @@ func (e *Engine) startEgress(job *Job) (*egress, *runtime.Mount, error) {
 	if len(job.Egress) == 0 {
 		return nil, nil, nil
 	}
+	// MkdirTemp makes the directory 0700: until the socket in it has its
+	// final mode, nobody but us can reach it, or put something else in its
+	// place.
 	dir, err := os.MkdirTemp(e.scratch, "egress-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("egress dir: %w", err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("egress dir: %w", err)
-	}
 	sock := filepath.Join(dir, "proxy.sock")
-	old := syscall.Umask(0)
 	l, err := net.Listen("unix", sock)
-	syscall.Umask(old)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("egress socket: %w", err)
+	}
+	// Connecting takes write permission on the socket, for the sandbox's
+	// user (and gVisor's gofer). Set by chmod after the bind, never by
+	// clearing the umask around it: the umask is the whole process's, and
+	// every file other goroutines create meanwhile, and every runc or runsc
+	// they start, would get it.
+	if err := os.Chmod(sock, 0o666); err != nil {
+		l.Close()
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("egress socket: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		l.Close()
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("egress dir: %w", err)
 	}
 	g := &egress{dir: dir, proxy: netpolicy.NewProxy(e.cfg.Network, job.Egress), done: make(chan struct{})}
 	go func() {

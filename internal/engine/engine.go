@@ -336,6 +336,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		facts.Stderr = res.Stderr
 		facts.Explain = e.explain(job)
 		res.Status, res.Error = collect.Verdict(facts)
+		res.LimitsHit = collect.LimitsHit(facts)
 		if facts.Exited && !facts.TimedOut && !facts.Cancelled {
 			code := facts.ExitCode
 			res.ExitCode = &code
@@ -378,6 +379,12 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 		return facts, nil, err
 	}
 	sb := lease.Sandbox
+	// A kept sandbox (a session's) carries its kernel counters from earlier
+	// executions; this execution's facts are what changed from here.
+	base, err := sb.Stats(ctx)
+	if err != nil {
+		return facts, lease, fmt.Errorf("read sandbox stats: %w", err)
+	}
 	if o, ok := out.sink.(SandboxObserver); ok {
 		o.Sandbox(sb.ID())
 	}
@@ -418,7 +425,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 
 	if plan.Compile != nil {
-		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed}, env, nil, e.cfg.CompileTimeout, out)
+		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base}, env, nil, e.cfg.CompileTimeout, out)
 		placed = nil
 		if err != nil {
 			return facts, lease, err
@@ -430,7 +437,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 			if st.timedOut {
 				facts.TimeoutMS = e.cfg.CompileTimeout.Milliseconds()
 			}
-			facts, err = e.finishFacts(ctx, sb, facts, res)
+			facts, err = e.finishFacts(ctx, sb, base, facts, res)
 			return facts, lease, err
 		}
 	}
@@ -438,7 +445,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	if err := sb.ResetStats(ctx); err != nil {
 		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
 	}
-	run := stepRun{Step: plan.Run, placed: placed}
+	run := stepRun{Step: plan.Run, placed: placed, base: base}
 	if z := lease.Zygote; z != nil && z.Language == job.Runner.Name() {
 		if zr, ok := job.Runner.(lang.Zygoter); ok && zr.Forkable(plan.Run, z.Env, stepEnv(env, plan.Run.Env, req.Env)) {
 			run.via = z.ID
@@ -452,11 +459,11 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	res.DurationMS = st.duration.Milliseconds()
 	facts.TimedOut, facts.AgentKilled = st.timedOut, st.agentKilled
 	if st.atLimit {
-		facts.PidsLimitHits, facts.Pids = 1, st.pidsLimit
+		facts.PidsAtLimit, facts.PidsSeen, facts.Pids = true, st.pidsSeen, st.pidsLimit
 	}
 	facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
 	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
-	facts, err = e.finishFacts(ctx, sb, facts, res)
+	facts, err = e.finishFacts(ctx, sb, base, facts, res)
 	if err != nil {
 		return facts, lease, err
 	}
@@ -464,17 +471,32 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	return facts, lease, nil
 }
 
-func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, facts collect.Facts, res *sandbox.Result) (collect.Facts, error) {
+// finishFacts adds the sandbox's kernel facts since base, read when the
+// execution got the sandbox.
+func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, base runtime.Stats, facts collect.Facts, res *sandbox.Result) (collect.Facts, error) {
 	stats, err := sb.Stats(ctx)
 	if err != nil {
 		return facts, fmt.Errorf("read sandbox stats: %w", err)
 	}
+	stats = since(stats, base)
 	facts.OOMKills = stats.OOMKills
-	facts.PidsLimitHits += stats.PidsLimitHits
-	facts.DiskFull = stats.DiskFull
+	facts.PidsLimitHits = stats.PidsLimitHits
+	facts.DiskFull, facts.DiskFullAtStart = stats.DiskFull, stats.DiskFull && base.DiskFull
 	facts.PeakMemoryMB = stats.PeakMemoryBytes >> 20
 	res.PeakMemoryMB = facts.PeakMemoryMB
 	return facts, nil
+}
+
+// since returns the counters of now that grew after base. A counter that
+// went down (a sandbox whose cgroup was recreated) counts from zero.
+func since(now, base runtime.Stats) runtime.Stats {
+	if now.OOMKills >= base.OOMKills {
+		now.OOMKills -= base.OOMKills
+	}
+	if now.PidsLimitHits >= base.PidsLimitHits {
+		now.PidsLimitHits -= base.PidsLimitHits
+	}
+	return now
 }
 
 // baseEnv is the reproducible environment every program starts from.
@@ -516,14 +538,14 @@ func stepEnv(base map[string]string, step []string, request map[string]string) [
 }
 
 type stepResult struct {
-	// atLimit: the sandbox was seen holding as many processes as its
-	// pidsLimit allows.
-	atLimit   bool
-	pidsLimit int64
-	exited    bool
-	code      int
-	signal    string
-	timedOut  bool
+	// atLimit: the sandbox was seen holding pidsSeen processes, as many
+	// as its pidsLimit allows.
+	atLimit             bool
+	pidsSeen, pidsLimit int64
+	exited              bool
+	code                int
+	signal              string
+	timedOut            bool
 	// agentKilled: the program killed the sandbox's agent (see
 	// runtime.AgentWitness).
 	agentKilled bool
@@ -538,6 +560,8 @@ type stepRun struct {
 	// placed are the answers for files sent ahead of this step: checked
 	// once it has started; a file that failed ends the step with an error.
 	placed []func(context.Context) error
+	// base are the sandbox's counters before the execution.
+	base runtime.Stats
 }
 
 // step runs one process to its end, killing everything in the sandbox at
@@ -578,7 +602,7 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 	}
 	st, err := p.Wait(context.Background())
 	r.started, r.duration = start, time.Since(start)
-	r.atLimit, r.pidsLimit = watch.full.Load(), watch.limit.Load()
+	r.atLimit, r.pidsSeen, r.pidsLimit = watch.full.Load(), watch.seen.Load(), watch.limit.Load()
 	if err != nil {
 		if r.timedOut {
 			return r, nil // we killed the sandbox ourselves
@@ -588,9 +612,11 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 		}
 		// The sandbox died under the program: the kernel's facts (an OOM
 		// kill of the agent, say) decide; otherwise it is ours.
-		if stats, serr := sb.Stats(context.Background()); serr == nil && (stats.OOMKills > 0 || stats.PidsLimitHits > 0 || r.atLimit) {
-			r.exited, r.code, r.signal = true, 128+int(syscall.SIGKILL), "SIGKILL"
-			return r, nil
+		if stats, serr := sb.Stats(context.Background()); serr == nil {
+			if stats = since(stats, s.base); stats.OOMKills > 0 || stats.PidsLimitHits > 0 || r.atLimit {
+				r.exited, r.code, r.signal = true, 128+int(syscall.SIGKILL), "SIGKILL"
+				return r, nil
+			}
 		}
 		if w, ok := sb.(runtime.AgentWitness); ok && w.AgentKilledByProgram() {
 			r.agentKilled = true
@@ -642,8 +668,8 @@ func (e *Engine) watchLimit(sb runtime.Sandbox, done <-chan struct{}) *limitWatc
 
 // limitWatch remembers that a sandbox was seen full of processes.
 type limitWatch struct {
-	full  atomic.Bool
-	limit atomic.Int64
+	full        atomic.Bool
+	seen, limit atomic.Int64 // set before full
 }
 
 // check probes once unless the sandbox was already seen full.
@@ -651,8 +677,9 @@ func (w *limitWatch) check(e *Engine, sb runtime.Sandbox) bool {
 	if w.full.Load() {
 		return true
 	}
-	full, limit := e.atLimit(sb)
+	full, n, limit := e.atLimit(sb)
 	if full {
+		w.seen.Store(n)
 		w.limit.Store(limit)
 		w.full.Store(true)
 	}
@@ -661,20 +688,20 @@ func (w *limitWatch) check(e *Engine, sb runtime.Sandbox) bool {
 
 // atLimit reports whether the sandbox runs as many processes as it may,
 // within a margin: a fork bomb oscillates just below the limit as children
-// die and are replaced.
-func (e *Engine) atLimit(sb runtime.Sandbox) (bool, int64) {
+// die and are replaced. It returns what it saw: n of limit.
+func (e *Engine) atLimit(sb runtime.Sandbox) (full bool, n, limit int64) {
 	p, ok := sb.(runtime.LimitProber)
 	if !ok {
-		return false, 0
+		return false, 0, 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	n, limit, err := p.Processes(ctx)
 	if err != nil {
 		e.log.Debug("probe process count", "sandbox", sb.ID(), "err", err)
-		return false, 0
+		return false, 0, 0
 	}
-	return limit > 0 && n >= limit*9/10, limit
+	return limit > 0 && n >= limit*9/10, n, limit
 }
 
 // kill ends the whole sandbox at a deadline or on cancellation. It goes

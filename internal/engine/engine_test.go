@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -143,6 +145,16 @@ func checkResult(t *testing.T, c verdictCase, res sandbox.Result) {
 		if res.PeakMemoryMB <= 0 {
 			t.Errorf("peak memory = %d", res.PeakMemoryMB)
 		}
+	}
+	// The limit behind a resource verdict is among the limits hit; a
+	// program that met none lists none.
+	want := map[sandbox.ErrorType][]sandbox.Limit{sandbox.ErrOOM: {sandbox.LimitMemory},
+		sandbox.ErrResourceLimit: {sandbox.LimitProcesses, sandbox.LimitDisk}}[c.errType]
+	if c.status == sandbox.StatusSuccess && len(res.LimitsHit) > 0 {
+		t.Errorf("limits_hit %+v, want none", res.LimitsHit)
+	}
+	if len(want) > 0 && !slices.ContainsFunc(res.LimitsHit, func(h sandbox.LimitHit) bool { return slices.Contains(want, h.Limit) }) {
+		t.Errorf("limits_hit %+v, want one of %v", res.LimitsHit, want)
 	}
 	if c.errType == sandbox.ErrOOM && res.PeakMemoryMB > c.limits.MemoryMB {
 		t.Errorf("peak memory %d MB above the %d MB limit", res.PeakMemoryMB, c.limits.MemoryMB)
@@ -292,6 +304,64 @@ func TestForkBombHostUnaffected(t *testing.T) {
 				t.Errorf("%d processes of sandbox %s left 10s after the bomb", sandboxProcesses(id), id)
 			}
 			t.Logf("%s: host processes before %d, peak %d; the sandbox's own peak %d", tier, before, peak, mine)
+		})
+	}
+}
+
+// keeper lends one sandbox to every execution, as a session does.
+type keeper struct {
+	e  *engine.Engine
+	mu sync.Mutex
+	sb runtime.Sandbox
+}
+
+func (k *keeper) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.sb == nil {
+		sb, err := k.e.Create(ctx, c.Tier, c.Spec)
+		if err != nil {
+			return nil, err
+		}
+		k.sb = sb
+	}
+	return engine.NewLease(k.sb, true, func(bool) {}), nil
+}
+
+// TestKeptSandboxLimitsHit runs a fork bomb that recovers, then a failing
+// program, in one kept sandbox: the first record names the process limit,
+// the second neither inherits it nor its verdict (the pids cgroup counts
+// refused forks over the sandbox's life).
+func TestKeptSandboxLimitsHit(t *testing.T) {
+	e := testenv.Engine(t)
+	for _, tier := range tiers {
+		t.Run(string(tier), func(t *testing.T) {
+			k := &keeper{e: e}
+			t.Cleanup(func() {
+				if k.sb != nil {
+					e.Destroy(k.sb)
+				}
+			})
+			run := func(code string) sandbox.Result {
+				job, err := e.Prepare(sandbox.ExecuteRequest{Language: "bash", Code: code, Isolation: tier,
+					Limits: sandbox.Limits{TimeoutMS: 20000, MemoryMB: 512, DiskMB: 64}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				job.Acquirer = k
+				return e.Run(t.Context(), job, nil)
+			}
+			// The bomb in the background of a script that surely exits 0:
+			// its sleep started first, and wait forks nothing.
+			bomb := run("sleep 3 & s=$!\n:(){ :|:& };:\nwait $s")
+			if bomb.Status != sandbox.StatusSuccess || len(bomb.LimitsHit) != 1 || bomb.LimitsHit[0].Limit != sandbox.LimitProcesses ||
+				!strings.Contains(bomb.Summary, "\nlimits hit: processes (") {
+				t.Fatalf("fork bomb: %s %+v, limits_hit %+v, summary:\n%s", bomb.Status, bomb.Error, bomb.LimitsHit, bomb.Summary)
+			}
+			next := run("echo failing >&2; exit 3")
+			if next.Error == nil || next.Error.Type != sandbox.ErrRuntime || len(next.LimitsHit) != 0 {
+				t.Errorf("the next program in the sandbox: %s %+v, limits_hit %+v", next.Status, next.Error, next.LimitsHit)
+			}
 		})
 	}
 }

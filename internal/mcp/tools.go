@@ -121,7 +121,7 @@ type FileWritten struct {
 }
 
 const runCodeDescription = `Run a program in an isolated Corral sandbox and wait for it to finish.
-The text result is a short summary: on success the exit code, the first lines of stdout and the artifacts; on failure the error type (compile_error, runtime_error, timeout, oom, resource_limit, input_error, internal_error, cancelled), stderr with the failing line, the exit code and what to do next. The structured result is the whole execution record (stdout, stderr, exit_code, duration_ms, peak_memory_mb, artifacts with download links).
+The text result is a short summary: on success the exit code, the first lines of stdout and the artifacts, and a "limits hit:" line if the process, memory or disk limit refused the program something although it exited 0; on failure the error type (compile_error, runtime_error, timeout, oom, resource_limit, input_error, internal_error, cancelled), stderr with the failing line, the exit code and what to do next. The structured result is the whole execution record (stdout, stderr, exit_code, duration_ms, peak_memory_mb, limits_hit, artifacts with download links).
 A program that fails is returned as a tool error carrying that summary: fix the code, or the limit it names, and call again.
 The program starts in /workspace with no network unless network_allow lists domains. Input files go to /workspace/input; files the program writes under /workspace/output come back as artifacts. Pass session_id to keep /workspace between calls and to use list_files, read_file and write_file on it.`
 

@@ -59,9 +59,15 @@ func NewProxy(policy Policy, allow []string) *Proxy {
 	return &Proxy{policy: policy, allow: allow, resolver: net.DefaultResolver, now: time.Now, conns: map[net.Conn]struct{}{}}
 }
 
-// Serve answers proxy requests on l until Close.
+// Serve answers proxy requests on l until Close, which may come first:
+// then Serve closes l and returns at once.
 func (p *Proxy) Serve(l net.Listener) error {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		l.Close()
+		return nil
+	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second,
 		ConnState: func(c net.Conn, s http.ConnState) {
 			p.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNarrow(t *testing.T) {
@@ -134,5 +135,31 @@ func TestProxyRefusesPrivateResolution(t *testing.T) {
 	p.policy.AllowPrivate = true
 	if _, why := p.check(t.Context(), "localhost", 80); why != "" {
 		t.Errorf("with private allowed: %s", why)
+	}
+}
+
+// TestProxyClosedBeforeServe: an execution that fails right after starting
+// its proxy closes it before the serving goroutine has begun; Serve must
+// not then run forever.
+func TestProxyClosedBeforeServe(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewProxy(Policy{}, nil)
+	p.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(l) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		l.Close()
+		t.Fatal("Serve after Close still runs")
+	}
+	if _, err := net.Dial("tcp", l.Addr().String()); err == nil {
+		t.Error("the listener still accepts after Serve returned")
 	}
 }

@@ -87,6 +87,40 @@ var cases = []hostileCase{
 		// The bomb runs in the background while the script waits: Corral
 		// ends what a program leaves behind when it exits.
 		code: ":(){ :|:& };:\nsleep 60"},
+	{name: "fork-bomb-classic", lang: "bash", heavy: true,
+		// The issue's program: the classic bash fork bomb, then sleep 3.
+		// Whether it exits 0 is a race the program runs against itself:
+		// the script's own fork of sleep can find the sandbox full, and
+		// bash then retries for 15 s and gives up. Either way its record
+		// and summary name the process limit.
+		alsoOn: map[sandbox.Isolation]sandbox.ErrorType{sandbox.IsolationContainer: sandbox.ErrResourceLimit,
+			sandbox.IsolationGVisor: sandbox.ErrResourceLimit},
+		limits: sandbox.Limits{TimeoutMS: 30000, MemoryMB: 512, DiskMB: smallDiskMB},
+		code:   ":(){ :|:& };: ; sleep 3",
+		check: func(t *testing.T, o *outcome) {
+			h := o.limitNamed(t, sandbox.LimitProcesses)
+			if o.res.Status == sandbox.StatusSuccess && (o.res.ExitCode == nil || *o.res.ExitCode != 0) {
+				t.Errorf("a success with exit code %v", o.res.ExitCode)
+			}
+			if o.tier == sandbox.IsolationContainer && h.Count < 1 {
+				t.Errorf("no refused fork counted on the container tier: %+v", h)
+			}
+		}},
+	{name: "fork-bomb-recovered", lang: "bash", heavy: true,
+		// The same bomb in the background of a script that surely exits
+		// 0 (its sleep started first, wait is a builtin; Corral ends what
+		// the script leaves behind): a success whose record and summary
+		// name the process limit. On gVisor nothing counts the refused
+		// forks; the probe sees the sandbox full while bash retries them.
+		// (fork-bomb and fork-bomb-shell watch the host under a bomb.)
+		limits: sandbox.Limits{TimeoutMS: 20000, MemoryMB: 512, DiskMB: smallDiskMB},
+		code:   "sleep 3 & s=$!\n:(){ :|:& };:\nwait $s",
+		check: func(t *testing.T, o *outcome) {
+			h := o.limitHit(t, sandbox.LimitProcesses)
+			if o.tier == sandbox.IsolationContainer && h.Count < 1 {
+				t.Errorf("no refused fork counted on the container tier: %+v", h)
+			}
+		}},
 	{name: "thread-bomb", lang: "python", heavy: true, watch: true, verdict: sandbox.ErrResourceLimit,
 		limits: sandbox.Limits{TimeoutMS: bombTimeoutMS},
 		code: `import threading
@@ -222,6 +256,28 @@ report('alive', 'yes')
 while True:
     chunks.append(b'x' * (16 << 20))
 `},
+	{name: "memory-child-recovered", lang: "python", heavy: true,
+		// A child killed at the memory limit, its parent going on to exit
+		// 0: a success that lists the memory limit. On gVisor the host
+		// kills the sentry, which ends the sandbox: oom, listed as well.
+		alsoOn: map[sandbox.Isolation]sandbox.ErrorType{sandbox.IsolationGVisor: sandbox.ErrOOM},
+		limits: sandbox.Limits{MemoryMB: smallMemoryMB},
+		code: `import subprocess
+r = subprocess.run([sys.executable, '-c', 'b = bytearray(1 << 30)'])
+report('child', r.returncode)
+`,
+		check: func(t *testing.T, o *outcome) {
+			if o.res.Status == sandbox.StatusSuccess {
+				o.want(t, "child", "-9")
+				if h := o.limitHit(t, sandbox.LimitMemory); h.Count < 1 {
+					t.Errorf("no OOM kill counted: %+v", h)
+				}
+				return
+			}
+			if len(o.res.LimitsHit) == 0 || o.res.LimitsHit[0].Limit != sandbox.LimitMemory {
+				t.Errorf("oom without the memory limit in limits_hit: %+v", o.res.LimitsHit)
+			}
+		}},
 	{name: "mmap-populate", lang: "c", heavy: true, verdict: sandbox.ErrOOM,
 		limits: sandbox.Limits{MemoryMB: smallMemoryMB},
 		code: `#include <stdio.h>
@@ -260,6 +316,25 @@ attempt('raise_memlock', lambda: resource.setrlimit(resource.RLIMIT_MEMLOCK, (1 
     while True:
         f.write(b'x' * (1 << 20))
 `},
+	{name: "disk-full-recovered", lang: "python", heavy: true,
+		// Fills the disk, catches ENOSPC, keeps the file and exits 0: a
+		// success whose record and summary name the disk limit.
+		limits: sandbox.Limits{MemoryMB: 256, DiskMB: smallDiskMB},
+		code: `n = 0
+try:
+    with open('/workspace/big', 'wb') as f:
+        while True:
+            f.write(b'x' * (1 << 20))
+            f.flush()
+            n += 1
+except OSError as e:
+    report('stopped_by', errname(e.errno))
+report('mib', n)
+`,
+		check: func(t *testing.T, o *outcome) {
+			o.want(t, "stopped_by", "ENOSPC")
+			o.limitHit(t, sandbox.LimitDisk)
+		}},
 	{name: "disk-inodes", lang: "python", heavy: true, verdict: sandbox.ErrResourceLimit,
 		limits: sandbox.Limits{DiskMB: 16},
 		code: `os.makedirs('/workspace/i')
@@ -970,6 +1045,38 @@ func checkFlood(t *testing.T, o *outcome) {
 	if o.wall > 0 {
 		t.Logf("%d MiB in %v: %.0f MB/s", mib, o.wall.Round(1e7), float64(r.StdoutBytes)/1e6/o.wall.Seconds())
 	}
+}
+
+// limitHit asserts a success, exit 0, whose record lists limit among the
+// limits hit and whose summary names it; it returns the record's entry.
+func (o *outcome) limitHit(t *testing.T, limit sandbox.Limit) sandbox.LimitHit {
+	t.Helper()
+	if r := o.res; r.Status != sandbox.StatusSuccess || r.ExitCode == nil || *r.ExitCode != 0 {
+		t.Errorf("status %s %+v, exit code %v, want success, 0", r.Status, r.Error, r.ExitCode)
+	}
+	return o.limitNamed(t, limit)
+}
+
+// limitNamed asserts, whatever the verdict, that the record lists limit
+// among the limits hit and the summary names it; it returns the entry.
+func (o *outcome) limitNamed(t *testing.T, limit sandbox.Limit) sandbox.LimitHit {
+	t.Helper()
+	r := o.res
+	var hit sandbox.LimitHit
+	for _, h := range r.LimitsHit {
+		if h.Limit == limit {
+			hit = h
+		}
+	}
+	if hit.Limit == "" || hit.Max <= 0 || hit.Detail == "" {
+		t.Errorf("limits_hit %+v, want a %s entry with its limit and detail (stderr %s)", r.LimitsHit, limit, clip(r.Stderr))
+		return hit
+	}
+	if !strings.Contains(r.Summary, "\nlimits hit: ") || !strings.Contains(r.Summary, string(limit)+" ("+hit.Detail+")") {
+		t.Errorf("the summary does not name the %s limit:\n%s", limit, r.Summary)
+	}
+	t.Logf("limits_hit %+v\nsummary:\n%s", r.LimitsHit, r.Summary)
+	return hit
 }
 
 // atLeast, atMost: an integer value's bounds.

@@ -245,6 +245,13 @@ func TestResponsesMatchSpec(t *testing.T) {
 	if !strings.Contains(string(failed), `"runtime_error"`) {
 		t.Errorf("failed execution: %s", failed)
 	}
+	// A success that met the disk limit: limits_hit is in the record.
+	recovered := c.do(call{method: "POST", path: "/v1/executions?wait=true", key: key, want: 200,
+		body: mustJSON(sandbox.ExecuteRequest{Language: "bash", Code: "dd if=/dev/zero of=big bs=1M count=64 2>/dev/null; echo done",
+			Limits: sandbox.Limits{DiskMB: 16}})})
+	if !strings.Contains(string(recovered), `"limits_hit":[{"limit":"disk"`) {
+		t.Errorf("a success that filled the disk: %s", clip(recovered))
+	}
 	id := sandbox.NewExecutionID()
 	c.do(call{method: "POST", path: "/v1/executions", key: key, want: 202,
 		body: mustJSON(sandbox.ExecuteRequest{ExecutionID: id, Language: "bash", Code: "echo started; sleep 30"})})

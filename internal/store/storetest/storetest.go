@@ -89,6 +89,7 @@ func full(tenant, id string) *store.Execution {
 			Artifacts: []sandbox.Artifact{{Path: "plot.png", URL: "https://blobs.test/plot.png?sig=a%2Fb", Size: 12345,
 				MIME: "image/png", SHA256: "9f86d081884c7d65", ExpiresAt: base.Add(15*time.Minute + 7)}},
 			ArtifactsSkipped: []sandbox.SkippedArtifact{{Path: "output/link", Reason: "symbolic link (not followed)"}},
+			LimitsHit:        []sandbox.LimitHit{{Limit: sandbox.LimitProcesses, Max: 256, Count: 3, Detail: "3 forks refused at the limit of 256 processes and threads"}},
 			Callback: &sandbox.CallbackState{URL: "https://hooks.test/cb", DeliveryID: "d-1", State: "pending",
 				Attempts: 2, LastStatus: 502, LastError: "bad gateway", NextAttempt: base.Add(time.Minute + 5)},
 			CreatedAt:  base,

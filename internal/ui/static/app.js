@@ -378,6 +378,7 @@
       fact(dl, "Limits", [l.timeout_ms ? l.timeout_ms + " ms" : "", l.memory_mb ? l.memory_mb + " MB" : "",
         l.cpu_cores ? l.cpu_cores + " CPU" : "", l.disk_mb ? l.disk_mb + " MB disk" : ""].filter(Boolean).join(", "));
     }
+    fact(dl, "Limits hit", (r.limits_hit || []).map((h) => h.limit + ": " + h.detail).join("; "));
     fact(dl, "Created", fmtTime(r.created_at));
     fact(dl, "Started", fmtTime(r.started_at));
     fact(dl, "Finished", fmtTime(r.finished_at));

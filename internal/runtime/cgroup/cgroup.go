@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -137,6 +138,49 @@ func Children(parent string) []string {
 		}
 	}
 	return out
+}
+
+// Kill kills every process in the cgroup at path and waits (up to
+// timeout) until none is left, so that the cgroup can be removed. It is
+// what cleans up after a sandbox whose runtime never said what it started
+// (a creation killed half-way leaves runsc's sandbox and gofer running):
+// whatever the runtime started is in the sandbox's cgroup. Processes that
+// fork meanwhile are killed on the next pass. A killed process that is
+// this process's child (corral is the sandboxes' subreaper) is reaped, so
+// it does not stay a zombie; a dead one has left the cgroup already.
+func Kill(path string, timeout time.Duration) error {
+	procs := filepath.Join(dir("pids", path), "cgroup.procs")
+	deadline := time.Now().Add(timeout)
+	var killed []int
+	defer func() {
+		for _, pid := range killed {
+			var info unix.Siginfo
+			// ECHILD: not ours to reap.
+			_ = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG, nil)
+		}
+	}()
+	for {
+		b, err := os.ReadFile(procs)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list cgroup processes: %w", err)
+		}
+		pids := strings.Fields(string(b))
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: %d processes left after %v", path, len(pids), timeout)
+		}
+		for _, p := range pids {
+			if pid, err := strconv.Atoi(p); err == nil && pid > 0 && unix.Kill(pid, unix.SIGKILL) == nil {
+				killed = append(killed, pid)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Remove deletes the cgroup at path from every hierarchy. Processes must be

@@ -160,6 +160,7 @@ type Sandbox struct {
 var _ runtime.Sandbox = (*Sandbox)(nil)
 var _ runtime.LimitProber = (*Sandbox)(nil)
 var _ runtime.HostWorkspace = (*Sandbox)(nil)
+var _ runtime.EgressPort = (*Sandbox)(nil)
 var _ runtime.Runtime = (*Runtime)(nil)
 
 func newID() string {
@@ -233,6 +234,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		return nil, fmt.Errorf("sandbox disk: %w", err)
 	}
 	mounts := slices.Clone(spec.Mounts)
+	// The egress port: empty until an execution with network access puts
+	// its proxy's socket there. Root's, so no program can put anything
+	// else in its place.
+	if err := os.Mkdir(s.EgressDir(), 0o755); err != nil {
+		return nil, fmt.Errorf("create egress dir: %w", err)
+	}
+	mounts = append(mounts, runtime.Mount{Source: s.EgressDir(), Destination: runtime.EgressPath})
 	for i, o := range spec.Overlays {
 		target, err := s.overlay(i, o.Lower)
 		if err != nil {
@@ -425,6 +433,9 @@ func (s *Sandbox) AgentKilledByProgram() bool {
 // WorkspaceDir is the host path of the sandbox's /workspace.
 func (s *Sandbox) WorkspaceDir() string { return filepath.Join(s.disk.Dir, disk.WorkspaceDir) }
 
+// EgressDir implements runtime.EgressPort.
+func (s *Sandbox) EgressDir() string { return filepath.Join(s.dir, "egress") }
+
 // Agent returns the client of the sandbox's agent.
 func (s *Sandbox) Agent() *agent.Client { return s.client }
 
@@ -551,6 +562,13 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		if s.initFD >= 0 {
 			_ = unix.PidfdSendSignal(s.initFD, unix.SIGKILL, nil, 0)
 			reap(s.initFD)
+		}
+		// Whatever else is in the cgroup: the runtime's delete refuses a
+		// cgroup that still has processes, and what the runtime started
+		// and never reported (a creation killed half-way leaves runsc's
+		// sandbox and gofer) holds the disk's mounts.
+		if err := cgroup.Kill(s.cgroup, 5*time.Second); err != nil {
+			errs = append(errs, err)
 		}
 		if err := s.rt.deleteContainer(ctx, s.id); err != nil {
 			errs = append(errs, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -218,6 +219,49 @@ func TestReapAfterCrash(t *testing.T) {
 			}
 			if left := leftovers(f.rt, id); len(left) > 0 {
 				t.Errorf("left behind after reap: %v", left)
+			}
+		})
+	}
+}
+
+// TestDestroyKillsWhatTheRuntimeDidNotSay: a process in a sandbox's cgroup
+// that the runtime never reported (what a creation killed half-way leaves:
+// runsc's sandbox and gofer, with the disk mounted in their namespace) is
+// killed by Destroy, which then leaves nothing.
+func TestDestroyKillsWhatTheRuntimeDidNotSay(t *testing.T) {
+	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
+		t.Run(string(tier), func(t *testing.T) {
+			f := newFixture(t, tier, t.TempDir())
+			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+				Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 64, DiskBytes: 64 << 20}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A stray: started by nobody the sandbox knows, put in its cgroup.
+			stray := exec.Command("sleep", "1000")
+			if err := stray.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			go func() { stray.Wait(); close(exited) }()
+			defer stray.Process.Kill()
+			path := filepath.Join(cgroup.Root, "pids", testenv.CgroupParent, sb.ID(), "cgroup.procs")
+			if cgroup.Unified() {
+				path = filepath.Join(cgroup.Root, testenv.CgroupParent, sb.ID(), "cgroup.procs")
+			}
+			if err := os.WriteFile(path, []byte(strconv.Itoa(stray.Process.Pid)), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := sb.Destroy(t.Context()); err != nil {
+				t.Errorf("destroy: %v", err)
+			}
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				t.Error("the stray process outlived its sandbox's destruction")
+			}
+			if left := leftovers(f.rt, sb.ID()); len(left) > 0 {
+				t.Errorf("left behind: %v", left)
 			}
 		})
 	}

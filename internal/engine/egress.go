@@ -12,7 +12,6 @@ import (
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/runtime"
-	"github.com/corralhq/corral/internal/runtime/oci"
 )
 
 // ProxyAddr is where programs find the egress proxy, inside the sandbox.
@@ -26,64 +25,75 @@ var proxyEnv = map[string]string{
 	"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
 }
 
-// egress is one execution's proxy: a unix socket on the host, bound into
-// the sandbox, behind which the proxy enforces the execution's allowlist.
+// egress is one execution's proxy: a unix socket in the sandbox's egress
+// port (runtime.EgressPort), behind which the proxy enforces the
+// execution's allowlist.
 type egress struct {
-	dir   string
+	sock  string
 	proxy *netpolicy.Proxy
 	done  chan struct{}
 }
 
-// startEgress starts the proxy for job and returns the mount that exposes
-// it, or nil when the job has no network.
-func (e *Engine) startEgress(job *Job) (*egress, *runtime.Mount, error) {
+// startEgress starts the proxy for job in sb's egress port and makes sb's
+// agent relay ProxyAddr to it; nil when the job has no network. The port
+// is bound into every sandbox at its creation, so a pooled or kept sandbox
+// serves an execution with network access as well as one without.
+func (e *Engine) startEgress(ctx context.Context, job *Job, sb runtime.Sandbox) (*egress, error) {
 	if len(job.Egress) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
-	// MkdirTemp makes the directory 0700: until the socket in it has its
-	// final mode, nobody but us can reach it, or put something else in its
-	// place.
-	dir, err := os.MkdirTemp(e.scratch, "egress-")
+	port, ok := sb.(runtime.EgressPort)
+	if !ok {
+		return nil, errors.New("this runtime's sandboxes have no egress port")
+	}
+	g, err := e.listenEgress(job, port.EgressDir())
 	if err != nil {
-		return nil, nil, fmt.Errorf("egress dir: %w", err)
+		return nil, err
 	}
+	if err := g.attach(ctx, sb.Agent()); err != nil {
+		g.stop(job)
+		return nil, fmt.Errorf("relay to the egress proxy: %w", err)
+	}
+	return g, nil
+}
+
+// listenEgress serves job's proxy on a socket in dir.
+func (e *Engine) listenEgress(job *Job, dir string) (*egress, error) {
 	sock := filepath.Join(dir, "proxy.sock")
+	// A socket left by a run that died with its node's process.
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("egress socket: %w", err)
+	}
 	l, err := net.Listen("unix", sock)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("egress socket: %w", err)
+		return nil, fmt.Errorf("egress socket: %w", err)
 	}
 	// Connecting takes write permission on the socket, for the sandbox's
 	// user (and gVisor's gofer). Set by chmod after the bind, never by
 	// clearing the umask around it: the umask is the whole process's, and
 	// every file other goroutines create meanwhile, and every runc or runsc
-	// they start, would get it.
+	// they start, would get it. Until then nobody but root can connect, and
+	// the directory is root's: nothing else can take the socket's place.
 	if err := os.Chmod(sock, 0o666); err != nil {
 		l.Close()
-		os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("egress socket: %w", err)
+		return nil, fmt.Errorf("egress socket: %w", err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		l.Close()
-		os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("egress dir: %w", err)
-	}
-	g := &egress{dir: dir, proxy: netpolicy.NewProxy(e.cfg.Network, job.Egress), done: make(chan struct{})}
+	g := &egress{sock: sock, proxy: netpolicy.NewProxy(e.cfg.Network, job.Egress), done: make(chan struct{})}
 	go func() {
 		defer close(g.done)
 		if err := g.proxy.Serve(l); err != nil {
 			e.log.Warn("egress proxy", "err", err)
 		}
 	}()
-	return g, &runtime.Mount{Source: dir, Destination: oci.RunPath + "/egress"}, nil
+	return g, nil
 }
 
 // attach makes the sandbox's agent relay ProxyAddr to the proxy.
 func (g *egress) attach(ctx context.Context, c *agent.Client) error {
-	err := c.Forward(ctx, ProxyAddr, oci.RunPath+"/egress/proxy.sock")
+	err := c.Forward(ctx, ProxyAddr, runtime.EgressPath+"/proxy.sock")
 	var re *agent.RemoteError
 	if errors.As(err, &re) && strings.Contains(re.Message, "address already in use") {
-		return nil // a kept sandbox relays already
+		return nil // a sandbox that served before relays already
 	}
 	return err
 }
@@ -95,7 +105,7 @@ func (g *egress) stop(job *Job) {
 	}
 	attempts := g.proxy.Close()
 	<-g.done
-	os.RemoveAll(g.dir)
+	os.Remove(g.sock)
 	if job.Audit != nil {
 		job.Audit(attempts)
 	}

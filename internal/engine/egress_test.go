@@ -24,6 +24,7 @@ func TestEgressKeepsUmask(t *testing.T) {
 
 	e := &Engine{cfg: DefaultConfig(), scratch: t.TempDir(), log: slog.New(slog.DiscardHandler)}
 	job := &Job{Egress: []string{"example.com"}}
+	port := t.TempDir() // a sandbox's egress port
 	dir := t.TempDir()
 	stop := make(chan struct{})
 	var created, wrong atomic.Int64
@@ -61,13 +62,13 @@ func TestEgressKeepsUmask(t *testing.T) {
 	// Enough of both to overlap many times (the window was a bind call).
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; (i < 300 || created.Load() < 2000) && time.Now().Before(deadline); i++ {
-		g, mount, err := e.startEgress(job)
+		g, err := e.listenEgress(job, port)
 		if err != nil {
 			close(stop)
 			wg.Wait()
 			t.Fatal(err)
 		}
-		sock := filepath.Join(mount.Source, "proxy.sock")
+		sock := filepath.Join(port, "proxy.sock")
 		fi, err := os.Stat(sock)
 		if err == nil && (fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o666) {
 			err = errors.New("mode " + fi.Mode().String() + ", want a socket of mode 0666")

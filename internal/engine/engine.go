@@ -362,14 +362,6 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	if err != nil {
 		return facts, nil, err
 	}
-	g, mount, err := e.startEgress(job)
-	if err != nil {
-		return facts, nil, err
-	}
-	defer g.stop(job)
-	if mount != nil {
-		spec.Mounts = append(spec.Mounts, *mount)
-	}
 	acq := job.Acquirer
 	if acq == nil {
 		acq = e.pool
@@ -394,11 +386,11 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 			return facts, lease, fmt.Errorf("empty /tmp: %w", err)
 		}
 	}
-	if g != nil {
-		if err := g.attach(ctx, client); err != nil {
-			return facts, lease, fmt.Errorf("relay to the egress proxy: %w", err)
-		}
+	g, err := e.startEgress(ctx, job, sb)
+	if err != nil {
+		return facts, lease, err
 	}
+	defer g.stop(job)
 	if err := inputs.place(ctx, client); err != nil {
 		return facts, lease, err
 	}

@@ -148,6 +148,20 @@ type HostWorkspace interface {
 	WorkspaceDir() string
 }
 
+// EgressPort is a Sandbox with a host directory of its own bound read-only
+// into it from its creation, where the host may put a socket for its
+// programs to reach (the egress proxy of the execution that runs in it):
+// so a sandbox made ahead of time (a pool's, a session's) serves
+// executions with network access as well as those without.
+type EgressPort interface {
+	// EgressDir is the host path of the directory; inside the sandbox it
+	// is EgressPath.
+	EgressDir() string
+}
+
+// EgressPath is where the sandbox sees its EgressDir.
+const EgressPath = "/.corral/run/egress"
+
 // ErrLimitBelowUsage matches a *LimitBelowUsageError (errors.Is).
 var ErrLimitBelowUsage = errors.New("limit below usage")
 

@@ -4,14 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrNoRoom is a build or import that does not fit in the budget even
@@ -34,7 +30,7 @@ func (s *Store) Remove(name string) (deferred bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := os.Remove(s.path("names", name+".json")); err != nil {
+	if err := os.Remove(s.recordPath(name)); err != nil {
 		return false, fmt.Errorf("remove image %s: %w", name, err)
 	}
 	s.gc()
@@ -50,65 +46,21 @@ func (s *Store) makeRoom(name, version string, size int64) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	sizes := map[string]int64{}
+	versions := map[string]usage{}
 	entries, _ := os.ReadDir(s.path("versions"))
 	for _, e := range entries {
-		m, _ := readMeta(s.versionDir(e.Name()))
-		sizes[e.Name()] = m.Size
+		v := e.Name()
+		m, _ := readMeta(s.versionDir(v))
+		versions[v] = usage{size: m.Size, inUse: s.inUse(v), lastUsed: s.lastUsed(v)}
 	}
-	refs := map[string]int{}
-	for _, r := range recs {
-		refs[r.Version]++
+	plan, err := planEviction(s.cfg.Budget, recs, versions, name, version, size)
+	if err != nil {
+		return nil, err
 	}
-	var used int64
-	for _, sz := range sizes {
-		used += sz
-	}
-	need := size
-	if _, ok := sizes[version]; ok {
-		need = 0
-	}
-	// Replacing name frees its old version if nothing else holds it.
-	for _, r := range recs {
-		if r.Name == name && r.Version != version && refs[r.Version] == 1 && !s.inUse(r.Version) {
-			used -= sizes[r.Version]
-		}
-	}
-	if used+need <= s.cfg.Budget {
-		return nil, nil
-	}
-	type cand struct {
-		rec  record
-		last time.Time
-	}
-	var cands []cand
-	for _, r := range recs {
-		if r.Name != name && r.Version != version && !s.inUse(r.Version) {
-			cands = append(cands, cand{r, s.lastUsed(r.Version)})
-		}
-	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		return cmp.Or(a.last.Compare(b.last), strings.Compare(a.rec.Name, b.rec.Name))
-	})
-	// Plan first: evict nothing unless evicting is enough.
-	free, left := used, maps.Clone(refs)
-	var plan []record
-	for _, c := range cands {
-		if free+need <= s.cfg.Budget {
-			break
-		}
-		plan = append(plan, c.rec)
-		if left[c.rec.Version]--; left[c.rec.Version] == 0 {
-			free -= sizes[c.rec.Version]
-		}
-	}
-	if free+need > s.cfg.Budget {
-		return nil, fmt.Errorf("%w: %s needs %s; the budget is %s and images in use keep %s",
-			ErrNoRoom, name, FormatSize(need), FormatSize(s.cfg.Budget), FormatSize(free))
-	}
+	refs := references(recs)
 	var evicted []string
 	for _, r := range plan {
-		if err := os.Remove(s.path("names", r.Name+".json")); err != nil {
+		if err := os.Remove(s.recordPath(r.Name)); err != nil {
 			return evicted, fmt.Errorf("evict image %s: %w", r.Name, err)
 		}
 		refs[r.Version]--
@@ -119,23 +71,90 @@ func (s *Store) makeRoom(name, version string, size int64) ([]string, error) {
 				s.cfg.Log.Warn("evicted image still in use; files kept until released", "image", r.Name, "err", err)
 			}
 		}
-		s.cfg.Log.Info("evicted image", "image", r.Name, "size", sizes[r.Version], "for", name)
+		s.cfg.Log.Info("evicted image", "image", r.Name, "size", versions[r.Version].size, "for", name)
 		evicted = append(evicted, r.Name)
 	}
 	return evicted, nil
+}
+
+// usage is what eviction knows of one stored version.
+type usage struct {
+	size     int64
+	inUse    bool
+	lastUsed time.Time
+}
+
+// planEviction chooses the images to evict so that version, of size bytes,
+// fits in budget as name: least recently used first (by name among equals),
+// never name itself, an image on version or one in use. versions describes
+// every version on disk; a version none of recs refers to still counts
+// (gc removes it after the install). Replacing name frees its old version
+// unless another name or a sandbox holds it. The plan is empty when the new
+// version fits already; if evicting every candidate would not be enough
+// it fails with ErrNoRoom and plans nothing.
+func planEviction(budget int64, recs []record, versions map[string]usage, name, version string, size int64) ([]record, error) {
+	refs := references(recs)
+	var used int64
+	for _, u := range versions {
+		used += u.size
+	}
+	need := size
+	if _, ok := versions[version]; ok {
+		need = 0
+	}
+	for _, r := range recs {
+		if r.Name == name && r.Version != version && refs[r.Version] == 1 && !versions[r.Version].inUse {
+			used -= versions[r.Version].size
+		}
+	}
+	if used+need <= budget {
+		return nil, nil
+	}
+	var cands []record
+	for _, r := range recs {
+		if r.Name != name && r.Version != version && !versions[r.Version].inUse {
+			cands = append(cands, r)
+		}
+	}
+	slices.SortFunc(cands, func(a, b record) int {
+		return cmp.Or(versions[a.Version].lastUsed.Compare(versions[b.Version].lastUsed), strings.Compare(a.Name, b.Name))
+	})
+	// Plan first: evict nothing unless evicting is enough.
+	free := used
+	var plan []record
+	for _, r := range cands {
+		if free+need <= budget {
+			break
+		}
+		plan = append(plan, r)
+		if refs[r.Version]--; refs[r.Version] == 0 {
+			free -= versions[r.Version].size
+		}
+	}
+	if free+need > budget {
+		return nil, fmt.Errorf("%w: %s needs %s; the budget is %s and images in use keep %s",
+			ErrNoRoom, name, FormatSize(need), FormatSize(budget), FormatSize(free))
+	}
+	return plan, nil
+}
+
+// references counts the names that refer to each version.
+func references(recs []record) map[string]int {
+	refs := map[string]int{}
+	for _, r := range recs {
+		refs[r.Version]++
+	}
+	return refs
 }
 
 // gc removes versions no name refers to and that no sandbox holds, and
 // what dead builds left in tmp/. The store lock must be held.
 func (s *Store) gc() {
 	recs, _ := s.records()
-	ref := map[string]bool{}
-	for _, r := range recs {
-		ref[r.Version] = true
-	}
+	refs := references(recs)
 	entries, _ := os.ReadDir(s.path("versions"))
 	for _, e := range entries {
-		if !ref[e.Name()] {
+		if refs[e.Name()] == 0 {
 			if ok, err := s.removeVersion(e.Name()); err != nil {
 				s.cfg.Log.Warn("remove unused image version", "version", e.Name(), "err", err)
 			} else if ok {
@@ -143,38 +162,16 @@ func (s *Store) gc() {
 			}
 		}
 	}
-	tmp, _ := os.ReadDir(s.path("tmp"))
-	for _, e := range tmp {
-		p := s.path("tmp", e.Name())
-		if strings.HasPrefix(e.Name(), "trash-") {
-			removeStage(p)
-			continue
-		}
-		if !strings.HasPrefix(e.Name(), "stage-") {
-			continue
-		}
-		// A stage's lock is held by its builder for as long as it lives.
-		f, err := os.Open(filepath.Join(p, "lock"))
-		if err != nil {
-			if fi, serr := os.Stat(p); serr == nil && time.Since(fi.ModTime()) > time.Hour {
-				removeStage(p)
-			}
-			continue
-		}
-		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-			removeStage(p)
-		}
-		f.Close()
-	}
+	s.sweepTmp()
 }
 
 // removeVersion deletes version v unless a sandbox holds it; it reports
 // whether it did.
 func (s *Store) removeVersion(v string) (bool, error) {
 	vdir := s.versionDir(v)
-	f, err := os.Open(filepath.Join(vdir, "lock"))
+	f, err := os.Open(s.lockPath(v))
 	if err == nil {
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if free, err := tryLock(f); err != nil || !free {
 			f.Close()
 			return false, nil
 		}
@@ -189,9 +186,7 @@ func (s *Store) removeVersion(v string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("remove image version %s: %w", v, err)
 	}
-	s.mu.Lock()
-	delete(s.indexes, v)
-	s.mu.Unlock()
+	s.forgetIndex(v)
 	if err := os.RemoveAll(trash); err != nil {
 		return true, fmt.Errorf("remove image version %s: %w", v, err)
 	}

@@ -203,6 +203,13 @@ func (s *Store) index(v string) ModuleIndex {
 	return idx
 }
 
+// forgetIndex drops version v's index from the cache: v is gone.
+func (s *Store) forgetIndex(v string) {
+	s.mu.Lock()
+	delete(s.indexes, v)
+	s.mu.Unlock()
+}
+
 // hostIndex scans the host's /usr once: the host image runs the host's
 // interpreters.
 func (s *Store) hostIndex() ModuleIndex {

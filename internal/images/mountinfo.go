@@ -1,11 +1,37 @@
 package images
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+// mountsUnder lists the mount points in mountinfo (the text of
+// /proc/self/mountinfo, proc(5)) that are dir or lie below it, deepest
+// first, so that detaching them in order never leaves a mount hidden under
+// another. A point mounted over twice is listed twice: each detach removes
+// one.
+func mountsUnder(mountinfo []byte, dir string) []string {
+	var mounts []string
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		// The mount point is the fifth field; the kernel escapes the
+		// whitespace and backslashes in it, so fields never hold a space.
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			mounts = append(mounts, mp)
+		}
+	}
+	slices.SortStableFunc(mounts, func(a, b string) int { return len(b) - len(a) })
+	return mounts
+}
+
+// unescapeMount undoes mountinfo's octal escapes: \040 (space), \011 (tab),
+// \012 (newline) and \134 (backslash). A backslash not followed by three
+// octal digits of a byte is kept as it is.
 func unescapeMount(s string) string {
 	if !strings.Contains(s, "\\") {
 		return s

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +20,8 @@ type stage struct {
 }
 
 func (s *Store) newStage() (*stage, error) {
-	if err := os.MkdirAll(s.path("tmp"), 0o755); err != nil {
-		return nil, fmt.Errorf("create image store: %w", err)
+	if err := s.makeDirs(); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp(s.path("tmp"), "stage-")
 	if err != nil {
@@ -53,23 +52,39 @@ func (st *stage) discard() {
 // removal never reaches into them.
 func removeStage(dir string) {
 	b, _ := os.ReadFile("/proc/self/mountinfo")
-	var mounts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mounts = append(mounts, mp)
-		}
-	}
-	// Deepest first.
-	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
-	for _, mp := range mounts {
+	for _, mp := range mountsUnder(b, dir) {
 		_ = unix.Unmount(mp, unix.MNT_DETACH)
 	}
 	os.RemoveAll(dir)
+}
+
+// sweepTmp removes what dead builds and imports left in tmp/ (stages whose
+// builder is gone) and the remains of removed versions. The store lock must
+// be held.
+func (s *Store) sweepTmp() {
+	tmp, _ := os.ReadDir(s.path("tmp"))
+	for _, e := range tmp {
+		p := s.path("tmp", e.Name())
+		if strings.HasPrefix(e.Name(), "trash-") {
+			removeStage(p)
+			continue
+		}
+		if !strings.HasPrefix(e.Name(), "stage-") {
+			continue
+		}
+		// A stage's lock is held by its builder for as long as it lives.
+		f, err := os.Open(filepath.Join(p, "lock"))
+		if err != nil {
+			if fi, serr := os.Stat(p); serr == nil && time.Since(fi.ModTime()) > time.Hour {
+				removeStage(p)
+			}
+			continue
+		}
+		if free, _ := tryLock(f); free {
+			removeStage(p)
+		}
+		f.Close()
+	}
 }
 
 // finish applies Corral's layout to the stage's rootfs, indexes its
@@ -126,10 +141,9 @@ func (s *Store) install(st *stage, m meta, rec record) (Info, error) {
 		st.lock.Close()
 	}
 	// A new image counts as just used, so the next eviction spares it.
-	now := time.Now()
-	_ = os.Chtimes(filepath.Join(vdir, "lock"), now, now)
+	_ = touch(s.lockPath(rec.Version))
 	b, _ := json.MarshalIndent(rec, "", " ")
-	if err := writeFileAtomic(s.path("names", rec.Name+".json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeFileAtomic(s.recordPath(rec.Name), append(b, '\n'), 0o644); err != nil {
 		return Info{}, fmt.Errorf("install image %s: %w", rec.Name, err)
 	}
 	s.gc()
@@ -140,21 +154,21 @@ func (s *Store) install(st *stage, m meta, rec record) (Info, error) {
 
 // buildLock serialises builds and imports of one name across processes.
 func (s *Store) buildLock(ctx context.Context, name string) (func(), error) {
-	if err := os.MkdirAll(s.path("tmp"), 0o755); err != nil {
-		return nil, fmt.Errorf("create image store: %w", err)
+	if err := s.makeDirs(); err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(s.path("tmp", "build-"+name+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open build lock: %w", err)
 	}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+		free, err := tryLock(f)
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("lock build of %s: %w", name, err)
+		}
+		if free {
+			return func() { f.Close() }, nil
 		}
 		select {
 		case <-ctx.Done():

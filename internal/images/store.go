@@ -133,6 +133,9 @@ func (s *Store) path(elem ...string) string {
 
 func (s *Store) versionDir(v string) string { return s.path("versions", v) }
 
+// recordPath is where name's record is.
+func (s *Store) recordPath(name string) string { return s.path("names", name+".json") }
+
 // LogPath is where a build of name writes its log.
 func (s *Store) LogPath(name string) string { return s.path("logs", name+".log") }
 
@@ -180,7 +183,7 @@ func (s *Store) record(name string) (record, error) {
 	if CheckName(name) != nil {
 		return record{}, notFound
 	}
-	b, err := os.ReadFile(s.path("names", name+".json"))
+	b, err := os.ReadFile(s.recordPath(name))
 	if errors.Is(err, os.ErrNotExist) {
 		return record{}, notFound
 	}
@@ -189,7 +192,7 @@ func (s *Store) record(name string) (record, error) {
 	}
 	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil || rec.Version == "" {
-		return record{}, fmt.Errorf("read image %s: corrupt record %s", name, s.path("names", name+".json"))
+		return record{}, fmt.Errorf("read image %s: corrupt record %s", name, s.recordPath(name))
 	}
 	return rec, nil
 }
@@ -254,10 +257,8 @@ func (s *Store) info(rec record) Info {
 // lockStore takes the store-wide lock that orders changes to names and
 // versions across processes.
 func (s *Store) lockStore() (func(), error) {
-	for _, d := range []string{"names", "versions", "tmp", "logs"} {
-		if err := os.MkdirAll(s.path(d), 0o755); err != nil {
-			return nil, fmt.Errorf("create image store: %w", err)
-		}
+	if err := s.makeDirs(); err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(s.path("store.lock"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -268,6 +269,16 @@ func (s *Store) lockStore() (func(), error) {
 		return nil, fmt.Errorf("lock image store: %w", err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// makeDirs creates the store's directories that are missing.
+func (s *Store) makeDirs() error {
+	for _, d := range []string{"names", "versions", "tmp", "logs"} {
+		if err := os.MkdirAll(s.path(d), 0o755); err != nil {
+			return fmt.Errorf("create image store: %w", err)
+		}
+	}
+	return nil
 }
 
 // writeFileAtomic replaces p with data through a rename, so readers see the

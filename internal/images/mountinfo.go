@@ -14,9 +14,11 @@ import (
 func mountsUnder(mountinfo []byte, dir string) []string {
 	var mounts []string
 	for _, line := range strings.Split(string(mountinfo), "\n") {
-		// The mount point is the fifth field; the kernel escapes the
-		// whitespace and backslashes in it, so fields never hold a space.
-		f := strings.Fields(line)
+		// The mount point is the fifth field. Fields are separated by one
+		// space, and the kernel escapes only space, tab, newline and
+		// backslash in them: a vertical tab or a form feed in a path is
+		// written as it is, so splitting on any white space would cut it.
+		f := strings.Split(line, " ")
 		if len(f) < 5 {
 			continue
 		}

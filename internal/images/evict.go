@@ -16,7 +16,7 @@ var ErrNoRoom = errors.New("not enough room in the image budget")
 
 // Remove deletes the image name. Its files go at once unless a sandbox
 // still runs on them; then they go at the next change to the store after
-// it ends, and deferred is true.
+// it ends, and deferred is true. Files another name shares stay with it.
 func (s *Store) Remove(name string) (deferred bool, err error) {
 	if name == HostName {
 		return false, fmt.Errorf("image %s is built in and cannot be removed", HostName)
@@ -34,8 +34,14 @@ func (s *Store) Remove(name string) (deferred bool, err error) {
 		return false, fmt.Errorf("remove image %s: %w", name, err)
 	}
 	s.gc()
-	_, err = os.Stat(s.versionDir(rec.Version))
-	return err == nil, nil
+	if _, err := os.Stat(s.versionDir(rec.Version)); err != nil {
+		return false, nil
+	}
+	// Still there: a sandbox runs on it, or another name has the same
+	// content and keeps it. The name is gone either way, so a failure to
+	// list the others is no failure of the removal.
+	recs, _ := s.records()
+	return references(recs)[rec.Version] == 0, nil
 }
 
 // makeRoom evicts least recently used images, other than name and those in
@@ -150,7 +156,13 @@ func references(recs []record) map[string]int {
 // gc removes versions no name refers to and that no sandbox holds, and
 // what dead builds left in tmp/. The store lock must be held.
 func (s *Store) gc() {
-	recs, _ := s.records()
+	defer s.sweepTmp()
+	recs, err := s.records()
+	if err != nil {
+		// Without the names every version would look unreferenced.
+		s.cfg.Log.Warn("keep unused image versions until the names can be read", "err", err)
+		return
+	}
 	refs := references(recs)
 	entries, _ := os.ReadDir(s.path("versions"))
 	for _, e := range entries {
@@ -162,7 +174,6 @@ func (s *Store) gc() {
 			}
 		}
 	}
-	s.sweepTmp()
 }
 
 // removeVersion deletes version v unless a sandbox holds it; it reports

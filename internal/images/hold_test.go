@@ -127,3 +127,31 @@ func TestHolds(t *testing.T) {
 		t.Errorf("Acquire of an image outside the store = %v; want an error other than ErrNotFound", err)
 	}
 }
+
+// TestRemoveShared: removing one of two names with the same content keeps
+// the files for the other, and says the removal is done, not deferred.
+func TestRemoveShared(t *testing.T) {
+	s := New(Config{Dir: t.TempDir()})
+	storeVersion(t, s, "a", "cccc")
+	storeVersion(t, s, "b", "cccc")
+	deferred, err := s.Remove("a")
+	if err != nil || deferred {
+		t.Fatalf("Remove = %v, %v; want done, not deferred", deferred, err)
+	}
+	if _, err := s.Resolve("a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("removed name resolves: %v", err)
+	}
+	img, err := s.Resolve("b")
+	if err != nil {
+		t.Fatalf("the other name: %v", err)
+	}
+	if _, err := os.Stat(img.Rootfs); err != nil {
+		t.Errorf("shared files removed: %v", err)
+	}
+	if deferred, err := s.Remove("b"); err != nil || deferred {
+		t.Fatalf("Remove of the last name = %v, %v; want done", deferred, err)
+	}
+	if _, err := os.Stat(s.versionDir("cccc")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("files of the last name kept: %v", err)
+	}
+}

@@ -52,10 +52,13 @@ type Config struct {
 //	    image.json         digest, size, environment
 //	    modules.json       the module index (which imports work)
 //	    packages.txt       Debian packages installed (built images)
+//	    npm-lock.json      what npm resolved (built images with npm)
 //	    lock               shared-locked while a sandbox runs on the
 //	                       version; its mtime is when it was last used
 //	logs/NAME.log          the last build's log
-//	tmp/                   builds and imports in progress, removals
+//	tmp/stage-*            builds and imports in progress (stage.go)
+//	tmp/trash-*            versions being removed (evict.go)
+//	tmp/build-NAME.lock    held while NAME is built or imported
 //	store.lock             held while names and versions change
 //
 // A Store is safe for concurrent use.

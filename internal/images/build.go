@@ -73,8 +73,8 @@ func (s *Store) Build(ctx context.Context, r Recipe, opts BuildOptions) (Info, e
 			return Info{}, err
 		}
 	}
-	if err := os.MkdirAll(s.path("logs"), 0o755); err != nil {
-		return Info{}, fmt.Errorf("create log dir: %w", err)
+	if err := s.makeDirs(); err != nil {
+		return Info{}, err
 	}
 	logf, err := os.Create(s.LogPath(r.Name))
 	if err != nil {

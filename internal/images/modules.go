@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -166,4 +167,60 @@ func readIndex(p string) (ModuleIndex, error) {
 		slices.Sort(mods)
 	}
 	return idx, nil
+}
+
+// ImagesWithModule lists the images (the host image among them) in which a
+// program in language can import module, sorted by name.
+func (s *Store) ImagesWithModule(language, module string) []string {
+	var out []string
+	if idx := s.hostIndex(); idx.Has(language, module) {
+		out = append(out, HostName)
+	}
+	recs, _ := s.records()
+	for _, r := range recs {
+		if s.index(r.Version).Has(language, module) {
+			out = append(out, r.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *Store) index(v string) ModuleIndex {
+	s.mu.Lock()
+	idx, ok := s.indexes[v]
+	s.mu.Unlock()
+	if ok {
+		return idx
+	}
+	idx, err := readIndex(filepath.Join(s.versionDir(v), "modules.json"))
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	s.indexes[v] = idx
+	s.mu.Unlock()
+	return idx
+}
+
+// forgetIndex drops version v's index from the cache: v is gone.
+func (s *Store) forgetIndex(v string) {
+	s.mu.Lock()
+	delete(s.indexes, v)
+	s.mu.Unlock()
+}
+
+// hostIndex scans the host's /usr once: the host image runs the host's
+// interpreters.
+func (s *Store) hostIndex() ModuleIndex {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hostIdx == nil {
+		idx, err := scanModules("/", nil)
+		if err != nil {
+			idx = ModuleIndex{}
+		}
+		s.hostIdx = idx
+	}
+	return s.hostIdx
 }

@@ -252,6 +252,11 @@ func TestExistingFlags(t *testing.T) {
 			t.Errorf("no --%s", name)
 		}
 	}
+	for name := range usage {
+		if fs.Lookup(name) == nil {
+			t.Errorf("usage of --%s, which is no flag", name)
+		}
+	}
 	l := DefaultLocal()
 	fs = flag.NewFlagSet("image", flag.ContinueOnError)
 	RegisterFlags(fs, &l, "data-dir", "image-dir", "image-budget", "default-images")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/runtime/cgroup"
 )
 
@@ -28,12 +29,16 @@ type check struct {
 // each missing piece.
 func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	var lf localFlags
-	lf.register(fs)
+	lc := config.DefaultLocal()
+	config.RegisterFlags(fs, &lc)
 	if _, err := parseFlags(fs, args); err != nil {
 		return 2
 	}
-	checks := doctorChecks(lf)
+	if err := lc.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "corral doctor:", err)
+		return 2
+	}
+	checks := doctorChecks(lc)
 	failed := 0
 	for _, c := range checks {
 		mark := "ok  "
@@ -56,7 +61,7 @@ func cmdDoctor(args []string) int {
 	return 0
 }
 
-func doctorChecks(lf localFlags) []check {
+func doctorChecks(lc config.Local) []check {
 	var cs []check
 	cs = append(cs, check{name: "root", ok: os.Geteuid() == 0,
 		info: fmt.Sprintf("euid %d", os.Geteuid()), fix: "run corral as root (sudo)"})
@@ -86,13 +91,13 @@ func doctorChecks(lf localFlags) []check {
 			fix: "mount the missing cgroup v1 controllers, or boot with cgroup v2"})
 	}
 
-	runc := findBinary(lf.runc, "runc")
+	runc := findBinary(lc.Runc, "runc")
 	cs = append(cs, runtimeCheck("runc", runc, "runc"))
 	if runc != "" {
 		cs = append(cs, seccompCheck(runc))
 	}
-	if lf.runsc != "off" {
-		cs = append(cs, runscCheck(lf))
+	if lc.Runsc != "off" {
+		cs = append(cs, runscCheck(lc))
 	}
 
 	_, err := os.Stat("/dev/loop-control")
@@ -108,8 +113,8 @@ func doctorChecks(lf localFlags) []check {
 	}
 	cs = append(cs, check{name: "agent", ok: err == nil, info: info, fix: "make build"})
 
-	err = os.MkdirAll(lf.dataDir, 0o711)
-	cs = append(cs, check{name: "data-dir", ok: err == nil, info: lf.dataDir, fix: fmt.Sprint(err)})
+	err = os.MkdirAll(lc.DataDir, 0o711)
+	cs = append(cs, check{name: "data-dir", ok: err == nil, info: lc.DataDir, fix: fmt.Sprint(err)})
 	return cs
 }
 
@@ -145,9 +150,9 @@ func runtimeCheck(name, path, kind string) check {
 
 // runscCheck is runtimeCheck for runsc, which may still be being built
 // (make run builds it in the background).
-func runscCheck(lf localFlags) check {
-	path := findBinary(lf.runsc, "runsc")
-	lock := cmp.Or(lf.runscLock, defaultRunscBuildLock)
+func runscCheck(lc config.Local) check {
+	path := findBinary(lc.Runsc, "runsc")
+	lock := cmp.Or(lc.RunscBuildLock, defaultRunscBuildLock)
 	if _, err := os.Stat(path); (path == "" || err != nil) && runscBuilding(lock) {
 		info := "being built"
 		if log := runscBuildLog(lock); log != "" {

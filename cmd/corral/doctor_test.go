@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/config"
 )
 
 // TestDoctorSaysBeingBuilt: corral doctor reports a runsc being built as
@@ -23,15 +25,15 @@ func TestDoctorSaysBeingBuilt(t *testing.T) {
 	if err := os.WriteFile(buildLog, []byte("building\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lf := localFlags{runsc: filepath.Join(dir, "bin", "runsc"), runscLock: lock}
+	lc := config.Local{Runsc: filepath.Join(dir, "bin", "runsc"), RunscBuildLock: lock}
 
-	if c := runscCheck(lf); c.ok || c.pending {
+	if c := runscCheck(lc); c.ok || c.pending {
 		t.Errorf("missing, no build: %+v, want a failure", c)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	c := runscCheck(lf)
+	c := runscCheck(lc)
 	if !c.pending || !strings.Contains(c.info, "being built (see "+buildLog+")") {
 		t.Errorf("while building: %+v", c)
 	}

@@ -9,11 +9,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,80 +21,41 @@ import (
 	"golang.org/x/sys/unix"
 
 	recipes "github.com/corralhq/corral/images"
+	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/lang"
 )
 
-// registerImages adds the data directory and the image store's flags; the
-// image command needs only these, run and serve all of localFlags.
-func (f *localFlags) registerImages(fs *flag.FlagSet) {
-	fs.StringVar(&f.dataDir, "data-dir", "/var/lib/corral", "directory for sandboxes, images and local state")
-	fs.StringVar(&f.imageDir, "image-dir", "", "directory for images (default DATA-DIR/images)")
-	fs.StringVar(&f.imageBudget, "image-budget", "", "disk space built and imported images may use, e.g. 20GiB (default 20GiB); the least recently used images not in use are evicted to make room")
-	fs.Var(&f.defaultImages, "default-images", "each language's default image, e.g. python=python,javascript=node (default: host for every language)")
-}
+// imageFlagNames are the settings the image command reads: the data
+// directory and the image store's; run and serve read all of config.Local.
+var imageFlagNames = []string{"data-dir", "image-dir", "image-budget", "default-images"}
 
-// imageStore opens the image store the flags describe.
-func (f localFlags) imageStore(log *slog.Logger) (*images.Store, error) {
-	dir := f.imageDir
+// imageStore opens the image store lc describes.
+func imageStore(lc config.Local, log *slog.Logger) (*images.Store, error) {
+	dir := lc.Images.Dir
 	if dir == "" {
-		dir = filepath.Join(f.dataDir, "images")
-	}
-	budget := images.DefaultBudget
-	if f.imageBudget != "" {
-		b, err := images.ParseSize(f.imageBudget)
-		if err != nil {
-			return nil, fmt.Errorf("image budget: %w", err)
-		}
-		budget = b
+		dir = filepath.Join(lc.DataDir, "images")
 	}
 	defaults := map[string]string{}
-	for l, img := range f.defaultImages {
+	for l, img := range lc.Images.Defaults {
 		r, ok := lang.Get(l)
 		if !ok {
 			return nil, fmt.Errorf("default images: unknown language %q (languages: %s)", l, strings.Join(lang.Names(), ", "))
 		}
 		defaults[r.Name()] = img
 	}
-	return images.New(images.Config{Dir: dir, UID: sandboxUID, GID: sandboxGID, Budget: budget, Defaults: defaults, Log: log}), nil
+	return images.New(images.Config{Dir: dir, UID: sandboxUID, GID: sandboxGID, Budget: int64(lc.Images.Budget), Defaults: defaults, Log: log}), nil
 }
 
 // warnMissingDefaults logs configured default images that are not built:
 // their languages' requests get a 400 naming the image until they are.
-func warnMissingDefaults(store *images.Store, defaults imageMap, log *slog.Logger) {
+func warnMissingDefaults(store *images.Store, defaults config.ImageMap, log *slog.Logger) {
 	for l, name := range defaults {
 		if _, err := store.Resolve(name); err != nil {
 			log.Warn("default image unavailable; requests that need it are refused until it is built or imported",
 				"language", l, "image", name, "err", err)
 		}
 	}
-}
-
-// imageMap is "language=image,..." on the command line.
-type imageMap map[string]string
-
-func (m *imageMap) String() string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(*m)) {
-		parts = append(parts, k+"="+(*m)[k])
-	}
-	return strings.Join(parts, ",")
-}
-
-func (m *imageMap) Set(s string) error {
-	out := imageMap{}
-	for _, kv := range strings.Split(s, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || v == "" {
-			return fmt.Errorf("%q: use language=image", kv)
-		}
-		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
-	}
-	*m = out
-	return nil
 }
 
 const imageUsage = `usage: corral image <command> [flags] [args]
@@ -136,8 +95,8 @@ func cmdImage(args []string) int {
 
 // imageFlags parses a subcommand's flags and opens the store.
 func imageFlags(set *flag.FlagSet, args []string, usage string) (*images.Store, int) {
-	var lf localFlags
-	lf.registerImages(set)
+	lc := config.DefaultLocal()
+	config.RegisterFlags(set, &lc, imageFlagNames...)
 	set.Usage = func() {
 		fmt.Fprintln(set.Output(), usage)
 		set.PrintDefaults()
@@ -148,7 +107,11 @@ func imageFlags(set *flag.FlagSet, args []string, usage string) (*images.Store, 
 		}
 		return nil, 2
 	}
-	store, err := lf.imageStore(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := lc.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "corral image %s: %v\n", set.Name(), err)
+		return nil, 2
+	}
+	store, err := imageStore(lc, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "corral image %s: %v\n", set.Name(), err)
 		return nil, 2

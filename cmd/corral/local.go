@@ -5,7 +5,6 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/oci"
@@ -24,30 +24,6 @@ const pinnedDir = "/opt/corral"
 
 // sandboxUID and sandboxGID run programs inside sandboxes.
 const sandboxUID, sandboxGID = 1000, 1000
-
-// localFlags configure sandboxes on this machine; run and serve share them.
-type localFlags struct {
-	dataDir      string
-	cacheDir     string
-	cgroupParent string
-	runc         string
-	runsc        string
-	runscLock    string
-	// The image store (image.go): where, how big, and each language's
-	// default image.
-	imageDir      string
-	imageBudget   string
-	defaultImages imageMap
-}
-
-func (f *localFlags) register(fs *flag.FlagSet) {
-	f.registerImages(fs)
-	fs.StringVar(&f.cacheDir, "cache-dir", "", "directory for warmed language build caches (default DATA-DIR/cache)")
-	fs.StringVar(&f.cgroupParent, "cgroup-parent", "corral", "cgroup under which sandboxes are placed")
-	fs.StringVar(&f.runc, "runc", "", "runc binary (default: the pinned one in "+pinnedDir+"/bin, else PATH)")
-	fs.StringVar(&f.runsc, "runsc", "", "runsc binary for the gvisor tier (default: pinned, else PATH; \"off\" disables the tier)")
-	fs.StringVar(&f.runscLock, "runsc-build-lock", "", "lock scripts/deps.sh holds while it builds runsc: while held and runsc is missing, the gvisor tier is pending (default "+defaultRunscBuildLock+")")
-}
 
 // findBinary returns explicit if set, else the pinned build, else PATH.
 func findBinary(explicit, name string) string {
@@ -148,7 +124,7 @@ func (l *local) newRuntime(ctx context.Context, tier runtime.Tier, bin string, f
 
 // newLocal prepares runtimes, images and an engine on this machine and
 // reaps whatever a previous, dead corral process left.
-func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Logger) (*local, error) {
+func newLocal(ctx context.Context, lc config.Local, cfg engine.Config, log *slog.Logger) (*local, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("corral must run as root to create sandboxes (namespaces, cgroups, mounts); see corral doctor")
 	}
@@ -156,33 +132,33 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
+	if err := os.MkdirAll(lc.DataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	l := &local{log: log, rtcfg: oci.Config{DataDir: f.dataDir, AgentBinary: agentPath, CgroupParent: f.cgroupParent,
+	l := &local{log: log, rtcfg: oci.Config{DataDir: lc.DataDir, AgentBinary: agentPath, CgroupParent: lc.CgroupParent,
 		UID: sandboxUID, GID: sandboxGID, Log: log}}
-	runc := findBinary(f.runc, "runc")
+	runc := findBinary(lc.Runc, "runc")
 	if runc == "" {
 		return nil, fmt.Errorf("%w: runc not found; run scripts/deps.sh", runtime.ErrUnavailable)
 	}
 	if _, err := l.newRuntime(ctx, runtime.TierContainer, runc, nil); err != nil {
 		return nil, err
 	}
-	if f.runsc != "off" {
+	if lc.Runsc != "off" {
 		// Missing runsc is awaited where a build installs it: the one
 		// named, else the pinned one.
-		w := &runscWait{bin: cmp.Or(f.runsc, filepath.Join(pinnedDir, "bin", "runsc")), lock: cmp.Or(f.runscLock, defaultRunscBuildLock)}
-		runsc := findBinary(f.runsc, "runsc")
+		w := &runscWait{bin: cmp.Or(lc.Runsc, filepath.Join(pinnedDir, "bin", "runsc")), lock: cmp.Or(lc.RunscBuildLock, defaultRunscBuildLock)}
+		runsc := findBinary(lc.Runsc, "runsc")
 		if _, err := os.Stat(runsc); runsc == "" || err != nil {
 			w.pending = runscBuilding(w.lock)
 			switch {
 			case w.pending:
 				log.Warn("runsc is being built: work for the gvisor tier is refused as retryable (503 tier_unavailable) until it is installed",
 					"runsc", w.bin, "build_log", runscBuildLog(w.lock))
-			case f.runsc == "":
+			case lc.Runsc == "":
 				log.Info("no runsc: the gvisor tier is unavailable, auto runs on the container tier (scripts/deps.sh builds runsc)")
 			}
-			if w.pending || f.runsc == "" {
+			if w.pending || lc.Runsc == "" {
 				l.awaiting, runsc = w, ""
 			} // else a runsc named but missing, and no build: oci.New says so
 		}
@@ -192,21 +168,21 @@ func newLocal(ctx context.Context, f localFlags, cfg engine.Config, log *slog.Lo
 			}
 		}
 	}
-	store, err := f.imageStore(log)
+	store, err := imageStore(lc, log)
 	if err != nil {
 		return nil, err
 	}
-	warnMissingDefaults(store, f.defaultImages, log)
-	cfg.CacheDir = f.cacheDir
+	warnMissingDefaults(store, lc.Images.Defaults, log)
+	cfg.CacheDir = lc.CacheDir
 	if cfg.CacheDir == "" {
-		cfg.CacheDir = filepath.Join(f.dataDir, "cache")
+		cfg.CacheDir = filepath.Join(lc.DataDir, "cache")
 	}
 	cfg.UID, cfg.GID = sandboxUID, sandboxGID
 	rts := make([]runtime.Runtime, len(l.runtimes))
 	for i, rt := range l.runtimes {
 		rts[i] = rt
 	}
-	l.engine, err = engine.New(cfg, rts, store, filepath.Join(f.dataDir, "engine"), log)
+	l.engine, err = engine.New(cfg, rts, store, filepath.Join(lc.DataDir, "engine"), log)
 	if err != nil {
 		return nil, err
 	}

@@ -47,10 +47,7 @@ func parseRemote(fs *flag.FlagSet, args []string) (set map[string]bool, code int
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, 0, false
 	}
-	if err != nil {
-		if !strings.HasPrefix(err.Error(), "flag provided but not defined") {
-			fmt.Fprintf(os.Stderr, "corral %s: %v\n", fs.Name(), err)
-		}
+	if err != nil { // parseFlags has said why
 		return nil, 4, false
 	}
 	return set, 0, true

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -100,12 +101,16 @@ func cmdRun(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: corral run [flags] FILE|-\n\nRuns code in a sandbox on this machine and exits with a status that mirrors the verdict.")
 		fs.PrintDefaults()
 	}
-	var lf localFlags
+	lc := config.DefaultLocal()
 	var rf requestFlags
-	lf.register(fs)
+	config.RegisterFlags(fs, &lc)
 	rf.register(fs)
 	verbose := fs.Bool("v", false, "log what corral does")
 	if _, err := parseFlags(fs, args); err != nil {
+		return 4
+	}
+	if err := lc.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "corral run:", err)
 		return 4
 	}
 	req, err := rf.request(fs.Args())
@@ -121,7 +126,7 @@ func cmdRun(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	loc, err := newLocal(context.Background(), lf, engine.DefaultConfig(), log)
+	loc, err := newLocal(context.Background(), lc, engine.DefaultConfig(), log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corral run:", err)
 		return 70

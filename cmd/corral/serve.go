@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -42,7 +41,7 @@ import (
 
 // cmdServe runs the HTTP API and this node's share of the work.
 func cmdServe(args []string) int {
-	cfg, err := loadServeConfig(args)
+	cfg, err := config.Parse("serve", args, os.LookupEnv, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corral serve:", err)
 		return 2
@@ -58,80 +57,11 @@ func cmdServe(args []string) int {
 }
 
 func newLogger(cfg config.Config) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: slog.Level(cfg.Log.Level)}
 	if cfg.Log.Format == "text" {
 		return slog.New(slog.NewTextHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-}
-
-// loadServeConfig applies, in increasing precedence: defaults, the config
-// file, CORRAL_* variables and flags.
-func loadServeConfig(args []string) (config.Config, error) {
-	cfg := config.Default()
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	var (
-		listen, storeURL, stateURL, blobURL, file, apiKey, nodeID, advertise, logLevel, logFormat string
-		maxConc, queueBound                                                                       int
-		lf                                                                                        localFlags
-	)
-	fs.StringVar(&listen, "listen", cfg.Listen, "address to listen on")
-	fs.StringVar(&file, "config", "", "TOML configuration file")
-	fs.StringVar(&storeURL, "store", "", "records store: a SQLite path or sqlite:// URL, or a postgres:// URL (default: SQLite in the data dir)")
-	fs.StringVar(&stateURL, "state", "", "live state: memory (default) or a redis:// URL (?prefix= scopes keys)")
-	fs.StringVar(&blobURL, "blob", "", "artifact storage (default: a directory in the data dir)")
-	fs.StringVar(&apiKey, "api-key", "", "an API key for the tenant \"default\" (development; production keys go in the config file, hashed)")
-	fs.StringVar(&nodeID, "node-id", "", "this node's name in shared state (default: hostname/listen address)")
-	fs.StringVar(&advertise, "advertise-address", "", "where the other nodes reach this one's API, host:port (default: the listen address)")
-	fs.StringVar(&logLevel, "log-level", cfg.Log.Level, "debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", cfg.Log.Format, "json or text")
-	fs.IntVar(&maxConc, "max-concurrency", 0, "executions this node runs at once (default: from memory)")
-	fs.IntVar(&queueBound, "queue-bound", 0, "maximum queued executions before 429 (default: 4 × max-concurrency)")
-	lf.register(fs)
-	set, err := parseFlags(fs, args)
-	if err != nil {
-		return cfg, err
-	}
-	if file != "" {
-		if err := config.Load(file, &cfg); err != nil {
-			return cfg, err
-		}
-	}
-	apply := func(name string, f func()) {
-		if set[name] {
-			f()
-		}
-	}
-	apply("listen", func() { cfg.Listen = listen })
-	apply("data-dir", func() { cfg.DataDir = lf.dataDir })
-	apply("store", func() { cfg.Store = storeURL })
-	apply("state", func() { cfg.State = stateURL })
-	apply("blob", func() { cfg.Blob = blobURL })
-	apply("node-id", func() { cfg.NodeID = nodeID })
-	apply("advertise-address", func() { cfg.AdvertiseAddress = advertise })
-	apply("log-level", func() { cfg.Log.Level = logLevel })
-	apply("log-format", func() { cfg.Log.Format = logFormat })
-	apply("max-concurrency", func() { cfg.MaxConcurrency = maxConc })
-	apply("queue-bound", func() { cfg.QueueBound = queueBound })
-	apply("cache-dir", func() { cfg.CacheDir = lf.cacheDir })
-	apply("cgroup-parent", func() { cfg.CgroupParent = lf.cgroupParent })
-	apply("runc", func() { cfg.Runc = lf.runc })
-	apply("runsc", func() { cfg.Runsc = lf.runsc })
-	apply("runsc-build-lock", func() { cfg.RunscBuildLock = lf.runscLock })
-	apply("image-dir", func() { cfg.Images.Dir = lf.imageDir })
-	apply("image-budget", func() { cfg.Images.Budget = lf.imageBudget })
-	apply("default-images", func() { cfg.Images.Defaults = lf.defaultImages })
-	cfg.APIKey = apiKey
-	cfg.CallbackSecret = os.Getenv("CORRAL_CALLBACK_SECRET")
-	if v := os.Getenv("CORRAL_MEMORY_SECRET"); v != "" {
-		cfg.Memory.Secret = v
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %v", fs.Args())
-	}
-	return cfg, cfg.Validate()
 }
 
 func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
@@ -202,13 +132,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ecfg.DestroyAsync = true
 	ecfg.Network = cfg.Network
 	ecfg.Files.MaxFileBytes = cfg.Inputs.MaxFileMB << 20
-	ecfg.Files.FetchTimeout, _ = time.ParseDuration(cfg.Inputs.FetchTimeout) // validated
+	ecfg.Files.FetchTimeout = time.Duration(cfg.Inputs.FetchTimeout)
 	ecfg.Files.Client = netpolicy.Guard{AllowPrivate: cfg.Inputs.AllowPrivate}.Client(ecfg.Files.FetchTimeout)
-	ecfg.Files.ArtifactTTL, _ = time.ParseDuration(cfg.Files.ArtifactTTL)
+	ecfg.Files.ArtifactTTL = time.Duration(cfg.Files.ArtifactTTL)
 	ecfg.SummaryChars = cfg.Summary.MaxChars
-	loc, err := newLocal(ctx, localFlags{dataDir: cfg.DataDir, cacheDir: cfg.CacheDir, cgroupParent: cfg.CgroupParent,
-		runc: cfg.Runc, runsc: cfg.Runsc, runscLock: cfg.RunscBuildLock, imageDir: cfg.Images.Dir, imageBudget: cfg.Images.Budget,
-		defaultImages: cfg.Images.Defaults}, ecfg, log)
+	loc, err := newLocal(ctx, cfg.Local, ecfg, log)
 	if err != nil {
 		return err
 	}
@@ -223,9 +151,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("open state: %w", err)
 	}
 	defer ls.Close()
-	hb, _ := time.ParseDuration(cfg.Cluster.Heartbeat) // validated
-	lostAfter, _ := time.ParseDuration(cfg.Cluster.LostAfter)
-	cl := cluster.New(cluster.Config{ID: cfg.NodeID, Address: cfg.AdvertiseAddress, Heartbeat: hb, LostAfter: lostAfter},
+	cl := cluster.New(cluster.Config{ID: cfg.NodeID, Address: cfg.AdvertiseAddress,
+		Heartbeat: time.Duration(cfg.Cluster.Heartbeat), LostAfter: time.Duration(cfg.Cluster.LostAfter)},
 		st, log.With("component", "cluster"))
 	if err := cl.Beat(ctx); err != nil {
 		return err
@@ -239,7 +166,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer wp.Close()
 	ncfg := notify.DefaultConfig()
 	ncfg.MaxAttempts = cfg.Callbacks.MaxAttempts
-	ncfg.BaseDelay, _ = time.ParseDuration(cfg.Callbacks.BaseDelay) // validated
+	ncfg.BaseDelay = time.Duration(cfg.Callbacks.BaseDelay)
 	routes := map[string]notify.Route{store.KindCallback: {
 		Client: netpolicy.Guard{AllowPrivate: cfg.Callbacks.AllowPrivate}.Client(ncfg.Timeout), Secret: auth.Secret}}
 	if cfg.Memory.URL != "" {
@@ -260,9 +187,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	nc.MemoryURL = cfg.Memory.URL
 	n := node.New(nc, loc.engine, st, ls, cl, notifier, m, log.With("node", cfg.NodeID))
 	scfg := session.DefaultConfig(filepath.Join(cfg.DataDir, "sessions"))
-	scfg.DefaultTTL, _ = time.ParseDuration(cfg.Sessions.DefaultTTL) // validated
-	scfg.MaxTTL, _ = time.ParseDuration(cfg.Sessions.MaxTTL)
-	scfg.ReapInterval, _ = time.ParseDuration(cfg.Sessions.ReapInterval)
+	scfg.DefaultTTL = time.Duration(cfg.Sessions.DefaultTTL)
+	scfg.MaxTTL = time.Duration(cfg.Sessions.MaxTTL)
+	scfg.ReapInterval = time.Duration(cfg.Sessions.ReapInterval)
 	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
 	sessions, err := session.New(ctx, scfg, loc.engine, cl, log.With("component", "sessions"))
 	if err != nil {
@@ -333,7 +260,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 func openPool(ctx context.Context, cfg config.Config, e *engine.Engine, m *metrics.Metrics, log *slog.Logger) (*pool.Pool, error) {
 	pc := pool.DefaultConfig()
 	pc.MaxUses = cfg.Pool.MaxUses
-	pc.IdleTimeout, _ = time.ParseDuration(cfg.Pool.IdleTimeout) // validated
+	pc.IdleTimeout = time.Duration(cfg.Pool.IdleTimeout)
 	for _, w := range cfg.Pool.Warm {
 		pc.Warm = append(pc.Warm, pool.Warm{Image: w.Image, Tier: runtime.Tier(w.Tier), Language: w.Language,
 			MinIdle: w.MinIdle, MaxIdle: w.MaxIdle, Zygote: w.Zygote, Preload: w.Preload})

@@ -1,12 +1,15 @@
 // Package config is corral serve's configuration: one typed struct with
-// defaults, loaded from an optional TOML file and overridden by flags and
-// CORRAL_* environment variables (in main), then validated.
+// defaults, loaded from an optional TOML file and overridden by CORRAL_*
+// environment variables and flags (Parse, flags.go), then validated once.
+// Durations, sizes and log levels are typed: each is parsed where it is
+// read, and an unreadable value is an error naming the setting.
 package config
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -58,27 +61,80 @@ type PoolWarm struct {
 	Preload []string `toml:"preload"`
 }
 
-// Config is everything corral serve needs.
-type Config struct {
-	Listen  string `toml:"listen"`
+// Local is how this machine makes sandboxes: the part of corral serve's
+// configuration that corral run, doctor and image share. Its keys are the
+// file's top level (and [images]).
+type Local struct {
+	// DataDir holds sandboxes, images and local state.
 	DataDir string `toml:"data_dir"`
-	Store   string `toml:"store"` // sqlite path/URL or postgres:// URL; default sqlite in DataDir
-	State   string `toml:"state"` // "memory" or redis:// URL
-	Blob    string `toml:"blob"`
-	NodeID  string `toml:"node_id"`
-	// AdvertiseAddress is where the other nodes of a cluster reach this
-	// one's API ("host:port"); default: the listen address, or this host's
-	// name with its port when listening on every interface.
-	AdvertiseAddress string `toml:"advertise_address"`
-	CacheDir         string `toml:"cache_dir"`
-	CgroupParent     string `toml:"cgroup_parent"`
-	Runc             string `toml:"runc"`
-	Runsc            string `toml:"runsc"`
+	// CacheDir holds warmed language build caches (default
+	// DATA_DIR/cache).
+	CacheDir     string `toml:"cache_dir"`
+	CgroupParent string `toml:"cgroup_parent"`
+	// Runc and Runsc name the runtimes (default: the pinned ones, else
+	// PATH); Runsc "off" disables the gvisor tier.
+	Runc  string `toml:"runc"`
+	Runsc string `toml:"runsc"`
 	// RunscBuildLock is the lock scripts/deps.sh holds while it builds
 	// runsc (default /var/cache/corral/runsc.lock): while it is held and
 	// runsc is missing, the gvisor tier is pending (503 tier_unavailable)
 	// rather than unavailable, and it serves once runsc is installed.
 	RunscBuildLock string `toml:"runsc_build_lock"`
+
+	// Images configures the image store.
+	Images Images `toml:"images"`
+}
+
+// Images configures the image store.
+type Images struct {
+	// Dir holds images (default DATA_DIR/images).
+	Dir string `toml:"dir" flag:"image-dir"`
+	// Budget caps the disk space of built and imported images, e.g.
+	// "20GiB"; the least recently used images not in use are evicted to
+	// make room.
+	Budget Size `toml:"budget" flag:"image-budget"`
+	// Defaults maps a language to the image its requests use when they
+	// name none; unlisted languages use the host image.
+	Defaults ImageMap `toml:"defaults" flag:"default-images"`
+}
+
+// DefaultLocal returns Local's defaults.
+func DefaultLocal() Local {
+	return Local{DataDir: "/var/lib/corral", CgroupParent: "corral", Images: Images{Budget: Size(images.DefaultBudget)}}
+}
+
+// Validate checks l.
+func (l *Local) Validate() error {
+	var errs []error
+	if l.DataDir == "" {
+		errs = append(errs, errors.New("data_dir is empty"))
+	}
+	if l.RunscBuildLock != "" && !filepath.IsAbs(l.RunscBuildLock) {
+		errs = append(errs, fmt.Errorf("runsc_build_lock %q: an absolute path", l.RunscBuildLock))
+	}
+	if l.Images.Budget < 0 {
+		errs = append(errs, fmt.Errorf("images.budget %s: must not be negative", l.Images.Budget))
+	}
+	return errors.Join(errs...)
+}
+
+// Config is everything corral serve needs. Each setting that holds one
+// value is also a flag and a CORRAL_* variable, named after its key unless
+// a `flag` tag names it (flags.go).
+type Config struct {
+	// Local's keys (data_dir, cache_dir, runc, [images], ...) are this
+	// level's.
+	Local
+
+	Listen string `toml:"listen"`
+	Store  string `toml:"store"` // sqlite path/URL or postgres:// URL; default sqlite in DataDir
+	State  string `toml:"state"` // "memory" or redis:// URL
+	Blob   string `toml:"blob"`
+	NodeID string `toml:"node_id"`
+	// AdvertiseAddress is where the other nodes of a cluster reach this
+	// one's API ("host:port"); default: the listen address, or this host's
+	// name with its port when listening on every interface.
+	AdvertiseAddress string `toml:"advertise_address"`
 
 	// MaxConcurrency is how many executions this node runs at once; 0
 	// derives it from memory (see DeriveConcurrency).
@@ -100,9 +156,8 @@ type Config struct {
 		// addresses (tests, in-cluster receivers).
 		AllowPrivate bool `toml:"allow_private"`
 		MaxAttempts  int  `toml:"max_attempts"`
-		// BaseDelay is the first retry's delay (Go duration); each retry
-		// doubles it.
-		BaseDelay string `toml:"base_delay"`
+		// BaseDelay is the first retry's delay; each retry doubles it.
+		BaseDelay Duration `toml:"base_delay"`
 	} `toml:"callbacks"`
 
 	// Summary shapes the model-ready summary every final record carries.
@@ -134,26 +189,26 @@ type Config struct {
 	PublicURL string `toml:"public_url"`
 
 	Files struct {
-		// ArtifactTTL is how long artifact links stay valid (Go duration).
-		ArtifactTTL string `toml:"artifact_ttl"`
+		// ArtifactTTL is how long artifact links stay valid.
+		ArtifactTTL Duration `toml:"artifact_ttl"`
 	} `toml:"files"`
 
 	// Cluster is how the nodes sharing a store watch each other.
 	Cluster struct {
-		// Heartbeat is how often this node announces itself (Go duration).
-		Heartbeat string `toml:"heartbeat"`
+		// Heartbeat is how often this node announces itself.
+		Heartbeat Duration `toml:"heartbeat"`
 		// LostAfter is how long a node may stay silent before it is lost:
-		// what it ran fails as retryable, its sessions are lost (Go
-		// duration, at least three heartbeats).
-		LostAfter string `toml:"lost_after"`
+		// what it ran fails as retryable, its sessions are lost (at least
+		// three heartbeats).
+		LostAfter Duration `toml:"lost_after"`
 	} `toml:"cluster"`
 
 	Sessions struct {
-		DefaultTTL   string `toml:"default_ttl"`
-		MaxTTL       string `toml:"max_ttl"`
-		DiskMB       int64  `toml:"disk_mb"`
-		MaxDiskMB    int64  `toml:"max_disk_mb"`
-		ReapInterval string `toml:"reap_interval"`
+		DefaultTTL   Duration `toml:"default_ttl"`
+		MaxTTL       Duration `toml:"max_ttl"`
+		DiskMB       int64    `toml:"disk_mb"`
+		MaxDiskMB    int64    `toml:"max_disk_mb"`
+		ReapInterval Duration `toml:"reap_interval"`
 	} `toml:"sessions"`
 
 	// Inputs bounds files[] downloads.
@@ -161,22 +216,9 @@ type Config struct {
 		// AllowPrivate lets input URLs reach private and loopback addresses.
 		AllowPrivate bool  `toml:"allow_private"`
 		MaxFileMB    int64 `toml:"max_file_mb"`
-		// FetchTimeout bounds one download (Go duration).
-		FetchTimeout string `toml:"fetch_timeout"`
+		// FetchTimeout bounds one download.
+		FetchTimeout Duration `toml:"fetch_timeout"`
 	} `toml:"inputs"`
-
-	// Images configures the image store.
-	Images struct {
-		// Dir holds images (default DATA_DIR/images).
-		Dir string `toml:"dir"`
-		// Budget caps the disk space of built and imported images, e.g.
-		// "20GiB"; the least recently used images not in use are evicted
-		// to make room.
-		Budget string `toml:"budget"`
-		// Defaults maps a language to the image its requests use when
-		// they name none; unlisted languages use the host image.
-		Defaults map[string]string `toml:"defaults"`
-	} `toml:"images"`
 
 	// Pool keeps sandboxes ready (see internal/pool and docs/pool.md).
 	Pool struct {
@@ -184,54 +226,52 @@ type Config struct {
 		// serves, reset between each, before it is replaced (1: a sandbox
 		// per execution).
 		MaxUses int `toml:"max_uses"`
-		// IdleTimeout (Go duration) destroys sandboxes idle that long
-		// beyond min_idle, and used ones.
-		IdleTimeout string     `toml:"idle_timeout"`
+		// IdleTimeout destroys sandboxes idle that long beyond min_idle,
+		// and used ones.
+		IdleTimeout Duration   `toml:"idle_timeout"`
 		Warm        []PoolWarm `toml:"warm"`
 	} `toml:"pool"`
 
 	Log struct {
-		Level  string `toml:"level"`  // debug, info, warn, error
-		Format string `toml:"format"` // json or text
+		Level  LogLevel `toml:"level"`
+		Format string   `toml:"format"` // json or text
 	} `toml:"log"`
 
 	// APIKey adds one key for the tenant "default" (flag or environment
 	// only, never the file); CallbackSecret signs that tenant's callbacks
 	// (default: the API key itself).
-	APIKey         string `toml:"-"`
-	CallbackSecret string `toml:"-"`
+	APIKey         string `toml:"-" flag:"api-key"`
+	CallbackSecret string `toml:"-" flag:"callback-secret"`
 }
 
 // Default returns the embedded defaults: SQLite, in-process state and local
 // blobs under /var/lib/corral, listening on loopback.
 func Default() Config {
 	var c Config
+	c.Local = DefaultLocal()
 	c.Listen = "127.0.0.1:8080"
-	c.DataDir = "/var/lib/corral"
 	c.State = "memory"
-	c.CgroupParent = "corral"
 	c.MaxBodyBytes = 10 << 20
 	c.Pids = 256
 	c.Limits.Limits = Limits{TimeoutMS: 30_000, MemoryMB: 512, CPUCores: 1, DiskMB: 1024}
 	c.Limits.Max = Limits{TimeoutMS: 15 * 60_000, MemoryMB: 8192, CPUCores: float64(runtime.NumCPU()), DiskMB: 10240}
 	c.Callbacks.MaxAttempts = 12
-	c.Callbacks.BaseDelay = "1s"
+	c.Callbacks.BaseDelay = Duration(time.Second)
 	c.Summary.MaxChars = collect.DefaultSummaryChars
 	c.Inputs.MaxFileMB = 100
-	c.Files.ArtifactTTL = "15m"
-	c.Cluster.Heartbeat = "2s"
-	c.Cluster.LostAfter = "20s"
-	c.Sessions.DefaultTTL = "1h"
-	c.Sessions.MaxTTL = "24h"
+	c.Files.ArtifactTTL = Duration(15 * time.Minute)
+	c.Cluster.Heartbeat = Duration(2 * time.Second)
+	c.Cluster.LostAfter = Duration(20 * time.Second)
+	c.Sessions.DefaultTTL = Duration(time.Hour)
+	c.Sessions.MaxTTL = Duration(24 * time.Hour)
 	c.Sessions.DiskMB = 1024
 	c.Sessions.MaxDiskMB = 10240
-	c.Sessions.ReapInterval = "30s"
-	c.Inputs.FetchTimeout = "60s"
-	c.Images.Budget = "20GiB"
+	c.Sessions.ReapInterval = Duration(30 * time.Second)
+	c.Inputs.FetchTimeout = Duration(60 * time.Second)
 	c.Pool.MaxUses = 100
-	c.Pool.IdleTimeout = "5m"
+	c.Pool.IdleTimeout = Duration(5 * time.Minute)
 	c.Pool.Warm = []PoolWarm{{Image: images.HostName, Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16, Zygote: true}}
-	c.Log.Level = "info"
+	c.Log.Level = LogLevel(slog.LevelInfo)
 	c.Log.Format = "json"
 	return c
 }
@@ -285,16 +325,10 @@ func MemTotal() (int64, error) {
 
 // Validate checks c and fills derived values.
 func (c *Config) Validate() error {
-	var errs []error
+	errs := []error{c.Local.Validate()}
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen %q: %v", c.Listen, err)
-	}
-	if c.DataDir == "" {
-		bad("data_dir is empty")
-	}
-	if c.RunscBuildLock != "" && !filepath.IsAbs(c.RunscBuildLock) {
-		bad("runsc_build_lock %q: an absolute path", c.RunscBuildLock)
 	}
 	if c.MaxConcurrency < 0 || c.QueueBound < 0 || c.MaxBodyBytes < 0 || c.Pids < 0 {
 		bad("max_concurrency, queue_bound, max_body_bytes and pids must not be negative")
@@ -305,9 +339,6 @@ func (c *Config) Validate() error {
 	}
 	if d.TimeoutMS > m.TimeoutMS || d.MemoryMB > m.MemoryMB || d.CPUCores > m.CPUCores || d.DiskMB > m.DiskMB {
 		bad("default limits exceed the maximums")
-	}
-	if d, err := time.ParseDuration(c.Callbacks.BaseDelay); err != nil || d <= 0 {
-		bad("callbacks.base_delay %q: a positive duration such as 1s", c.Callbacks.BaseDelay)
 	}
 	if c.Summary.MaxChars < collect.MinSummaryChars {
 		bad("summary.max_chars %d: at least %d", c.Summary.MaxChars, collect.MinSummaryChars)
@@ -320,21 +351,19 @@ func (c *Config) Validate() error {
 			bad("memory.secret is empty: memory.url needs a signing secret (or CORRAL_MEMORY_SECRET)")
 		}
 	}
-	for name, v := range map[string]string{"inputs.fetch_timeout": c.Inputs.FetchTimeout, "files.artifact_ttl": c.Files.ArtifactTTL,
-		"sessions.default_ttl": c.Sessions.DefaultTTL, "sessions.max_ttl": c.Sessions.MaxTTL, "sessions.reap_interval": c.Sessions.ReapInterval} {
-		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
-			bad("%s %q: a positive duration such as 60s", name, v)
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"callbacks.base_delay", c.Callbacks.BaseDelay}, {"inputs.fetch_timeout", c.Inputs.FetchTimeout},
+		{"files.artifact_ttl", c.Files.ArtifactTTL}, {"sessions.default_ttl", c.Sessions.DefaultTTL},
+		{"sessions.max_ttl", c.Sessions.MaxTTL}, {"sessions.reap_interval", c.Sessions.ReapInterval},
+		{"cluster.heartbeat", c.Cluster.Heartbeat}, {"pool.idle_timeout", c.Pool.IdleTimeout}} {
+		if d.v <= 0 {
+			bad("%s %s: must be positive", d.name, d.v)
 		}
 	}
-	hb, herr := time.ParseDuration(c.Cluster.Heartbeat)
-	lost, lerr := time.ParseDuration(c.Cluster.LostAfter)
-	if herr != nil || hb <= 0 {
-		bad("cluster.heartbeat %q: a positive duration such as 2s", c.Cluster.Heartbeat)
-	} else if lerr != nil || lost < 3*hb {
-		bad("cluster.lost_after %q: a duration of at least three heartbeats (%s)", c.Cluster.LostAfter, 3*hb)
-	}
-	if d, err := time.ParseDuration(c.Pool.IdleTimeout); err != nil || d <= 0 {
-		bad("pool.idle_timeout %q: a positive duration such as 5m", c.Pool.IdleTimeout)
+	if c.Cluster.Heartbeat > 0 && c.Cluster.LostAfter < 3*c.Cluster.Heartbeat {
+		bad("cluster.lost_after %s: at least three heartbeats (%s)", c.Cluster.LostAfter, 3*c.Cluster.Heartbeat)
 	}
 	if c.Pool.MaxUses < 1 {
 		bad("pool.max_uses must be at least 1")
@@ -355,13 +384,8 @@ func (c *Config) Validate() error {
 			bad("network.allow: %v", err)
 		}
 	}
-	if _, err := images.ParseSize(c.Images.Budget); err != nil {
-		bad("images.budget: %v", err)
-	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log.level %q: use debug, info, warn or error", c.Log.Level)
+	if _, ok := logLevels[c.Log.Level.String()]; !ok {
+		bad("log.level %s: use debug, info, warn or error", c.Log.Level)
 	}
 	switch c.Log.Format {
 	case "json", "text":
@@ -382,8 +406,11 @@ func (c *Config) Validate() error {
 		c.PublicURL = "http://" + c.Listen
 	}
 	if c.NodeID == "" {
-		host, _ := os.Hostname()
-		c.NodeID = host + "/" + c.Listen
+		if host, err := os.Hostname(); err != nil {
+			bad("node_id is empty and this host's name is unknown: %v", err)
+		} else {
+			c.NodeID = host + "/" + c.Listen
+		}
 	}
 	if c.AdvertiseAddress == "" {
 		c.AdvertiseAddress = advertise(c.Listen)

@@ -60,3 +60,43 @@ func TestRunscBuildLock(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedFiles: the configuration the docs show loads, with the
+// keys and string forms ("30s", "20GiB") files have always had.
+func TestDocumentedFiles(t *testing.T) {
+	for _, d := range []struct {
+		doc    string
+		blocks []int // the TOML blocks that are corral.toml (images.md's first is a recipe)
+	}{{"production.md", []int{0}}, {"pool.md", []int{0}}, {"images.md", []int{1}}} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "docs", d.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := strings.Split(string(b), "```toml\n")[1:]
+		for _, i := range d.blocks {
+			if i >= len(blocks) {
+				t.Errorf("%s has no TOML block %d", d.doc, i+1)
+				continue
+			}
+			block, _, _ := strings.Cut(blocks[i], "```")
+			path := filepath.Join(t.TempDir(), "corral.toml")
+			if err := os.WriteFile(path, []byte(dedent(block)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := Default()
+			if err := Load(path, &cfg); err != nil {
+				t.Errorf("%s, TOML block %d: %v", d.doc, i+1, err)
+			}
+		}
+	}
+}
+
+// dedent removes the indentation of a block nested in a list item.
+func dedent(s string) string {
+	lines := strings.Split(s, "\n")
+	indent := len(lines[0]) - len(strings.TrimLeft(lines[0], " "))
+	for i, l := range lines {
+		lines[i] = l[min(indent, len(l)-len(strings.TrimLeft(l, " "))):]
+	}
+	return strings.Join(lines, "\n")
+}

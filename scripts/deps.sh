@@ -10,6 +10,8 @@
 #                            logged to $CORRAL_CACHE/runsc-VERSION.log); serve
 #                            answers gVisor requests with a retryable error
 #                            until it is installed
+#   deps.sh image            what `make image` needs: the above, runsc in the
+#                            foreground and mmdebstrap
 #   deps.sh test             everything the suite needs (the default): the
 #                            above in the foreground, PostgreSQL, Redis,
 #                            Chromium, mmdebstrap, bubblewrap, the S3 server
@@ -161,6 +163,12 @@ runsc-background)
 runsc)
 	with_lock runsc build_runsc
 	;;
+image)
+	serve_deps
+	apt_install mmdebstrap
+	with_lock runsc build_runsc
+	log "ok: runc $RUNC_VERSION, runsc $RUNSC_VERSION in $PREFIX/bin, mmdebstrap"
+	;;
 test)
 	serve_deps
 	apt_install "${test_pkgs[@]}"
@@ -172,7 +180,7 @@ test)
 	log "ok: runc $RUNC_VERSION, runsc $RUNSC_VERSION, versitygw $VERSITYGW_VERSION in $PREFIX/bin"
 	;;
 *)
-	log "usage: deps.sh [serve|runsc-background|test]"
+	log "usage: deps.sh [serve|runsc-background|image|test]"
 	exit 2
 	;;
 esac

@@ -7,7 +7,7 @@ BIN := bin/corral
 # The agent inside every sandbox is this same binary: it must be static.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps run test test-go test-sdk leakcheck lint bench clean image test-image
+.PHONY: all build deps run test test-go test-sdk leakcheck lint bench clean image test-image test-helm
 
 all: build
 
@@ -29,13 +29,21 @@ run:
 # Root-only tests fail instead of skipping here (CORRAL_TEST_STRICT). Packages
 # run one at a time (-p 1): several start CPU-bound sandboxes, and timing
 # checks such as "a 1 s timeout is answered within 1.5 s" need the cores.
-test: deps build lint test-go test-sdk leakcheck
+test: deps build lint test-go test-sdk test-helm leakcheck
 
 test-go:
 	CORRAL_TEST_STRICT=1 $(GO) test -p 1 -count=1 -timeout 25m ./...
 
 test-sdk:
 	cd sandbox && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# The Helm chart through Helm's Go SDK (deploy/helm/test, its own module so
+# the corral module does not pull Helm and client-go): lint, rendering against
+# golden files (go test -update rewrites them), strict decoding into the
+# k8s.io/api types, and the rendered configuration through bin/corral's
+# config check, the binary the image carries.
+test-helm: build
+	cd deploy/helm/test && $(GO) vet ./... && CORRAL_BIN=$(CURDIR)/bin/corral $(GO) test -count=1 ./...
 
 # After everything: no sandbox, cgroup, mount, loop device or process of
 # the suite may remain.

@@ -48,6 +48,7 @@ test_pkgs=(
 	postgresql       # store conformance and contract tests
 	redis-server     # state conformance and contract tests
 	chromium         # headless browser for the dashboard tests (test/ui)
+	systemd          # systemd-analyze verify of deploy/systemd (test/systemd)
 	file
 )
 

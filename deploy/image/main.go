@@ -34,6 +34,7 @@ type options struct {
 	recipe, lock, lockMode     string
 	out, ref                   string
 	corral, agent, runtimesDir string
+	entrypoint                 string
 	cache                      string
 	verbose                    bool
 }
@@ -47,6 +48,7 @@ func main() {
 	flag.StringVar(&o.ref, "ref", "corralhq/corral:dev", "the image's name and tag")
 	flag.StringVar(&o.corral, "corral", "bin/corral", "the static corral binary (make build)")
 	flag.StringVar(&o.agent, "agent", "bin/corral-agent", "the static corral-agent binary (make build)")
+	flag.StringVar(&o.entrypoint, "entrypoint", "deploy/image/entrypoint.sh", "the image's entrypoint script (cgroup v2 set-up, then corral)")
 	flag.StringVar(&o.runtimesDir, "runtimes", "/opt/corral", "where scripts/deps.sh installed the pinned runc and runsc (bin/, *.version)")
 	flag.StringVar(&o.cache, "cache", "/var/cache/corral", "downloaded .deb files (debs/SUITE) and the build's scratch space, outside the clone")
 	flag.BoolVar(&o.verbose, "v", false, "print mmdebstrap's log as it runs")
@@ -60,10 +62,12 @@ func main() {
 }
 
 // imageConfig is how the image runs: corral serve on every interface (a
-// pod's network namespace is its own), data under /var/lib/corral.
+// pod's network namespace is its own), data under /var/lib/corral, through
+// corral-entrypoint (entrypoint.sh: cgroup v2 delegation inside the
+// container).
 func imageConfig(ref string) v1.Config {
 	return v1.Config{
-		Entrypoint: []string{"/usr/local/bin/corral"},
+		Entrypoint: []string{"/usr/local/bin/corral-entrypoint"},
 		Cmd:        []string{"serve"},
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -238,6 +242,7 @@ type file struct{ src, dst string }
 // runtimes the pinned ones.
 func payload(o options) ([]file, error) {
 	files := []file{
+		{o.entrypoint, "usr/local/bin/corral-entrypoint"},
 		{o.corral, "usr/local/bin/corral"},
 		{o.agent, "usr/local/bin/corral-agent"},
 	}

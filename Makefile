@@ -75,7 +75,7 @@ image: build
 # minutes on two cores), with a package drift reported rather than fatal.
 test-image:
 	$(MAKE) --no-print-directory image IMAGE_LOCK=warn
-	CORRAL_TEST_STRICT=1 CORRAL_TEST_IMAGE=1 CORRAL_IMAGE=$(IMAGE_OUT)/oci $(GO) test -count=1 -v -timeout 10m ./test/container
+	CORRAL_TEST_STRICT=1 CORRAL_TEST_IMAGE=1 CORRAL_IMAGE=$(abspath $(IMAGE_OUT))/oci $(GO) test -count=1 -v -timeout 10m ./test/container
 
 # The warm-pool harness (docs/bench.md): one table, ratios to a bare
 # python3 spawn measured in the same run; about 10 minutes once the python

@@ -45,12 +45,16 @@ const cgroupParent = "corral-image-test"
 
 const apiKey = "container-test-key-0123456789"
 
-// imageLayout is the OCI layout make image wrote, or CORRAL_IMAGE.
+// imageLayout is the OCI layout make image wrote, or CORRAL_IMAGE (relative
+// to the repository).
 func imageLayout(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("CORRAL_IMAGE")
-	if p == "" {
+	switch {
+	case p == "":
 		p = filepath.Join(testenv.ModuleRoot(t), "bin", "image", "oci")
+	case !filepath.IsAbs(p):
+		p = filepath.Join(testenv.ModuleRoot(t), p)
 	}
 	_, err := os.Stat(filepath.Join(p, "index.json"))
 	testenv.Need(t, err == nil, "no image layout at "+p+": run make image (or set CORRAL_IMAGE)")

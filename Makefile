@@ -41,7 +41,7 @@ test-sdk:
 # the corral module does not pull Helm and client-go): lint, rendering against
 # golden files (go test -update rewrites them), strict decoding into the
 # k8s.io/api types, and the rendered configuration through bin/corral's
-# config check, the binary the image carries.
+# config check (the image's corral is built from the same source).
 test-helm: build
 	cd deploy/helm/test && $(GO) vet ./... && CORRAL_BIN=$(CURDIR)/bin/corral $(GO) test -count=1 ./...
 
@@ -65,9 +65,16 @@ IMAGE_LOCK ?= check
 # What the build needs (mmdebstrap, runc, runsc); IMAGE_DEPS=true skips it
 # on a machine already provisioned.
 IMAGE_DEPS ?= ./scripts/deps.sh image
-image: build
+# The image's binaries are built here, not by make build, with what decides
+# their bytes pinned: the Go release of go.mod (GOTOOLCHAIN; it also writes
+# the gzip stream), no VCS stamp, -trimpath, no cgo.
+IMAGE_GO := CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=go$(shell sed -n 's/^go //p' go.mod) $(GO)
+image:
 	$(IMAGE_DEPS)
-	$(GO) run ./deploy/image -lock-mode $(IMAGE_LOCK) -out $(IMAGE_OUT) -ref $(IMAGE_REF)
+	$(IMAGE_GO) build -trimpath -o $(IMAGE_OUT)/bin/corral ./cmd/corral
+	$(IMAGE_GO) build -trimpath -o $(IMAGE_OUT)/bin/corral-agent ./cmd/corral-agent
+	$(IMAGE_GO) run ./deploy/image -lock-mode $(IMAGE_LOCK) -out $(IMAGE_OUT) -ref $(IMAGE_REF) \
+		-corral $(IMAGE_OUT)/bin/corral -agent $(IMAGE_OUT)/bin/corral-agent
 
 # Corral inside its own image under runc, as a privileged pod (test/container):
 # both tiers, the limits' verdicts, nothing left on the host. .ci/run runs it

@@ -46,8 +46,8 @@ func main() {
 	flag.StringVar(&o.lockMode, "lock-mode", "check", "check: fail if the build resolves other versions; warn: say so and go on; update: rewrite the lock")
 	flag.StringVar(&o.out, "out", "bin/image", "output directory: oci/ (an OCI image layout), corral-image.tar (docker load), digest")
 	flag.StringVar(&o.ref, "ref", "corralhq/corral:dev", "the image's name and tag")
-	flag.StringVar(&o.corral, "corral", "bin/corral", "the static corral binary (make build)")
-	flag.StringVar(&o.agent, "agent", "bin/corral-agent", "the static corral-agent binary (make build)")
+	flag.StringVar(&o.corral, "corral", "bin/corral", "the static corral binary")
+	flag.StringVar(&o.agent, "agent", "bin/corral-agent", "the static corral-agent binary")
 	flag.StringVar(&o.entrypoint, "entrypoint", "deploy/image/entrypoint.sh", "the image's entrypoint script (cgroup v2 set-up, then corral)")
 	flag.StringVar(&o.runtimesDir, "runtimes", "/opt/corral", "where scripts/deps.sh installed the pinned runc and runsc (bin/, *.version)")
 	flag.StringVar(&o.cache, "cache", "/var/cache/corral", "downloaded .deb files (debs/SUITE) and the build's scratch space, outside the clone")
@@ -258,7 +258,7 @@ func payload(o options) ([]file, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("missing %s: run make build and scripts/deps.sh image", strings.Join(missing, ", "))
+		return nil, fmt.Errorf("missing %s: make image builds the binaries; scripts/deps.sh image the runtimes", strings.Join(missing, ", "))
 	}
 	return files, nil
 }

@@ -11,6 +11,8 @@
 #                            $CORRAL_CACHE/runsc.lock from before it returns
 #                            until runsc is installed; meanwhile serve answers
 #                            gVisor requests with a retryable error
+#   deps.sh image            what `make image` needs: the above, runsc in the
+#                            foreground and mmdebstrap
 #   deps.sh test             everything the suite needs (the default): the
 #                            above in the foreground, PostgreSQL, Redis,
 #                            Chromium, mmdebstrap, bubblewrap, the S3 server
@@ -47,6 +49,7 @@ test_pkgs=(
 	postgresql       # store conformance and contract tests
 	redis-server     # state conformance and contract tests
 	chromium         # headless browser for the dashboard tests (test/ui)
+	systemd          # systemd-analyze verify of deploy/systemd (test/systemd)
 	file
 )
 
@@ -177,6 +180,12 @@ runsc-locked)
 	{ : >&9; } 2>/dev/null || { log "runsc-locked is started by runsc-background"; exit 2; }
 	build_runsc
 	;;
+image)
+	serve_deps
+	apt_install mmdebstrap
+	with_lock runsc build_runsc
+	log "ok: runc $RUNC_VERSION, runsc $RUNSC_VERSION in $PREFIX/bin, mmdebstrap"
+	;;
 test)
 	serve_deps
 	apt_install "${test_pkgs[@]}"
@@ -188,7 +197,7 @@ test)
 	log "ok: runc $RUNC_VERSION, runsc $RUNSC_VERSION, versitygw $VERSITYGW_VERSION in $PREFIX/bin"
 	;;
 *)
-	log "usage: deps.sh [serve|runsc-background|test]"
+	log "usage: deps.sh [serve|runsc-background|image|test]"
 	exit 2
 	;;
 esac

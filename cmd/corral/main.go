@@ -28,6 +28,7 @@ func init() {
 		{"mcp", "serve a server's sandboxes to AI agents over MCP (stdio or HTTP)", cmdMCP},
 		{"image", "build, import, list and remove images", cmdImage},
 		{"doctor", "check that this machine can run sandboxes", cmdDoctor},
+		{"config", "check a serve configuration without serving (config check)", cmdConfig},
 		{"agent", "the in-sandbox agent (started by the runtime, not by hand)", cmdAgent},
 	}
 }

@@ -127,6 +127,26 @@ func (s *Store) Build(ctx context.Context, r Recipe, opts BuildOptions) (Info, e
 	return info, nil
 }
 
+// Bootstrap is the Debian part of a build alone: mmdebstrap for r into
+// rootfs (new or empty), with r's purges, and nothing of the store or of
+// Corral's sandbox layout. It builds Corral's own container image
+// (deploy/image), which is not a sandbox image. Its log goes to log.
+// Bootstrap needs root.
+func Bootstrap(ctx context.Context, r Recipe, rootfs string, opts BuildOptions, log io.Writer) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	mmdebstrap, err := lookPath(opts.Mmdebstrap, "mmdebstrap")
+	if err != nil {
+		return err
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = func(string, float64) {}
+	}
+	return runMmdebstrap(ctx, mmdebstrap, r, rootfs, opts.CacheDir, log, progress)
+}
+
 func lookPath(explicit, name string) (string, error) {
 	if explicit != "" {
 		return explicit, nil
@@ -344,9 +364,19 @@ func vendorNpm(ctx context.Context, npm string, pkgs []string, stageDir, cacheDi
 // writePackageList records the Debian packages installed, "name version"
 // per line: with the recipe, what the image is made of.
 func writePackageList(rootfs, dst string) error {
+	lines, err := PackageList(rootfs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+}
+
+// PackageList returns the Debian packages installed in rootfs as sorted
+// "name version" lines, from dpkg's status file.
+func PackageList(rootfs string) ([]string, error) {
 	b, err := os.ReadFile(filepath.Join(rootfs, "var", "lib", "dpkg", "status"))
 	if err != nil {
-		return fmt.Errorf("read dpkg status: %w", err)
+		return nil, fmt.Errorf("read dpkg status: %w", err)
 	}
 	var lines []string
 	for _, para := range strings.Split(string(b), "\n\n") {
@@ -366,5 +396,5 @@ func writePackageList(rootfs, dst string) error {
 		}
 	}
 	slices.Sort(lines)
-	return os.WriteFile(dst, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	return lines, nil
 }

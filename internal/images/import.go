@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -334,4 +335,59 @@ func pickImage(idx v1.ImageIndex) (v1.Image, string, error) {
 		return nil, "", fmt.Errorf("read OCI image: %w", err)
 	}
 	return img, images[pick].Annotations["org.opencontainers.image.ref.name"], nil
+}
+
+// Unpack applies the layers of an image, from an OCI image layout
+// directory or a docker save or OCI layout archive, into dir as a container
+// runtime would before running it: whiteouts honoured, nothing written
+// outside dir, no device nodes, no setuid bits. Unlike Import it applies
+// no sandbox layout and stores nothing; it returns the image's config (its
+// entrypoint, environment). Corral's own image is run this way by its
+// container test (test/container). Unpack needs root to keep owners.
+func Unpack(ctx context.Context, src, dir string) (*v1.ConfigFile, error) {
+	var img v1.Image
+	if st, err := os.Stat(src); err == nil && st.IsDir() {
+		idx, err := layout.ImageIndexFromPath(src)
+		if err != nil {
+			return nil, fmt.Errorf("read OCI layout %s: %w", src, err)
+		}
+		if img, _, err = pickImage(idx); err != nil {
+			return nil, err
+		}
+	} else {
+		scratch, err := os.MkdirTemp(filepath.Dir(dir), ".unpack-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(scratch)
+		if img, _, err = openArchive(src, scratch, math.MaxInt64); err != nil {
+			return nil, fmt.Errorf("unpack %s: %w", src, err)
+		}
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("unpack %s: read image config: %w", src, err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("unpack %s: read layers: %w", src, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	r, err := openRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	budget := int64(math.MaxInt64)
+	for i, l := range layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := applyLayerFrom(r, l, &budget); err != nil {
+			return nil, fmt.Errorf("unpack %s: layer %d: %w", src, i+1, err)
+		}
+	}
+	return cfg, nil
 }

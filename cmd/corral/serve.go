@@ -243,6 +243,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	if ctx.Err() != nil {
+		// Told to stop: no more work is claimed, and load balancers see
+		// the node not ready, while what runs finishes (up to
+		// drain_timeout); what has not started goes back to the queue.
+		// The same signal again stops it at once.
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		srv.Drain()
+		log.Info("draining", "running", n.Running(), "drain_timeout", time.Duration(cfg.DrainTimeout))
+		dctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout))
+		n.Drain(dctx)
+		cancel()
+	}
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/internal/cluster"
@@ -41,7 +42,14 @@ type Server struct {
 	cluster  *cluster.Cluster // nil: every session is this node's
 	blobs    http.Handler
 	stats    StatsSource // nil: GET /v1/stats is 404
+	// draining is set once the node is told to stop: /readyz answers 503
+	// so load balancers send its traffic elsewhere while it finishes.
+	draining atomic.Bool
 }
+
+// Drain makes /readyz answer 503 from now on; everything else is served
+// as before (a client waiting for an execution still gets its answer).
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // SetFiles enables the session endpoints and serves signed artifact links
 // (the local blob store's handler) under /v1/blobs/. Either may be nil.
@@ -165,6 +173,10 @@ func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeError(w, errorf(http.StatusServiceUnavailable, "not_ready", "", "the node is stopping"))
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	for _, p := range s.ready {

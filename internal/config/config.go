@@ -140,9 +140,13 @@ type Config struct {
 	// derives it from memory (see DeriveConcurrency).
 	MaxConcurrency int `toml:"max_concurrency"`
 	// QueueBound caps the shared queue; 0 means 4 × MaxConcurrency.
-	QueueBound   int   `toml:"queue_bound"`
-	MaxBodyBytes int64 `toml:"max_body_bytes"`
-	Pids         int64 `toml:"pids"`
+	QueueBound int `toml:"queue_bound"`
+	// DrainTimeout is how long a node told to stop (SIGTERM) lets what it
+	// runs finish before it ends the rest as retryable failures; what has
+	// not started is handed back to the queue at once.
+	DrainTimeout Duration `toml:"drain_timeout"`
+	MaxBodyBytes int64    `toml:"max_body_bytes"`
+	Pids         int64    `toml:"pids"`
 
 	Limits struct {
 		Limits
@@ -260,6 +264,7 @@ func Default() Config {
 	c.Summary.MaxChars = collect.DefaultSummaryChars
 	c.Inputs.MaxFileMB = 100
 	c.Files.ArtifactTTL = Duration(15 * time.Minute)
+	c.DrainTimeout = Duration(5 * time.Minute)
 	c.Cluster.Heartbeat = Duration(2 * time.Second)
 	c.Cluster.LostAfter = Duration(20 * time.Second)
 	c.Sessions.DefaultTTL = Duration(time.Hour)
@@ -329,6 +334,9 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen %q: %v", c.Listen, err)
+	}
+	if c.DrainTimeout < 0 {
+		bad("drain_timeout %s: not negative (0: stop at once)", c.DrainTimeout)
 	}
 	if c.MaxConcurrency < 0 || c.QueueBound < 0 || c.MaxBodyBytes < 0 || c.Pids < 0 {
 		bad("max_concurrency, queue_bound, max_body_bytes and pids must not be negative")

@@ -39,6 +39,7 @@ var usage = map[string]string{
 	"log-format":        "json or text",
 	"max-concurrency":   "executions this node runs at once (0: from memory)",
 	"queue-bound":       "maximum queued executions before 429 (0: 4 × max-concurrency)",
+	"drain-timeout":     "on SIGTERM, how long running executions may take to finish (a `duration`; what has not started is handed back at once)",
 	"data-dir":          "directory for sandboxes, images and local state",
 	"cache-dir":         "directory for warmed language build caches (default DATA-DIR/cache)",
 	"cgroup-parent":     "cgroup under which sandboxes are placed",

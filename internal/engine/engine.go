@@ -96,6 +96,18 @@ type SandboxObserver interface {
 	Sandbox(id string)
 }
 
+// StartObserver is a Sink that decides whether the execution's first
+// process (its compile step, or its program) may start: before that,
+// nothing of the request has run, and a server that is stopping hands the
+// execution back to the queue instead. Starting returning false ends Run
+// with ErrNotStarted's verdict (cancelled) and nothing run.
+type StartObserver interface {
+	Starting() bool
+}
+
+// ErrNotStarted: a StartObserver refused the execution's first process.
+var ErrNotStarted = errors.New("not started: the node is stopping")
+
 // Engine runs executions. It is safe for concurrent use.
 type Engine struct {
 	cfg      Config
@@ -326,7 +338,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 	case errors.As(err, &bad):
 		res.Status = sandbox.StatusFailed
 		res.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: bad.Error()}
-	case err != nil && ctx.Err() != nil:
+	case err != nil && (ctx.Err() != nil || errors.Is(err, ErrNotStarted)):
 		res.Status, res.Error = collect.Verdict(collect.Facts{Cancelled: true})
 	case err != nil:
 		res.Status = sandbox.StatusFailed
@@ -563,6 +575,12 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 	if dir == "" {
 		dir = "/workspace"
 	}
+	if o, ok := out.sink.(StartObserver); ok && !out.started {
+		if !o.Starting() {
+			return stepResult{}, ErrNotStarted
+		}
+		out.started = true
+	}
 	start := time.Now()
 	p, err := sb.Agent().Start(ctx, agent.StartRequest{
 		Argv:     s.Argv,
@@ -716,6 +734,7 @@ type capture struct {
 	stdout, stderr *collect.Stream
 	status         []byte
 	sink           Sink
+	started        bool // the sink was told (StartObserver)
 }
 
 func (c *capture) Stdout(p []byte) {

@@ -109,10 +109,15 @@ type Node struct {
 	// wake has room for one token: a submission leaves one so that an
 	// idle dispatcher claims at once.
 	wake chan struct{}
+	// draining is closed by Drain: no more claims.
+	draining  chan struct{}
+	drainOnce sync.Once
 
-	mu      sync.Mutex
-	running map[string]*run            // by key
-	waiters map[string][]chan struct{} // by key
+	mu sync.Mutex
+	// stopping is set by Drain: no run may start its first process.
+	stopping bool
+	running  map[string]*run            // by key
+	waiters  map[string][]chan struct{} // by key
 	// early holds cancels of executions not running here (yet), by key,
 	// with when they came: a claim that registers its run right after
 	// still finds them.
@@ -124,13 +129,16 @@ type run struct {
 	sandboxID string
 	started   time.Time
 	timeout   time.Duration
+	// began: the execution's first process was about to start (the
+	// engine said so); before that, nothing of the request has run.
+	began bool
 }
 
 // New returns a node; cl is its view of the cluster (its id is the
 // node's). notifier may be nil (no callbacks).
 func New(cfg Config, eng *engine.Engine, st store.Store, ls state.State, cl *cluster.Cluster, notifier *notify.Notifier, m *metrics.Metrics, log *slog.Logger) *Node {
 	return &Node{cfg: cfg, engine: eng, store: st, state: ls, cluster: cl, notifier: notifier, metrics: m, log: log,
-		ctx: context.Background(), wake: make(chan struct{}, 1), running: map[string]*run{},
+		ctx: context.Background(), wake: make(chan struct{}, 1), draining: make(chan struct{}), running: map[string]*run{},
 		waiters: map[string][]chan struct{}{}, early: map[string]time.Time{}}
 }
 

@@ -18,6 +18,7 @@ import (
 var (
 	errCancelled = errors.New("cancelled by a client")
 	errLost      = errors.New("no longer running here, by the store")
+	errHandBack  = errors.New("handed back: the node is stopping")
 )
 
 // Run starts the node's workers and background loops and blocks until ctx
@@ -95,6 +96,13 @@ func (n *Node) dispatch(ctx context.Context) {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return
+		case <-n.draining:
+			return
+		}
+		select {
+		case <-n.draining:
+			return
+		default:
 		}
 		ex, err := n.store.ClaimExecution(ctx, n.id(), time.Now())
 		if err == nil {
@@ -127,8 +135,55 @@ func (n *Node) dispatch(ctx context.Context) {
 		case <-time.After(wait):
 		case <-ctx.Done():
 			return
+		case <-n.draining:
+			return
 		}
 	}
+}
+
+// Drain stops this node from claiming work and from starting any: what it
+// claimed but whose first process has not started is handed back to the
+// queue (another node runs it), and Drain waits until the rest has
+// finished or ctx ends, whichever comes first. What still runs when Run's
+// context ends is recorded as a retryable failure.
+func (n *Node) Drain(ctx context.Context) {
+	n.drainOnce.Do(func() { close(n.draining) })
+	// What has not started is new work: back to the queue, now.
+	n.mu.Lock()
+	n.stopping = true
+	var waiting []*run
+	for _, r := range n.running {
+		if !r.began {
+			waiting = append(waiting, r)
+		}
+	}
+	n.mu.Unlock()
+	for _, r := range waiting {
+		r.cancel(errHandBack)
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		n.mu.Lock()
+		left := len(n.running)
+		n.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			n.log.Warn("drain ran out of time", "running", left)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Running is how many executions this node runs now.
+func (n *Node) Running() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.running)
 }
 
 // earlyTTL is how long a cancel for an execution this node does not run is
@@ -225,7 +280,13 @@ func (n *Node) execute(ctx context.Context, ex *store.Execution) {
 
 	rec := ex.Record
 	res.ExecutionID, res.SessionID, res.CreatedAt, res.QueueMS = rec.ExecutionID, rec.SessionID, rec.CreatedAt, rec.QueueMS
+	n.mu.Lock()
+	began, stopping := r.began, n.stopping
+	n.mu.Unlock()
 	switch cause := context.Cause(runCtx); {
+	case !began && (ctx.Err() != nil || stopping):
+		n.handBack(ex)
+		return
 	case ctx.Err() != nil:
 		res.Status = sandbox.StatusFailed
 		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: the node running it shut down; retry", Retryable: true}
@@ -263,6 +324,29 @@ func (n *Node) record(ex *store.Execution, rec sandbox.Result) bool {
 			return false
 		}
 		n.log.Warn("record execution; retrying", "execution_id", ex.ID, "err", err)
+		time.Sleep(pause)
+	}
+}
+
+// handBack returns an execution this node claimed, but whose first
+// process never started, to the queue: another node (or this one, back)
+// runs it. Only the node running it may: the update is conditional on
+// running.
+func (n *Node) handBack(ex *store.Execution) {
+	ex.Record.Status, ex.Record.QueueMS, ex.Node = sandbox.StatusQueued, 0, ""
+	deadline := time.Now().Add(n.cfg.StoreRetry)
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		err := n.store.UpdateExecution(context.Background(), ex, sandbox.StatusRunning)
+		switch {
+		case err == nil:
+			n.log.Info("execution handed back to the queue", "execution_id", ex.ID)
+			_, _ = n.state.Append(context.Background(), key(ex.Tenant, ex.ID), state.EventStatus, []byte(sandbox.StatusQueued))
+			_ = n.state.Notify(context.Background(), state.ChannelWork, "")
+			return
+		case errors.Is(err, store.ErrStale), errors.Is(err, store.ErrNotFound), time.Now().After(deadline):
+			n.log.Warn("hand an execution back", "execution_id", ex.ID, "err", err)
+			return
+		}
 		time.Sleep(pause)
 	}
 }
@@ -322,6 +406,18 @@ func (s *sink) Sandbox(id string) {
 	s.n.mu.Lock()
 	s.r.sandboxID = id
 	s.n.mu.Unlock()
+}
+
+// Starting implements engine.StartObserver: no first process starts on a
+// node that is stopping (Drain hands the execution back instead).
+func (s *sink) Starting() bool {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	if s.n.stopping {
+		return false
+	}
+	s.r.began = true
+	return true
 }
 
 func (s *sink) Stdout(p []byte) { s.add(state.EventStdout, p) }

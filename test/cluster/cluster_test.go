@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -271,4 +272,112 @@ func waitFinal(t *testing.T, c *sandbox.Client, id string) *sandbox.Result {
 		t.Fatalf("wait %s: %v", id, err)
 	}
 	return r
+}
+
+// TestDrain: node A is sent SIGTERM while it runs executions and holds
+// others it claimed but has not started (a session's, waiting for the
+// session's lock). What runs finishes on A; what had not started goes back
+// to the queue — for A, which holds the session — and runs once A is back;
+// work that any node may run is taken by B. A exits 0 within its drain
+// timeout, and not one execution is lost.
+func TestDrain(t *testing.T) {
+	nodes := startNodes(t, []string{"--drain-timeout", "60s"}, nil)
+	a, b := nodes[0], nodes[1]
+	ctx := t.Context()
+	ca, cb := client(a, testserver.AlphaKey), client(b, testserver.AlphaKey)
+	// The session's first execution runs (it says so, then sleeps); the
+	// next two wait for its lock on A.
+	const sid = "draining"
+	if _, err := ca.TouchSession(ctx, sid, sandbox.SessionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		id, err := ca.Submit(ctx, sandbox.ExecuteRequest{SessionID: sid, Language: "bash",
+			Code: fmt.Sprintf("echo begun; sleep 3; echo %d >> turns; cat turns", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if i == 0 {
+			waitOutput(t, ca, id, "begun")
+		}
+	}
+	// Work for anyone, some of it running on A.
+	for range 4 {
+		id, err := ca.Submit(ctx, sandbox.ExecuteRequest{Language: "bash", Code: "echo begun; sleep 3; echo done"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	// The session's second and third are claimed by A: waiting for the lock.
+	for _, id := range ids[1:3] {
+		waitStatus(t, ca, id, sandbox.StatusRunning)
+	}
+	stopped := make(chan time.Duration)
+	go func() {
+		start := time.Now()
+		a.Stop()
+		stopped <- time.Since(start)
+	}()
+	took := <-stopped
+	if code := a.ExitCode(); code != 0 {
+		t.Errorf("node A exited %d after SIGTERM, want 0", code)
+	}
+	t.Logf("node A drained and stopped in %v", took.Round(100*time.Millisecond))
+	// The session's waiting executions wait for A, and run when it is back.
+	a.Launch()
+	for _, id := range ids {
+		r := waitFinal(t, cb, id)
+		if r.Status != sandbox.StatusSuccess {
+			t.Errorf("%s ended %s %+v: lost to the drain", id, r.Status, r.Error)
+		}
+	}
+	// In order, each once: the session's turns.
+	r := waitFinal(t, cb, ids[2])
+	if r.Stdout != "begun\n0\n1\n2\n" {
+		t.Errorf("the session's last execution printed %q, want its turns 0 1 2 once each", r.Stdout)
+	}
+	// The waiting ones went back to the queue, and were claimed again (a
+	// claim A made as it began to drain may take one once more, and give
+	// it back again).
+	for _, id := range ids[1:3] {
+		if got := statuses(t, cb, id); !strings.HasPrefix(got, "queued running queued running") || !strings.HasSuffix(got, "queued running") {
+			t.Errorf("%s went through %q, want it handed back (queued running queued running)", id, got)
+		}
+	}
+}
+
+// statuses lists the status events of a finished execution.
+func statuses(t *testing.T, c *sandbox.Client, id string) string {
+	t.Helper()
+	var out []string
+	for ev, err := range c.Stream(t.Context(), id, sandbox.StreamOptions{}) {
+		if err != nil {
+			t.Fatalf("stream %s: %v", id, err)
+		}
+		if ev.Type == sandbox.EventStatus {
+			out = append(out, string(ev.Status))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// waitOutput follows an execution's events until its output holds want.
+func waitOutput(t *testing.T, c *sandbox.Client, id, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out strings.Builder
+	for ev, err := range c.Stream(ctx, id, sandbox.StreamOptions{}) {
+		if err != nil {
+			t.Fatalf("stream %s: %v", id, err)
+		}
+		out.WriteString(ev.Text)
+		if strings.Contains(out.String(), want) {
+			return
+		}
+	}
+	t.Fatalf("%s ended without printing %q (it printed %q)", id, want, out.String())
 }

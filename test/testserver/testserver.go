@@ -89,7 +89,11 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	listen := l.Addr().String()
 	l.Close()
+	// A stopping server gives what runs 10 s (the default is minutes):
+	// Stop waits 30 s before it kills.
 	cfg := fmt.Sprintf(`
+drain_timeout = "10s"
+
 [log]
 level = "debug"
 format = "text"
@@ -197,6 +201,17 @@ func (s *Server) Stop() {
 		s.t.Errorf("corral serve ignored SIGTERM")
 		s.cmd.Process.Kill()
 		<-s.done
+	}
+}
+
+// ExitCode is the exit status of the server's last process, once it has
+// exited (after Stop or Kill); -1 while it runs or if a signal ended it.
+func (s *Server) ExitCode() int {
+	select {
+	case <-s.done:
+		return s.cmd.ProcessState.ExitCode()
+	default:
+		return -1
 	}
 }
 

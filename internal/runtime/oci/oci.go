@@ -142,6 +142,9 @@ type Sandbox struct {
 	disk   *disk.Disk
 	keep   bool // the disk is a session's and outlives the sandbox
 	client *agent.Client
+	// starting, when set, delivers the exit of a runtime run that was
+	// killed half-way (its caller gave up): Destroy waits for it.
+	starting <-chan error
 	limits atomic.Pointer[runtime.Limits] // in force
 	diag   *tail                          // the sandbox's stderr: runtime and agent diagnostics
 	// initFD is a pidfd of the sandbox's init (runc: the agent; runsc: the
@@ -349,7 +352,23 @@ func (s *Sandbox) start(ctx context.Context) error {
 		cmd.Args = append(cmd.Args[:len(cmd.Args)-1], "--no-new-keyring", s.id)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = toAgentR, fromAgentW, errW
-	runErr := cmd.Run()
+	exited := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		exited <- err
+	} else {
+		go func() { exited <- cmd.Wait() }()
+	}
+	var runErr error
+	select {
+	case runErr = <-exited:
+	case <-ctx.Done():
+		// The runtime is being killed (exec.CommandContext). Killed in the
+		// middle of its mounts it can take seconds to go: the caller (a
+		// cancelled execution) does not wait, Destroy does before it
+		// undoes the creation.
+		s.starting = exited
+		runErr = ctx.Err()
+	}
 	toAgentR.Close()
 	fromAgentW.Close()
 	errW.Close()
@@ -554,6 +573,9 @@ func (s *Sandbox) Kill(ctx context.Context) error {
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroyOnce.Do(func() {
 		var errs []error
+		if s.starting != nil {
+			<-s.starting // the runtime's run, killed: gone before its work is undone
+		}
 		if s.client != nil {
 			s.client.Close()
 		}

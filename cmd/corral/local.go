@@ -15,6 +15,7 @@ import (
 
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/oci"
 )
@@ -77,6 +78,7 @@ func staticELF(path string) error {
 // local is this machine's engine and runtimes. A runtime can be added
 // after start (awaitGVisor).
 type local struct {
+	fleet  *fleet.Fleet
 	engine *engine.Engine
 	log    *slog.Logger
 	// rtcfg is what every runtime here shares: data dir, agent, cgroup,
@@ -92,6 +94,7 @@ type local struct {
 // Close waits for teardowns and releases the runtimes.
 func (l *local) Close() {
 	l.engine.Close()
+	l.fleet.Close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, rt := range l.runtimes {
@@ -182,12 +185,13 @@ func newLocal(ctx context.Context, lc config.Local, cfg engine.Config, log *slog
 	for i, rt := range l.runtimes {
 		rts[i] = rt
 	}
-	l.engine, err = engine.New(cfg, rts, store, filepath.Join(lc.DataDir, "engine"), log)
+	l.fleet = fleet.New(fleet.Config{DestroyAsync: cfg.DestroyAsync}, rts, store, log)
+	l.engine, err = engine.New(cfg, l.fleet, store, filepath.Join(lc.DataDir, "engine"), log)
 	if err != nil {
 		return nil, err
 	}
 	if l.awaiting != nil && l.awaiting.pending {
-		l.engine.SetPending(runtime.TierGVisor, true)
+		l.fleet.SetPending(runtime.TierGVisor, true)
 	}
 	return l, nil
 }

@@ -102,7 +102,7 @@ func (l *local) awaitGVisor(ctx context.Context, ready func()) {
 			continue
 		}
 		w.pending = building
-		l.engine.SetPending(runtime.TierGVisor, building)
+		l.fleet.SetPending(runtime.TierGVisor, building)
 		if building {
 			l.log.Warn("runsc is being built: work for the gvisor tier is refused as retryable (503 tier_unavailable) until it is installed",
 				"runsc", w.bin, "build_log", runscBuildLog(w.lock))
@@ -119,5 +119,5 @@ func (l *local) addGVisor(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
-	return l.engine.AddRuntime(rt)
+	return l.fleet.AddRuntime(rt)
 }

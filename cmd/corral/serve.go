@@ -159,7 +159,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 
 	m := metrics.New()
-	wp, err := openPool(ctx, cfg, loc.engine, m, log.With("component", "pool"))
+	wp, err := openPool(ctx, cfg, loc, m, log.With("component", "pool"))
 	if err != nil {
 		return err
 	}
@@ -185,13 +185,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	nc := node.DefaultConfig()
 	nc.MaxConcurrency, nc.QueueBound = cfg.MaxConcurrency, cfg.QueueBound
 	nc.MemoryURL = cfg.Memory.URL
-	n := node.New(nc, loc.engine, st, ls, cl, notifier, m, log.With("node", cfg.NodeID))
 	scfg := session.DefaultConfig(filepath.Join(cfg.DataDir, "sessions"))
 	scfg.DefaultTTL = time.Duration(cfg.Sessions.DefaultTTL)
 	scfg.MaxTTL = time.Duration(cfg.Sessions.MaxTTL)
 	scfg.ReapInterval = time.Duration(cfg.Sessions.ReapInterval)
 	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
-	sessions, err := session.New(ctx, scfg, loc.engine, cl, log.With("component", "sessions"))
+	sessions, err := session.New(ctx, scfg, loc.engine, loc.fleet, cl, log.With("component", "sessions"))
 	if err != nil {
 		return err
 	}
@@ -201,7 +200,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("open blob store: %w", err)
 	}
 	defer blobs.Close()
-	n.SetFiles(sessions, node.BlobArtifacts{Store: blobs})
+	n := node.New(nc, node.Deps{Engine: loc.engine, Fleet: loc.fleet, Pool: wp, Store: st, State: ls, Cluster: cl,
+		Notifier: notifier, Metrics: m, Log: log.With("node", cfg.NodeID), Sessions: sessions,
+		Artifacts: node.BlobArtifacts{Store: blobs}})
 	srv := api.New(api.Config{MaxBodyBytes: cfg.MaxBodyBytes}, n, auth, m, log, st, ls)
 	srv.SetFiles(sessions, blobHandler)
 	srv.SetCluster(cl)
@@ -267,9 +268,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return err
 }
 
-// openPool starts the warm pool and makes the engine use it. A class whose
-// image or tier is not available here is left out, with a warning.
-func openPool(ctx context.Context, cfg config.Config, e *engine.Engine, m *metrics.Metrics, log *slog.Logger) (*pool.Pool, error) {
+// openPool starts the warm pool on the node's fleet. A class whose image or
+// tier is not available here is left out, with a warning.
+func openPool(ctx context.Context, cfg config.Config, loc *local, m *metrics.Metrics, log *slog.Logger) (*pool.Pool, error) {
 	pc := pool.DefaultConfig()
 	pc.MaxUses = cfg.Pool.MaxUses
 	pc.IdleTimeout = time.Duration(cfg.Pool.IdleTimeout)
@@ -277,11 +278,10 @@ func openPool(ctx context.Context, cfg config.Config, e *engine.Engine, m *metri
 		pc.Warm = append(pc.Warm, pool.Warm{Image: w.Image, Tier: runtime.Tier(w.Tier), Language: w.Language,
 			MinIdle: w.MinIdle, MaxIdle: w.MaxIdle, Zygote: w.Zygote, Preload: w.Preload})
 	}
-	p, skipped := pool.New(ctx, e, pc, m, log)
+	p, skipped := pool.New(ctx, loc.fleet, loc.engine, pc, m, log)
 	for _, err := range skipped {
 		log.Warn("warm pool class left out", "err", err)
 	}
-	e.SetPool(p)
 	return p, nil
 }
 

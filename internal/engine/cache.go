@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -128,21 +129,19 @@ func (e *Engine) warm(ctx context.Context, c lang.Cache, img images.Image, final
 	if err := os.Chown(tmp, e.cfg.UID, e.cfg.GID); err != nil {
 		return fmt.Errorf("create cache dir: %w", err)
 	}
-	rt, ok := e.runtimeOf(runtime.TierContainer)
-	if !ok {
-		for _, r := range e.tiers.Load().runtimes {
-			rt = r
-		}
+	tier := runtime.TierContainer
+	if tiers := e.fleet.Tiers(); !slices.Contains(tiers, tier) && len(tiers) > 0 {
+		tier = tiers[0]
 	}
-	sb, err := rt.Create(ctx, runtime.Spec{
+	sb, err := e.fleet.Create(ctx, tier, runtime.Spec{
 		Rootfs: img.Rootfs,
 		Mounts: append(append([]runtime.Mount(nil), img.Mounts...), runtime.Mount{Source: tmp, Destination: c.Path, Writable: true}),
 		Limits: runtime.Limits{MemoryBytes: 2 << 30, CPUCores: e.cfg.Max.CPUCores, Pids: 512, DiskBytes: 2 << 30},
-	})
+	}, img, "warming")
 	if err != nil {
 		return fmt.Errorf("create warming sandbox: %w", err)
 	}
-	defer sb.Destroy(context.WithoutCancel(ctx))
+	defer e.fleet.DestroyNow(context.WithoutCancel(ctx), sb)
 	for _, f := range c.Warm.Files {
 		if err := sb.Agent().WriteFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content)); err != nil {
 			return fmt.Errorf("place %s: %w", f.Path, err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/collect"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/internal/netpolicy"
@@ -111,17 +112,14 @@ var ErrNotStarted = errors.New("not started: the node is stopping")
 // Engine runs executions. It is safe for concurrent use.
 type Engine struct {
 	cfg      Config
+	fleet    *fleet.Fleet
 	images   ImageResolver
 	log      *slog.Logger
 	caches   *caches
 	scratch  string // the engine's own files (downloaded inputs)
 	emptyDir string // an empty directory, the lower layer of a cold cache
 
-	// tiers holds the current *tierSet; tmu serialises its changes (a
-	// tier's runtime can arrive while the engine serves, see AddRuntime).
-	tmu   sync.Mutex
-	tiers atomic.Pointer[tierSet]
-
+	// teardown counts leases being released in the background.
 	teardown sync.WaitGroup
 
 	// bg bounds background work (cache warming) that outlives a request
@@ -129,35 +127,15 @@ type Engine struct {
 	bg     context.Context
 	stopBG context.CancelFunc
 	bgWG   sync.WaitGroup
-
-	// mu guards live: every sandbox this engine created and has not yet
-	// destroyed, for the sweeper.
-	mu   sync.Mutex
-	live map[string]liveSandbox
-	// pool lends sandboxes to executions outside sessions.
-	pool Acquirer
 }
 
-type liveSandbox struct {
-	sb      runtime.Sandbox
-	created time.Time
-}
-
-// New returns an engine over the given runtimes (at most one per tier;
-// more can come later, see AddRuntime). scratch is a directory the engine
-// may use for its own files.
-func New(cfg Config, rts []runtime.Runtime, imgs ImageResolver, scratch string, log *slog.Logger) (*Engine, error) {
+// New returns an engine that runs executions on fl's sandboxes. scratch is
+// a directory the engine may use for its own files.
+func New(cfg Config, fl *fleet.Fleet, imgs ImageResolver, scratch string, log *slog.Logger) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ts := &tierSet{runtimes: map[runtime.Tier]runtime.Runtime{}, pending: map[runtime.Tier]bool{}}
-	for _, rt := range rts {
-		ts.runtimes[rt.Tier()] = rt
-	}
-	e := &Engine{cfg: cfg, images: imgs, log: log, scratch: scratch, emptyDir: filepath.Join(scratch, "empty"),
-		live: map[string]liveSandbox{}}
-	e.tiers.Store(ts)
-	e.pool = fresh{e}
+	e := &Engine{cfg: cfg, fleet: fl, images: imgs, log: log, scratch: scratch, emptyDir: filepath.Join(scratch, "empty")}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
 	if err := os.MkdirAll(e.emptyDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create engine dir: %w", err)
@@ -176,30 +154,8 @@ func (e *Engine) Close() {
 	e.teardown.Wait()
 }
 
-// Sweep destroys sandboxes older than minAge that keep does not claim: a
-// safety net for sandboxes whose execution is gone (DESIGN: the sweeper).
-// It returns how many it destroyed.
-func (e *Engine) Sweep(ctx context.Context, minAge time.Duration, keep func(sandboxID string) bool) int {
-	var doomed []runtime.Sandbox
-	pool, _ := e.pool.(interface{ Holds(id string) bool })
-	e.mu.Lock()
-	for id, l := range e.live {
-		if pool != nil && pool.Holds(id) {
-			continue
-		}
-		if time.Since(l.created) >= minAge && !keep(id) {
-			doomed = append(doomed, l.sb)
-			delete(e.live, id)
-		}
-	}
-	e.mu.Unlock()
-	for _, sb := range doomed {
-		if err := sb.Destroy(ctx); err != nil {
-			e.log.Error("sweep sandbox", "sandbox", sb.ID(), "err", err)
-		}
-	}
-	return len(doomed)
-}
+// Fleet returns the fleet the engine's executions run on.
+func (e *Engine) Fleet() *fleet.Fleet { return e.fleet }
 
 // Config returns the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
@@ -222,9 +178,11 @@ type Job struct {
 
 	// What the caller adds after Prepare:
 
-	// Acquirer lends the sandbox; nil means the engine's pool (see
-	// SetPool), by default a fresh one, destroyed after.
-	Acquirer Acquirer
+	// Lease lends the sandbox the execution runs in (Acquire); nil: a
+	// fresh one from the fleet, destroyed after.
+	Lease *fleet.Lease
+	// unhold ends the hold Acquire took on the image.
+	unhold func()
 	// Tenant owns the execution (pooled sandboxes serve one tenant).
 	Tenant string
 	// Artifacts, if set, receives the files under /workspace/output, each
@@ -264,14 +222,13 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 	}
 	// One instant's tiers for the whole decision: a build that ends
 	// meanwhile cannot turn an auto request into an invalid one.
-	ts := e.tiers.Load()
-	_, gvisor := ts.runtimes[runtime.TierGVisor]
+	ts := e.fleet.Snapshot()
 	// A tier being installed counts for routing: auto waits for gVisor
 	// rather than fall back to a weaker tier that is here now.
-	route := router.Route(e.cfg.Routing, req, runner, gvisor || ts.pending[runtime.TierGVisor])
+	route := router.Route(e.cfg.Routing, req, runner, ts.Ready(runtime.TierGVisor) || ts.Pending(runtime.TierGVisor))
 	job.Tier, job.TierReason = route.Tier, route.Reason
-	_, ready := ts.runtimes[job.Tier]
-	if !ready && !ts.pending[job.Tier] {
+	ready := ts.Ready(job.Tier)
+	if !ready && !ts.Pending(job.Tier) {
 		return nil, inputErr("isolation", "the %s tier is not available on this server", job.Tier)
 	}
 	name := req.Image
@@ -290,12 +247,50 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 	return job, nil
 }
 
-// Run executes job and returns its record. Failures of the program and of
-// Corral alike are verdicts in the record; Run has no error of its own.
-// Cancelling ctx cancels the execution.
+// Run executes job and returns its record: in job.Lease's sandbox, or in a
+// fresh one from the fleet. Failures of the program and of Corral alike
+// are verdicts in the record; Run has no error of its own. Cancelling ctx
+// cancels the execution. The lease is released when Run is done with it:
+// handed on (clean) only if the sandbox is intact.
 func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
+	var err error
+	if job.Lease == nil {
+		err = e.Acquire(ctx, job, fleet.FreshAcquirer{Fleet: e.fleet})
+	}
+	if job.unhold != nil {
+		defer job.unhold()
+	}
+	lease := job.Lease
+	res := newRecord(job) // after the image's hold: the image may have been re-resolved
+	out := newCapture(e.cfg.OutputKeep, sink)
+	var facts collect.Facts
+	if err == nil {
+		facts, err = e.execute(ctx, job, lease, out, &res)
+		// After the record is complete: the teardown is not the program's
+		// time. A sandbox that was killed (timeout, cancel), failed, or
+		// whose program hit a limit is not handed on.
+		defer func() {
+			intact := res.Error == nil || res.Error.Type == sandbox.ErrRuntime || res.Error.Type == sandbox.ErrCompile
+			e.release(lease, err == nil && intact && !facts.TimedOut && !facts.Cancelled && !facts.AgentKilled)
+		}()
+	}
+	e.verdict(ctx, job, &res, out, facts, err)
+	return res
+}
+
+// Failed is the record of job when it could not get a sandbox (err, from
+// the caller's acquisition): cancelled if ctx ended, Corral's retryable
+// failure otherwise.
+func (e *Engine) Failed(ctx context.Context, job *Job, err error) sandbox.Result {
+	res := newRecord(job)
+	e.verdict(ctx, job, &res, newCapture(e.cfg.OutputKeep, nil), collect.Facts{}, err)
+	return res
+}
+
+// newRecord is job's record as its execution begins.
+func newRecord(job *Job) sandbox.Result {
 	req := job.Req
-	res := sandbox.Result{
+	return sandbox.Result{
 		ExecutionID: req.ExecutionID,
 		SessionID:   req.SessionID,
 		Language:    req.Language,
@@ -307,29 +302,27 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		Limits:      req.Limits,
 		StartedAt:   time.Now().UTC(),
 	}
-	out := newCapture(e.cfg.OutputKeep, sink)
-	facts, lease, err := e.executeHeld(ctx, job, out, &res)
-	if lease != nil {
-		// After the record is complete: the teardown is not the program's
-		// time. A sandbox that was killed (timeout, cancel), failed, or
-		// whose program hit a limit is not handed on.
-		defer func() {
-			intact := res.Error == nil || res.Error.Type == sandbox.ErrRuntime || res.Error.Type == sandbox.ErrCompile
-			clean := err == nil && intact && !facts.TimedOut && !facts.Cancelled && !facts.AgentKilled
-			if clean || !e.cfg.DestroyAsync {
-				lease.Release(clean)
-				return
-			}
-			// A sandbox that is not handed on is torn down; a server does
-			// that after the record (a cancel or a timeout is answered
-			// without waiting for the runtime's delete and the disk).
-			e.teardown.Add(1)
-			go func() {
-				defer e.teardown.Done()
-				lease.Release(false)
-			}()
-		}()
+}
+
+// release gives lease back: a sandbox that is not handed on is torn down,
+// and a server does that after the record (a cancel or a timeout is
+// answered without waiting for the runtime's delete and the disk).
+func (e *Engine) release(lease *fleet.Lease, clean bool) {
+	if clean || !e.cfg.DestroyAsync {
+		lease.Release(clean)
+		return
 	}
+	e.teardown.Add(1)
+	go func() {
+		defer e.teardown.Done()
+		lease.Release(false)
+	}()
+}
+
+// verdict completes res from what the execution produced and the facts
+// the kernel and the agent reported, or from err, the reason it did not
+// run to its end.
+func (e *Engine) verdict(ctx context.Context, job *Job, res *sandbox.Result, out *capture, facts collect.Facts, err error) {
 	res.Stdout, res.StdoutBytes, res.StdoutLines, res.StdoutTruncated = out.stdout.Text(), out.stdout.Bytes(), out.stdout.Lines(), out.stdout.Truncated()
 	res.Stderr, res.StderrBytes, res.StderrLines, res.StderrTruncated = out.stderr.Text(), out.stderr.Bytes(), out.stderr.Lines(), out.stderr.Truncated()
 	res.FinishedAt = time.Now().UTC()
@@ -343,7 +336,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 	case err != nil:
 		res.Status = sandbox.StatusFailed
 		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + err.Error(), Retryable: true}
-		e.log.Error("execution failed", "execution_id", req.ExecutionID, "err", err)
+		e.log.Error("execution failed", "execution_id", job.Req.ExecutionID, "err", err)
 	default:
 		facts.Stderr = res.Stderr
 		facts.Explain = e.explain(job)
@@ -355,39 +348,30 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 			res.Signal = facts.Signal
 		}
 	}
-	res.Summary = collect.Summary(res, e.cfg.SummaryChars)
-	return res
+	res.Summary = collect.Summary(*res, e.cfg.SummaryChars)
 }
 
-// execute does the sandbox work of Run; an error is Corral's fault (or a
-// cancellation), never the program's.
-func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (_ collect.Facts, _ *Lease, err error) {
+// execute does the sandbox work of Run in lease's sandbox; an error is
+// Corral's fault (or a cancellation), never the program's.
+func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out *capture, res *sandbox.Result) (_ collect.Facts, err error) {
 	req := job.Req
 	l := req.Limits
 	facts := collect.Facts{TimeoutMS: l.TimeoutMS, MemoryMB: l.MemoryMB, DiskMB: l.DiskMB, Pids: e.cfg.Pids}
+	// Held by this execution until its lease is released; past twice its
+	// limits, the sweeper takes it as stuck.
+	e.fleet.Hold(lease.Sandbox, fleet.HolderExecution,
+		time.Now().Add(2*time.Duration(l.TimeoutMS)*time.Millisecond+e.cfg.CompileTimeout+time.Minute))
 	inputs, err := e.fetchInputs(ctx, req.Files)
 	defer inputs.remove()
 	if err != nil {
-		return facts, nil, err
-	}
-	spec, err := e.Spec(ctx, job)
-	if err != nil {
-		return facts, nil, err
-	}
-	acq := job.Acquirer
-	if acq == nil {
-		acq = e.pool
-	}
-	lease, err := acq.Acquire(ctx, Claim{Tier: job.Tier, Spec: spec, Tenant: job.Tenant, Image: job.Image})
-	if err != nil {
-		return facts, nil, err
+		return facts, err
 	}
 	sb := lease.Sandbox
 	// A kept sandbox (a session's) carries its kernel counters from earlier
 	// executions; this execution's facts are what changed from here.
 	base, err := sb.Stats(ctx)
 	if err != nil {
-		return facts, lease, fmt.Errorf("read sandbox stats: %w", err)
+		return facts, fmt.Errorf("read sandbox stats: %w", err)
 	}
 	if o, ok := out.sink.(SandboxObserver); ok {
 		o.Sandbox(sb.ID())
@@ -395,16 +379,16 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	client := sb.Agent()
 	if lease.Session {
 		if err := client.Reset(ctx, agent.ResetRequest{Clear: []string{"/tmp"}}); err != nil {
-			return facts, lease, fmt.Errorf("empty /tmp: %w", err)
+			return facts, fmt.Errorf("empty /tmp: %w", err)
 		}
 	}
 	g, err := e.startEgress(ctx, job, sb)
 	if err != nil {
-		return facts, lease, err
+		return facts, err
 	}
 	defer g.stop(job)
 	if err := inputs.place(ctx, client); err != nil {
-		return facts, lease, err
+		return facts, err
 	}
 	plan := job.Runner.Plan(req.Code)
 	// The program's files go out now; the agent's answers are checked once
@@ -413,7 +397,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	for _, f := range plan.Files {
 		wait, err := client.SendFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content))
 		if err != nil {
-			return facts, lease, fmt.Errorf("place %s: %w", f.Path, err)
+			return facts, fmt.Errorf("place %s: %w", f.Path, err)
 		}
 		path := f.Path
 		placed = append(placed, func(ctx context.Context) error {
@@ -432,7 +416,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base}, env, nil, e.cfg.CompileTimeout, out)
 		placed = nil
 		if err != nil {
-			return facts, lease, err
+			return facts, err
 		}
 		if st.timedOut || !st.exited || st.code != 0 {
 			facts.CompileFailed = true
@@ -442,7 +426,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 				facts.TimeoutMS = e.cfg.CompileTimeout.Milliseconds()
 			}
 			facts, err = e.finishFacts(ctx, sb, base, facts, res)
-			return facts, lease, err
+			return facts, err
 		}
 	}
 
@@ -457,7 +441,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	}
 	st, err := e.step(ctx, sb, run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
 	if err != nil {
-		return facts, lease, err
+		return facts, err
 	}
 	res.StartedAt = st.started.UTC()
 	res.DurationMS = st.duration.Milliseconds()
@@ -469,10 +453,10 @@ func (e *Engine) execute(ctx context.Context, job *Job, out *capture, res *sandb
 	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
 	facts, err = e.finishFacts(ctx, sb, base, facts, res)
 	if err != nil {
-		return facts, lease, err
+		return facts, err
 	}
 	res.Artifacts, res.ArtifactsSkipped = e.collectArtifacts(ctx, sb, job, lease, st.started)
-	return facts, lease, nil
+	return facts, nil
 }
 
 // finishFacts adds the sandbox's kernel facts since base, read when the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
@@ -315,17 +316,17 @@ type keeper struct {
 	sb runtime.Sandbox
 }
 
-func (k *keeper) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, error) {
+func (k *keeper) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.sb == nil {
-		sb, err := k.e.Create(ctx, c.Tier, c.Spec)
+		sb, err := k.e.Fleet().Create(ctx, c.Tier, c.Spec, c.Image, fleet.HolderSession)
 		if err != nil {
 			return nil, err
 		}
 		k.sb = sb
 	}
-	return engine.NewLease(k.sb, true, func(bool) {}), nil
+	return fleet.NewLease(k.sb, true, nil, func(bool) {}), nil
 }
 
 // TestKeptSandboxLimitsHit runs a fork bomb that recovers, then a failing
@@ -339,7 +340,7 @@ func TestKeptSandboxLimitsHit(t *testing.T) {
 			k := &keeper{e: e}
 			t.Cleanup(func() {
 				if k.sb != nil {
-					e.Destroy(k.sb)
+					e.Fleet().Destroy(k.sb)
 				}
 			})
 			run := func(code string) sandbox.Result {
@@ -348,7 +349,9 @@ func TestKeptSandboxLimitsHit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				job.Acquirer = k
+				if err := e.Acquire(t.Context(), job, k); err != nil {
+					t.Fatal(err)
+				}
 				return e.Run(t.Context(), job, nil)
 			}
 			// The bomb in the background of a script that surely exits 0:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/collect"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -288,7 +289,7 @@ type ArtifactStore interface {
 // collectArtifacts streams the regular files under /workspace/output to
 // the artifact store (when the job has one), reading the sandbox's disk
 // from the host without following any link.
-func (e *Engine) collectArtifacts(ctx context.Context, sb runtime.Sandbox, job *Job, lease *Lease, started time.Time) ([]sandbox.Artifact, []sandbox.SkippedArtifact) {
+func (e *Engine) collectArtifacts(ctx context.Context, sb runtime.Sandbox, job *Job, lease *fleet.Lease, started time.Time) ([]sandbox.Artifact, []sandbox.SkippedArtifact) {
 	ws, ok := sb.(runtime.HostWorkspace)
 	if !ok || job.Artifacts == nil {
 		return nil, nil

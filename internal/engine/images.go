@@ -1,13 +1,10 @@
 package engine
 
 import (
-	"context"
 	"errors"
 
-	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/lang"
-	"github.com/corralhq/corral/sandbox"
 )
 
 // ImageHolder is an ImageResolver that evicts images to make room, and
@@ -33,27 +30,27 @@ func (e *Engine) defaultImage(r lang.Runner) string {
 	return images.HostName
 }
 
-// executeHeld is execute with the job's image held, so no build or import
-// evicts it while the program runs. An image rebuilt or re-imported since
-// Prepare is run as the name now stands, and the record says so.
-func (e *Engine) executeHeld(ctx context.Context, job *Job, out *capture, res *sandbox.Result) (collect.Facts, *Lease, error) {
+// holdImage marks the job's image in use until the returned func is
+// called, so no build or import evicts it while the execution needs it. An
+// image rebuilt or re-imported since Prepare is run as the name now
+// stands: job.Image says so.
+func (e *Engine) holdImage(job *Job) (func(), error) {
 	h, ok := e.images.(ImageHolder)
 	if !ok {
-		return e.execute(ctx, job, out, res)
+		return func() {}, nil
 	}
 	release, err := h.Acquire(job.Image)
 	if errors.Is(err, images.ErrNotFound) {
 		if img, rerr := e.images.Resolve(job.Image.Name); rerr == nil && img.Digest != job.Image.Digest {
 			if release, err = h.Acquire(img); err == nil {
-				job.Image, res.ImageDigest = img, img.Digest
+				job.Image = img
 			}
 		}
 	}
 	if err != nil {
-		return collect.Facts{}, nil, err
+		return nil, err
 	}
-	defer release()
-	return e.execute(ctx, job, out, res)
+	return release, nil
 }
 
 // explain is how a failed run's message is found in its stderr, naming the

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
@@ -42,13 +43,14 @@ func tiersEngine(t *testing.T, gvisor string) *engine.Engine {
 	if gvisor == "available" {
 		rts = append(rts, stubRuntime{runtime.TierGVisor})
 	}
-	e, err := engine.New(engine.DefaultConfig(), rts, anyImage{}, t.TempDir(), nil)
+	fl := fleet.New(fleet.Config{}, rts, nil, nil)
+	e, err := engine.New(engine.DefaultConfig(), fl, anyImage{}, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
 	if gvisor == "pending" {
-		e.SetPending(runtime.TierGVisor, true)
+		fl.SetPending(runtime.TierGVisor, true)
 	}
 	return e
 }
@@ -133,23 +135,23 @@ func TestTierArrives(t *testing.T) {
 	if _, err := e.Prepare(risky); !errors.Is(err, engine.ErrTierPending) {
 		t.Fatalf("before: %v, want pending", err)
 	}
-	if err := e.AddRuntime(stubRuntime{runtime.TierGVisor}); err != nil {
+	if err := e.Fleet().AddRuntime(stubRuntime{runtime.TierGVisor}); err != nil {
 		t.Fatal(err)
 	}
 	job, err := e.Prepare(risky)
 	if err != nil || job.Tier != runtime.TierGVisor {
 		t.Fatalf("after AddRuntime: %v, %v; want gvisor", job, err)
 	}
-	if err := e.AddRuntime(stubRuntime{runtime.TierGVisor}); err == nil {
+	if err := e.Fleet().AddRuntime(stubRuntime{runtime.TierGVisor}); err == nil {
 		t.Error("a second gvisor runtime was accepted")
 	}
-	e.SetPending(runtime.TierGVisor, true) // no effect on a tier that is here
+	e.Fleet().SetPending(runtime.TierGVisor, true) // no effect on a tier that is here
 	if job, err := e.Prepare(risky); err != nil || job.Tier != runtime.TierGVisor {
 		t.Errorf("SetPending on a present tier: %v, %v", job, err)
 	}
 
 	gone := tiersEngine(t, "pending")
-	gone.SetPending(runtime.TierGVisor, false)
+	gone.Fleet().SetPending(runtime.TierGVisor, false)
 	job, err = gone.Prepare(risky)
 	if err != nil || job.Tier != runtime.TierContainer {
 		t.Fatalf("after the build ended: %v, %v; want container", job, err)
@@ -175,7 +177,7 @@ func TestTierArrivesConcurrently(t *testing.T) {
 			}
 		}()
 	}
-	if err := e.AddRuntime(stubRuntime{runtime.TierGVisor}); err != nil {
+	if err := e.Fleet().AddRuntime(stubRuntime{runtime.TierGVisor}); err != nil {
 		t.Error(err)
 	}
 	wg.Wait()

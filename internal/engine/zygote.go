@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/internal/runtime"
@@ -14,7 +15,7 @@ import (
 // StartZygote starts language's pre-started interpreter in sb, importing
 // preload, and waits until it is ready. It runs with the environment every
 // execution of the image starts from.
-func (e *Engine) StartZygote(ctx context.Context, sb runtime.Sandbox, language string, img images.Image, preload []string) (*Zygote, error) {
+func (e *Engine) StartZygote(ctx context.Context, sb runtime.Sandbox, language string, img images.Image, preload []string) (*fleet.Zygote, error) {
 	r, ok := lang.Get(language)
 	if !ok {
 		return nil, fmt.Errorf("zygote: unknown language %q", language)
@@ -31,7 +32,7 @@ func (e *Engine) StartZygote(ctx context.Context, sb runtime.Sandbox, language s
 		return nil, fmt.Errorf("start %s zygote: %w", r.Name(), err)
 	}
 	e.log.Debug("zygote ready", "sandbox", sb.ID(), "language", r.Name(), "ready", string(p.Ready))
-	return &Zygote{ID: p.ID(), Language: r.Name(), Env: env}, nil
+	return &fleet.Zygote{ID: p.ID(), Language: r.Name(), Env: env}, nil
 }
 
 // zygoteLog logs what a zygote prints (nothing, unless it breaks).

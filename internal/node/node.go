@@ -25,6 +25,7 @@ import (
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/notify"
 	"github.com/corralhq/corral/internal/session"
@@ -90,18 +91,39 @@ func DefaultConfig() Config {
 	}
 }
 
+// Deps are what a node works with.
+type Deps struct {
+	Engine *engine.Engine
+	Fleet  *fleet.Fleet
+	// Pool lends sandboxes to executions outside sessions; nil: fresh ones
+	// from the fleet.
+	Pool     fleet.Acquirer
+	Store    store.Store
+	State    state.State
+	Cluster  *cluster.Cluster
+	Notifier *notify.Notifier // nil: no callbacks
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
+	// Sessions keeps sessions; nil: none.
+	Sessions *session.Manager
+	// Artifacts keeps artifacts; nil: none.
+	Artifacts engine.ArtifactStore
+}
+
 // Node runs executions. Create it with New, start it with Run.
 type Node struct {
 	cfg       Config
 	engine    *engine.Engine
+	fleet     *fleet.Fleet
+	pool      fleet.Acquirer
 	store     store.Store
 	state     state.State
 	cluster   *cluster.Cluster
 	notifier  *notify.Notifier
 	metrics   *metrics.Metrics
 	log       *slog.Logger
-	sessions  *session.Manager     // nil: no sessions
-	artifacts engine.ArtifactStore // nil: no artifacts
+	sessions  *session.Manager
+	artifacts engine.ArtifactStore
 
 	// ctx is Run's context: executions belong to the node, not to the
 	// request that submitted them.
@@ -125,31 +147,28 @@ type Node struct {
 }
 
 type run struct {
-	cancel    context.CancelCauseFunc
-	sandboxID string
-	started   time.Time
-	timeout   time.Duration
+	cancel  context.CancelCauseFunc
+	started time.Time
 	// began: the execution's first process was about to start (the
 	// engine said so); before that, nothing of the request has run.
 	began bool
 }
 
-// New returns a node; cl is its view of the cluster (its id is the
-// node's). notifier may be nil (no callbacks).
-func New(cfg Config, eng *engine.Engine, st store.Store, ls state.State, cl *cluster.Cluster, notifier *notify.Notifier, m *metrics.Metrics, log *slog.Logger) *Node {
-	return &Node{cfg: cfg, engine: eng, store: st, state: ls, cluster: cl, notifier: notifier, metrics: m, log: log,
-		ctx: context.Background(), wake: make(chan struct{}, 1), draining: make(chan struct{}), running: map[string]*run{},
-		waiters: map[string][]chan struct{}{}, early: map[string]time.Time{}}
+// New returns a node; d.Cluster's id is the node's.
+func New(cfg Config, d Deps) *Node {
+	n := &Node{cfg: cfg, engine: d.Engine, fleet: d.Fleet, pool: d.Pool, store: d.Store, state: d.State,
+		cluster: d.Cluster, notifier: d.Notifier, metrics: d.Metrics, log: d.Log, sessions: d.Sessions,
+		artifacts: d.Artifacts, ctx: context.Background(), wake: make(chan struct{}, 1),
+		draining: make(chan struct{}), running: map[string]*run{}, waiters: map[string][]chan struct{}{},
+		early: map[string]time.Time{}}
+	if n.pool == nil {
+		n.pool = fleet.FreshAcquirer{Fleet: d.Fleet}
+	}
+	return n
 }
 
 // id is this node's name in the cluster.
 func (n *Node) id() string { return n.cluster.Self() }
-
-// SetFiles gives the node its session manager and artifact store; both
-// may be nil.
-func (n *Node) SetFiles(sessions *session.Manager, artifacts engine.ArtifactStore) {
-	n.sessions, n.artifacts = sessions, artifacts
-}
 
 // BlobArtifacts keeps artifacts in a blob store.
 type BlobArtifacts struct{ Store blob.Store }

@@ -141,22 +141,12 @@ func (n *Node) sessionLost(ctx context.Context, ex *store.Execution, node string
 	}
 }
 
-// sweep destroys sandboxes of this node that no running execution owns, and
-// those of executions running past twice their timeout (the engine's own
-// deadline should have ended them: something is stuck).
+// sweep destroys sandboxes whose holder kept them past the time it said
+// it would let go (an execution stuck past twice its limits: the engine's
+// own deadline should have ended it).
 func (n *Node) sweep(ctx context.Context) {
-	keep := map[string]bool{}
-	n.mu.Lock()
-	for _, r := range n.running {
-		if r.sandboxID != "" && time.Since(r.started) <= 2*r.timeout+n.engine.Config().CompileTimeout {
-			keep[r.sandboxID] = true
-		}
-	}
-	n.mu.Unlock()
-	// A minute's grace: a sandbox being created is not yet known to its run.
-	held := func(id string) bool { return keep[id] || (n.sessions != nil && n.sessions.Holds(id)) }
-	if swept := n.engine.Sweep(ctx, time.Minute, held); swept > 0 {
+	if swept := n.fleet.Sweep(ctx, time.Now()); swept > 0 {
 		n.metrics.SweptSandbox.Add(float64(swept))
-		n.log.Warn("swept stray sandboxes", "count", swept)
+		n.log.Warn("swept stuck sandboxes", "count", swept)
 	}
 }

@@ -262,20 +262,14 @@ func (n *Node) execute(ctx context.Context, ex *store.Execution) {
 		return
 	}
 	job.Tenant = tenant
-	if req.SessionID != "" && n.sessions != nil {
-		job.Acquirer = n.sessions.Acquirer(tenant, req.SessionID)
-	}
 	if n.artifacts != nil {
 		job.Artifacts, job.ArtifactPrefix = n.artifacts, ArtifactPrefix(tenant, id)
 	}
 	job.Audit = func(attempts []netpolicy.Attempt) { n.audit(tenant, id, attempts) }
-	n.mu.Lock()
-	r.timeout = time.Duration(req.Limits.TimeoutMS) * time.Millisecond
-	n.mu.Unlock()
 	_, _ = n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusRunning))
 
 	sink := newSink(n, k, n.cfg.LiveOutputBytes, r)
-	res := n.engine.Run(runCtx, job, sink)
+	res := n.run(runCtx, job, sink)
 	sink.close()
 
 	rec := ex.Record
@@ -326,6 +320,19 @@ func (n *Node) record(ex *store.Execution, rec sandbox.Result) bool {
 		n.log.Warn("record execution; retrying", "execution_id", ex.ID, "err", err)
 		time.Sleep(pause)
 	}
+}
+
+// run runs job in a sandbox lent by its session, if it has one, or by the
+// pool.
+func (n *Node) run(ctx context.Context, job *engine.Job, sink engine.Sink) sandbox.Result {
+	acq := n.pool
+	if sid := job.Req.SessionID; sid != "" && n.sessions != nil {
+		acq = n.sessions.Acquirer(job.Tenant, sid)
+	}
+	if err := n.engine.Acquire(ctx, job, acq); err != nil {
+		return n.engine.Failed(ctx, job, err)
+	}
+	return n.engine.Run(ctx, job, sink)
 }
 
 // handBack returns an execution this node claimed, but whose first
@@ -400,12 +407,6 @@ func newSink(n *Node, k string, limit int64, r *run) *sink {
 		}
 	}()
 	return s
-}
-
-func (s *sink) Sandbox(id string) {
-	s.n.mu.Lock()
-	s.r.sandboxID = id
-	s.n.mu.Unlock()
 }
 
 // Starting implements engine.StartObserver: no first process starts on a

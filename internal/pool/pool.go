@@ -27,8 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/corralhq/corral/internal/agent"
-	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/runtime"
@@ -73,14 +72,20 @@ func DefaultConfig() Config {
 	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20, ReturnWait: 500 * time.Millisecond}
 }
 
-// Pool is an engine.Acquirer backed by warm sandboxes. It is safe for
-// concurrent use.
+// Interpreters is what the pool needs of the engine: the spec of a class's
+// sandboxes, and the pre-started interpreter of a language.
+type Interpreters interface {
+	WarmSpec(ctx context.Context, tier runtime.Tier, language, image string) (runtime.Spec, images.Image, error)
+	StartZygote(ctx context.Context, sb runtime.Sandbox, language string, img images.Image, preload []string) (*fleet.Zygote, error)
+}
+
+// Pool lends warm sandboxes of its fleet. It is safe for concurrent use.
 type Pool struct {
-	e     *engine.Engine
+	fleet *fleet.Fleet
+	e     Interpreters
 	cfg   Config
 	m     *metrics.Metrics
 	log   *slog.Logger
-	fresh engine.Acquirer
 
 	// cmu guards classes, which grow when a tier arrives (AddTier), and
 	// closed. A classes slice is never modified once published, so a
@@ -92,9 +97,6 @@ type Pool struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-
-	hmu  sync.Mutex
-	held map[string]bool // sandboxes the pool holds (not lent), by id
 }
 
 type class struct {
@@ -119,8 +121,7 @@ type class struct {
 
 type member struct {
 	sb     runtime.Sandbox
-	zygote *engine.Zygote
-	unhold func()
+	zygote *fleet.Zygote
 	owner  string // the tenant it served; "" while fresh
 	uses   int
 	idleAt time.Time
@@ -129,8 +130,8 @@ type member struct {
 // New resolves each class's image and spec and starts filling the pool. A
 // class that cannot be served here (its image or tier is missing) is left
 // out and reported in skipped; AddTier starts a tier's classes later.
-func New(ctx context.Context, e *engine.Engine, cfg Config, m *metrics.Metrics, log *slog.Logger) (_ *Pool, skipped []error) {
-	p := &Pool{e: e, cfg: cfg, m: m, log: log, fresh: e.Fresh(), held: map[string]bool{}}
+func New(ctx context.Context, fl *fleet.Fleet, e Interpreters, cfg Config, m *metrics.Metrics, log *slog.Logger) (_ *Pool, skipped []error) {
+	p := &Pool{fleet: fl, e: e, cfg: cfg, m: m, log: log}
 	if p.cfg.MaxUses < 1 {
 		p.cfg.MaxUses = 1
 	}
@@ -183,7 +184,7 @@ func (p *Pool) start(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("pool class %d (%s %s on %s): %w", i, w.Language, w.Image, w.Tier, err)
 	}
-	fixed := p.e.Fixed(w.Tier, spec.Limits)
+	fixed := p.fleet.Fixed(w.Tier, spec.Limits)
 	c := &class{index: i, warm: w, key: classKey(w.Tier, spec, fixed), fixed: fixed, spec: spec,
 		img: img, target: w.MinIdle, kick: make(chan struct{}, 1),
 		resetting: map[string]int{}, back: make(chan struct{})}
@@ -227,11 +228,11 @@ func (p *Pool) Close() {
 
 // Acquire lends a warm sandbox that matches the claim exactly, or a fresh
 // one.
-func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, error) {
+func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error) {
 	start := time.Now()
 	c := p.classOf(cl)
 	if c == nil {
-		return p.fresh.Acquire(ctx, cl)
+		return p.fleet.Fresh(ctx, cl)
 	}
 	var deadline *time.Timer // started by the first wait: a hit needs none
 	var waited time.Duration // for the tenant's sandboxes to come back
@@ -261,7 +262,6 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 			break
 		}
 		p.gauge(c)
-		p.hold(mb, false)
 		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
 			below := errors.Is(err, runtime.ErrLimitBelowUsage)
 			if below && mb.owner == "" {
@@ -270,7 +270,6 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 				// a claim this tight. It stays for others.
 				p.log.Debug("claim too tight for a pooled sandbox", "sandbox", mb.sb.ID(), "err", err)
 				c.putBack(mb)
-				p.hold(mb, true)
 				p.gauge(c)
 				tight = true
 				break
@@ -293,7 +292,7 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 		}
 		p.log.Debug("pool hit", "sandbox", mb.sb.ID(), "tenant", cl.Tenant, "uses", mb.uses)
 		tenant := cl.Tenant
-		return engine.NewLeaseZygote(mb.sb, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
+		return fleet.NewLease(mb.sb, false, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 	}
 	// A claim too tight for any ready sandbox says nothing of demand:
 	// more of them would not have served it.
@@ -312,16 +311,16 @@ func (p *Pool) Acquire(ctx context.Context, cl engine.Claim) (*engine.Lease, err
 		return nil, err
 	}
 	tenant := cl.Tenant
-	return engine.NewLeaseZygote(mb.sb, nil, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
+	return fleet.NewLease(mb.sb, false, nil, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 }
 
 // classOf is the class whose sandboxes can serve cl, if any.
-func (p *Pool) classOf(cl engine.Claim) *class {
+func (p *Pool) classOf(cl fleet.Claim) *class {
 	classes := p.all()
 	if len(classes) == 0 {
 		return nil
 	}
-	key := classKey(cl.Tier, cl.Spec, p.e.Fixed(cl.Tier, cl.Spec.Limits))
+	key := classKey(cl.Tier, cl.Spec, p.fleet.Fixed(cl.Tier, cl.Spec.Limits))
 	for _, c := range classes {
 		if c.key == key && c.img.Digest == cl.Image.Digest && cl.Spec.Workspace == "" {
 			return c
@@ -489,7 +488,7 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 		p.destroy(c, mb)
 		return
 	}
-	p.hold(mb, true)
+	p.fleet.Hold(mb.sb, fleet.HolderPool, time.Time{})
 	c.mu.Lock()
 	c.resetting[tenant]++
 	c.mu.Unlock()
@@ -531,29 +530,14 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	}()
 }
 
-// errTainted reports a sandbox whose kernel counters say an execution hit
-// a limit: its next execution would inherit the count.
-var errTainted = errors.New("an execution hit a limit")
-
 // reset makes a used sandbox ready for its tenant's next execution.
 func (p *Pool) reset(mb *member) error {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
-	st, err := mb.sb.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	if st.OOMKills > 0 || st.PidsLimitHits > 0 || st.DiskFull {
-		return errTainted
-	}
-	req := agent.ResetRequest{Clear: []string{"/workspace", "/tmp"}, IPC: true}
 	if mb.zygote != nil {
-		req.Zygotes = []uint32{mb.zygote.ID}
+		return fleet.Reset(ctx, mb.sb, mb.zygote.ID)
 	}
-	if err := mb.sb.Agent().Reset(ctx, req); err != nil {
-		return err
-	}
-	return mb.sb.ResetStats(ctx)
+	return fleet.Reset(ctx, mb.sb)
 }
 
 // startZygote starts the class's zygote in a reset sandbox that has none,
@@ -575,17 +559,11 @@ func (p *Pool) startZygote(c *class, mb *member) error {
 // create makes a sandbox of class c from spec (c's own, or a claim's
 // that matches c), with its zygote if asked.
 func (p *Pool) create(ctx context.Context, c *class, spec runtime.Spec, zygote bool) (*member, error) {
-	unhold, err := p.e.HoldImage(c.img)
+	sb, err := p.fleet.Create(ctx, c.warm.Tier, spec, c.img, fleet.HolderPool)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := p.e.Create(ctx, c.warm.Tier, spec)
-	if err != nil {
-		unhold()
-		return nil, err
-	}
-	mb := &member{sb: sb, unhold: unhold}
-	p.hold(mb, true)
+	mb := &member{sb: sb}
 	if zygote {
 		z, err := p.e.StartZygote(ctx, sb, c.warm.Language, c.img, c.warm.Preload)
 		if err != nil {
@@ -597,30 +575,7 @@ func (p *Pool) create(ctx context.Context, c *class, spec runtime.Spec, zygote b
 	return mb, nil
 }
 
-func (p *Pool) destroy(c *class, mb *member) {
-	p.hold(mb, false)
-	p.e.Destroy(mb.sb)
-	mb.unhold()
-}
-
-// hold records whether the pool holds mb (rather than an execution).
-func (p *Pool) hold(mb *member, held bool) {
-	p.hmu.Lock()
-	defer p.hmu.Unlock()
-	if held {
-		p.held[mb.sb.ID()] = true
-	} else {
-		delete(p.held, mb.sb.ID())
-	}
-}
-
-// Holds reports whether the pool holds the sandbox: the engine's sweeper
-// leaves it alone.
-func (p *Pool) Holds(id string) bool {
-	p.hmu.Lock()
-	defer p.hmu.Unlock()
-	return p.held[id]
-}
+func (p *Pool) destroy(c *class, mb *member) { p.fleet.Destroy(mb.sb) }
 
 // fill keeps c's fresh idle sandboxes at its target, shrinks the target
 // back to MinIdle when claims stop missing, and destroys sandboxes idle for

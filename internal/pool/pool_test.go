@@ -21,6 +21,7 @@ import (
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
@@ -58,12 +59,11 @@ func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int, engin
 	cfg.MaxUses = maxUses
 	cfg.Warm = []pool.Warm{{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}}
 	m := metrics.New()
-	p, skipped := pool.New(context.Background(), e, cfg, m, slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	p, skipped := pool.New(context.Background(), e.Fleet(), e, cfg, m, slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if len(skipped) > 0 {
 		t.Fatal(skipped)
 	}
 	t.Cleanup(p.Close) // before the engine's Close (cleanups run last-in first)
-	e.SetPool(p)
 	f := &fixture{t: t, e: e, p: p, m: m, tier: tier}
 	f.waitIdle(1)
 	return f
@@ -137,6 +137,11 @@ func (f *fixture) runJob(tenant, code string, change func(*engine.Job), mutate .
 	job.Tenant = tenant
 	if change != nil {
 		change(job)
+	}
+	if job.Lease == nil {
+		if err := f.e.Acquire(context.Background(), job, f.p); err != nil {
+			return f.e.Failed(context.Background(), job, err)
+		}
 	}
 	return f.e.Run(context.Background(), job, nil)
 }
@@ -538,7 +543,10 @@ func TestAddTier(t *testing.T) {
 	cfg := engine.DefaultConfig()
 	cfg.CacheDir = testenv.CacheDir()
 	cfg.UID, cfg.GID = 1000, 1000
-	e, err := engine.New(cfg, container, images.NewStore(filepath.Join(dir, "images"), 1000, 1000), filepath.Join(dir, "engine"), nil)
+	store := images.NewStore(filepath.Join(dir, "images"), 1000, 1000)
+	fl := fleet.New(fleet.Config{}, container, store, nil)
+	t.Cleanup(fl.Close)
+	e, err := engine.New(cfg, fl, store, filepath.Join(dir, "engine"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,13 +554,12 @@ func TestAddTier(t *testing.T) {
 	pc := pool.DefaultConfig()
 	pc.Warm = []pool.Warm{{Image: images.HostName, Tier: runtime.TierGVisor, Language: "python", MinIdle: 1, MaxIdle: 1}}
 	m := metrics.New()
-	p, skipped := pool.New(t.Context(), e, pc, m, slog.New(slog.NewTextHandler(testLog{t}, nil)))
+	p, skipped := pool.New(t.Context(), fl, e, pc, m, slog.New(slog.NewTextHandler(testLog{t}, nil)))
 	t.Cleanup(p.Close)
-	e.SetPool(p)
 	if len(skipped) != 1 || len(p.Idle()) != 0 {
 		t.Fatalf("without the tier: skipped %v, classes %v; want the class left out", skipped, p.Idle())
 	}
-	if err := e.AddRuntime(gvisor[0]); err != nil {
+	if err := fl.AddRuntime(gvisor[0]); err != nil {
 		t.Fatal(err)
 	}
 	if skipped := p.AddTier(t.Context(), runtime.TierGVisor); len(skipped) != 0 {
@@ -616,8 +623,8 @@ func TestClaimOverUsageIsReplaced(t *testing.T) {
 			if _, err := h.Wait(t, time.Minute); !errors.Is(err, agent.ErrLost) {
 				t.Errorf("the replaced sandbox's holder: %v, want it lost with its sandbox", err)
 			}
-			if f.p.Holds(used[0].ID()) {
-				t.Errorf("the pool still holds the replaced sandbox %s", used[0].ID())
+			if holder, ok := f.e.Fleet().Holder(used[0].ID()); ok {
+				t.Errorf("the replaced sandbox %s is still in the fleet, held by %q", used[0].ID(), holder)
 			}
 
 			if tier != runtime.TierContainer {

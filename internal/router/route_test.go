@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
@@ -75,7 +76,8 @@ func TestAutoWithoutGVisor(t *testing.T) {
 			rts = append(rts, rt)
 		}
 	}
-	e, err := engine.New(engine.DefaultConfig(), rts, images.NewStore(filepath.Join(dir, "images"), 1000, 1000), filepath.Join(dir, "engine"), nil)
+	store := images.NewStore(filepath.Join(dir, "images"), 1000, 1000)
+	e, err := engine.New(engine.DefaultConfig(), fleet.New(fleet.Config{}, rts, store, nil), store, filepath.Join(dir, "engine"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

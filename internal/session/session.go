@@ -23,6 +23,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -90,6 +91,7 @@ type Registry interface {
 type Manager struct {
 	cfg      Config
 	engine   *engine.Engine
+	fleet    *fleet.Fleet
 	registry Registry
 	log      *slog.Logger
 	now      func() time.Time
@@ -116,8 +118,8 @@ type entry struct {
 // New returns a manager; sessions already on disk (a restart) are loaded,
 // those the registry gives to another node (a client deleted it, or made
 // it anew elsewhere, while this node was away) are removed.
-func New(ctx context.Context, cfg Config, eng *engine.Engine, reg Registry, log *slog.Logger) (*Manager, error) {
-	m := &Manager{cfg: cfg, engine: eng, registry: reg, log: log, now: time.Now, sessions: map[string]*entry{}}
+func New(ctx context.Context, cfg Config, eng *engine.Engine, fl *fleet.Fleet, reg Registry, log *slog.Logger) (*Manager, error) {
+	m := &Manager{cfg: cfg, engine: eng, fleet: fl, registry: reg, log: log, now: time.Now, sessions: map[string]*entry{}}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sessions dir: %w", err)
 	}
@@ -403,17 +405,19 @@ func (m *Manager) reap() {
 
 // Acquirer lends the session's sandbox to one execution at a time,
 // creating the session if needed.
-func (m *Manager) Acquirer(tenant, id string) engine.Acquirer {
-	return acquirer{m: m, tenant: tenant, id: id}
+func (m *Manager) Acquirer(tenant, id string) Acquirer {
+	return Acquirer{m: m, tenant: tenant, id: id}
 }
 
-type acquirer struct {
+// Acquirer lends a session's sandbox.
+type Acquirer struct {
 	m          *Manager
 	tenant, id string
 }
 
-func (a acquirer) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, error) {
-	tier, spec := c.Tier, c.Spec
+// Acquire waits for the session (one execution at a time) and lends its
+// sandbox, fitted to c: the kept one, or a new one on the session's disk.
+func (a Acquirer) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, error) {
 	if _, _, err := a.m.Touch(ctx, a.tenant, a.id, Options{}); err != nil {
 		return nil, err
 	}
@@ -421,14 +425,14 @@ func (a acquirer) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, e
 	if err != nil {
 		return nil, err
 	}
-	sb, err := a.m.sandbox(ctx, e, tier, spec)
+	sb, err := a.m.sandbox(ctx, e, c)
 	if err != nil {
 		<-e.lock
 		return nil, err
 	}
 	m := a.m
-	return engine.NewLease(sb, true, func(clean bool) {
-		m.release(e, sb, tier, spec, clean)
+	return fleet.NewLease(sb, true, nil, func(clean bool) {
+		m.release(e, sb, c, clean)
 		m.mu.Lock()
 		e.info.Executions++
 		now := m.now().UTC()
@@ -444,8 +448,9 @@ func (a acquirer) Acquire(ctx context.Context, c engine.Claim) (*engine.Lease, e
 
 // sandbox returns a sandbox on e's disk for spec: the kept one if it fits
 // and is alive (with its limits updated), else a new one. e's lock is held.
-func (m *Manager) sandbox(ctx context.Context, e *entry, tier runtime.Tier, spec runtime.Spec) (runtime.Sandbox, error) {
-	k := runtime.Key(tier, spec)
+func (m *Manager) sandbox(ctx context.Context, e *entry, c fleet.Claim) (runtime.Sandbox, error) {
+	spec := c.Spec
+	k := runtime.Key(c.Tier, spec)
 	m.mu.Lock()
 	kept, of := e.sb, e.sbOf
 	m.takeIdleLocked(e)
@@ -475,18 +480,19 @@ func (m *Manager) sandbox(ctx context.Context, e *entry, tier runtime.Tier, spec
 	}
 	spec.Workspace = filepath.Join(e.dir, "disk.img")
 	spec.Limits.DiskBytes = disk
-	return m.engine.Create(ctx, tier, spec)
+	return m.fleet.Create(ctx, c.Tier, spec, c.Image, fleet.HolderSession)
 }
 
 // release keeps a clean sandbox for the session's next use (evicting the
 // least recently used kept sandbox beyond MaxIdle) or destroys it.
-func (m *Manager) release(e *entry, sb runtime.Sandbox, tier runtime.Tier, spec runtime.Spec, clean bool) {
+func (m *Manager) release(e *entry, sb runtime.Sandbox, c fleet.Claim, clean bool) {
 	if !clean {
 		m.destroy(sb)
 		return
 	}
+	m.fleet.Hold(sb, fleet.HolderSession, time.Time{})
 	m.mu.Lock()
-	e.sb, e.sbOf = sb, runtime.Key(tier, spec)
+	e.sb, e.sbOf = sb, runtime.Key(c.Tier, c.Spec)
 	m.idle = append(m.idle, e)
 	var evict []*entry
 	for len(m.idle) > m.cfg.MaxIdle {
@@ -517,22 +523,9 @@ func (m *Manager) release(e *entry, sb runtime.Sandbox, tier runtime.Tier, spec 
 func (m *Manager) destroy(sb runtime.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := m.engine.DestroyNow(ctx, sb); err != nil {
+	if err := m.fleet.DestroyNow(ctx, sb); err != nil {
 		m.log.Error("destroy session sandbox", "sandbox", sb.ID(), "err", err)
 	}
-}
-
-// Holds reports whether a session keeps sandbox id (the sweeper must not
-// take it).
-func (m *Manager) Holds(id string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, e := range m.idle {
-		if e.sb != nil && e.sb.ID() == id {
-			return true
-		}
-	}
-	return false
 }
 
 // Close destroys every kept sandbox; the sessions' disks stay for the next
@@ -560,16 +553,16 @@ func (m *Manager) withSandbox(ctx context.Context, tenant, id string, f func(c *
 		return err
 	}
 	defer func() { <-e.lock }()
-	spec, tier, err := m.fileSpec(ctx)
+	c, err := m.fileSpec(ctx)
 	if err != nil {
 		return err
 	}
-	sb, err := m.sandbox(ctx, e, tier, spec)
+	sb, err := m.sandbox(ctx, e, c)
 	if err != nil {
 		return err
 	}
 	ferr := f(sb.Agent())
-	m.release(e, sb, tier, spec, true)
+	m.release(e, sb, c, true)
 	m.mu.Lock()
 	now := m.now().UTC()
 	e.info.LastUsedAt = now
@@ -580,17 +573,17 @@ func (m *Manager) withSandbox(ctx context.Context, tenant, id string, f func(c *
 }
 
 // fileSpec is the sandbox file operations get when no sandbox is kept.
-func (m *Manager) fileSpec(ctx context.Context) (runtime.Spec, runtime.Tier, error) {
+func (m *Manager) fileSpec(ctx context.Context) (fleet.Claim, error) {
 	job, err := m.engine.Prepare(sandbox.ExecuteRequest{Language: "bash"})
 	if err != nil {
-		return runtime.Spec{}, "", err
+		return fleet.Claim{}, err
 	}
 	spec, err := m.engine.Spec(ctx, job)
 	if err != nil {
-		return runtime.Spec{}, "", err
+		return fleet.Claim{}, err
 	}
 	spec.Limits = m.cfg.FileLimits
-	return spec, job.Tier, nil
+	return fleet.Claim{Tier: job.Tier, Spec: spec, Image: job.Image}, nil
 }
 
 // workspacePath maps a session file path to the sandbox's.

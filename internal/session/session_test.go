@@ -41,7 +41,7 @@ func registry(t *testing.T) *cluster.Cluster {
 // node), never the old one with its files; Get agrees.
 func TestExpiredIsNotRevived(t *testing.T) {
 	reg := registry(t)
-	m, err := New(t.Context(), DefaultConfig(t.TempDir()), nil, reg, slog.New(slog.DiscardHandler))
+	m, err := New(t.Context(), DefaultConfig(t.TempDir()), nil, nil, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestKeptSandboxOverUsageIsReplaced(t *testing.T) {
 		t.Run(string(tier), func(t *testing.T) {
 			e := testenv.Engine(t)
 			var logs logBuffer
-			m, err := New(t.Context(), DefaultConfig(t.TempDir()), e, registry(t), slog.New(slog.NewTextHandler(&logs, nil)))
+			m, err := New(t.Context(), DefaultConfig(t.TempDir()), e, e.Fleet(), registry(t), slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,10 @@ func TestKeptSandboxOverUsageIsReplaced(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				job.Tenant, job.Acquirer = "t", m.Acquirer("t", "s")
+				job.Tenant = "t"
+				if err := e.Acquire(context.Background(), job, m.Acquirer("t", "s")); err != nil {
+					t.Fatal(err)
+				}
 				r := e.Run(context.Background(), job, nil)
 				if r.Status != sandbox.StatusSuccess {
 					t.Fatalf("execution %s: %+v\n%s", r.Status, r.Error, r.Stderr)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/oci"
@@ -63,7 +64,17 @@ func Engine(t testing.TB, mutate ...func(*engine.Config)) *engine.Engine {
 		m(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e, err := engine.New(cfg, Runtimes(t, dir), images.NewStore(filepath.Join(dir, "images"), 1000, 1000), filepath.Join(dir, "engine"), log)
+	return newEngine(t, cfg, dir, images.NewStore(filepath.Join(dir, "images"), 1000, 1000), log)
+}
+
+// newEngine makes an engine over a fleet of both tiers in dir; both are
+// closed at the end of t.
+func newEngine(t testing.TB, cfg engine.Config, dir string, imgs engine.ImageResolver, log *slog.Logger) *engine.Engine {
+	t.Helper()
+	holder, _ := imgs.(fleet.ImageHolder)
+	fl := fleet.New(fleet.Config{DestroyAsync: cfg.DestroyAsync}, Runtimes(t, dir), holder, log)
+	t.Cleanup(fl.Close)
+	e, err := engine.New(cfg, fl, imgs, filepath.Join(dir, "engine"), log)
 	if err != nil {
 		t.Fatal(err)
 	}

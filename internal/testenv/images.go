@@ -3,7 +3,6 @@ package testenv
 import (
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/corralhq/corral/internal/engine"
@@ -37,12 +36,7 @@ func ImageEngine(t testing.TB, imgs engine.ImageResolver, mutate ...func(*engine
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	e, err := engine.New(cfg, Runtimes(t, dir), imgs, filepath.Join(dir, "engine"), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	return newEngine(t, cfg, dir, imgs, testLogger(t))
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
@@ -49,7 +50,7 @@ func TestWorkerMeetsPendingTier(t *testing.T) {
 	ls := memory.New(log)
 	defer ls.Close()
 	newEngine := func(name string, rts ...runtime.Runtime) *engine.Engine {
-		e, err := engine.New(engine.DefaultConfig(), rts, anyImage{}, filepath.Join(dir, name), nil)
+		e, err := engine.New(engine.DefaultConfig(), fleet.New(fleet.Config{}, rts, nil, nil), anyImage{}, filepath.Join(dir, name), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,15 +59,18 @@ func TestWorkerMeetsPendingTier(t *testing.T) {
 	}
 	withGVisor := newEngine("a", stubRuntime{runtime.TierContainer}, stubRuntime{runtime.TierGVisor})
 	installing := newEngine("b", stubRuntime{runtime.TierContainer})
-	installing.SetPending(runtime.TierGVisor, true)
+	installing.Fleet().SetPending(runtime.TierGVisor, true)
 
 	cfg := node.DefaultConfig()
 	cfg.MaxConcurrency, cfg.QueueBound = 1, 10
 	member := func(id string) *cluster.Cluster {
 		return cluster.New(cluster.Config{ID: id, Address: "127.0.0.1:1", Heartbeat: time.Second, LostAfter: time.Minute}, st, log)
 	}
-	a := node.New(cfg, withGVisor, st, ls, member("a"), nil, metrics.New(), log)
-	b := node.New(cfg, installing, st, ls, member("b"), nil, metrics.New(), log)
+	nodeOf := func(e *engine.Engine, id string) *node.Node {
+		return node.New(cfg, node.Deps{Engine: e, Fleet: e.Fleet(), Store: st, State: ls, Cluster: member(id),
+			Metrics: metrics.New(), Log: log})
+	}
+	a, b := nodeOf(withGVisor, "a"), nodeOf(installing, "b")
 
 	req := sandbox.ExecuteRequest{Language: "python", Code: "print(1)", Isolation: sandbox.IsolationGVisor}
 	if _, err := b.Submit(ctx, "alpha", req); !errors.Is(err, engine.ErrTierPending) {

@@ -145,8 +145,8 @@ type Sandbox struct {
 	// starting, when set, delivers the exit of a runtime run that was
 	// killed half-way (its caller gave up): Destroy waits for it.
 	starting <-chan error
-	limits atomic.Pointer[runtime.Limits] // in force
-	diag   *tail                          // the sandbox's stderr: runtime and agent diagnostics
+	limits   atomic.Pointer[runtime.Limits] // in force
+	diag     *tail                          // the sandbox's stderr: runtime and agent diagnostics
 	// initFD is a pidfd of the sandbox's init (runc: the agent; runsc: the
 	// sentry) on the host, so Kill needs no runtime invocation and cannot
 	// hit a reused pid.

@@ -1,0 +1,85 @@
+package fleet
+
+import (
+	"context"
+
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/runtime"
+)
+
+// Claim is what an execution asks a sandbox for.
+type Claim struct {
+	Tier runtime.Tier
+	Spec runtime.Spec
+	// Tenant owns the execution: a sandbox that served one tenant never
+	// serves another.
+	Tenant string
+	Image  images.Image
+}
+
+// Zygote is a running zygote (a pre-started interpreter that forks each
+// execution): its agent process id (agent.StartRequest.Via), the language
+// whose runner started it and the environment it started with.
+type Zygote struct {
+	ID       uint32
+	Language string
+	Env      []string
+}
+
+// Lease lends a sandbox to one execution.
+type Lease struct {
+	Sandbox runtime.Sandbox
+	// Session is true when /workspace outlives the execution: the engine
+	// empties /tmp before the program runs and collects only outputs the
+	// execution wrote.
+	Session bool
+	// Zygote, if set, runs in the sandbox and can fork the execution's
+	// process (see lang.Zygoter).
+	Zygote *Zygote
+	// release gives the sandbox back; clean says the execution ended with
+	// the sandbox intact (not killed), so it may serve again.
+	release func(clean bool)
+}
+
+// NewLease makes a lease; release is called once, when the execution is
+// done with the sandbox.
+func NewLease(sb runtime.Sandbox, session bool, z *Zygote, release func(clean bool)) *Lease {
+	return &Lease{Sandbox: sb, Session: session, Zygote: z, release: release}
+}
+
+// Release gives the sandbox back to whoever lent it.
+func (l *Lease) Release(clean bool) { l.release(clean) }
+
+// Acquirer lends a sandbox for a claim: a warm pool, a session, or the
+// fleet's fresh ones (FreshAcquirer).
+type Acquirer interface {
+	Acquire(ctx context.Context, c Claim) (*Lease, error)
+}
+
+// FreshAcquirer lends fresh sandboxes of a fleet.
+type FreshAcquirer struct{ Fleet *Fleet }
+
+// Acquire implements Acquirer.
+func (a FreshAcquirer) Acquire(ctx context.Context, c Claim) (*Lease, error) {
+	return a.Fleet.Fresh(ctx, c)
+}
+
+// Fresh lends a new sandbox made for the claim, destroyed after its
+// execution: what an execution gets without a warm pool or a session.
+func (f *Fleet) Fresh(ctx context.Context, c Claim) (*Lease, error) {
+	sb, err := f.Create(ctx, c.Tier, c.Spec, c.Image, HolderExecution)
+	if err != nil {
+		return nil, err
+	}
+	return NewLease(sb, false, nil, func(bool) { f.Destroy(sb) }), nil
+}
+
+// Holders the fleet's users record (Hold).
+const (
+	// HolderPool: a warm pool keeps it ready.
+	HolderPool = "pool"
+	// HolderSession: a session keeps it for its next call.
+	HolderSession = "session"
+	// HolderExecution: an execution runs in it.
+	HolderExecution = "execution"
+)

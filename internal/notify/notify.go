@@ -178,7 +178,7 @@ func (n *Notifier) send(ctx context.Context, d store.Delivery) (int, error) {
 	req.Header.Set(sandbox.HeaderSignature, sandbox.SignCallback(route.Secret(d.Tenant), n.now(), d.Body))
 	req.Header.Set(sandbox.HeaderDeliveryID, d.ID)
 	req.Header.Set(sandbox.HeaderIdempotent, d.ExecutionID)
-	resp, err := route.Client.Do(req)
+	resp, err := keepPOST(route.Client).Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -188,4 +188,26 @@ func (n *Notifier) send(ctx context.Context, d store.Delivery) (int, error) {
 		return resp.StatusCode, fmt.Errorf("receiver answered %s", resp.Status)
 	}
 	return resp.StatusCode, nil
+}
+
+// keepPOST is c, except that a redirect that would turn the POST into a
+// GET (301, 302, 303) is not followed: that 3xx is the answer, a failed
+// attempt. Followed, it would send no body, and a 2xx to the GET would
+// count as a delivery the receiver never saw. 307 and 308 keep the method
+// and body and are followed under c's own policy.
+func keepPOST(c *http.Client) *http.Client {
+	kept := *c
+	kept.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.Method != via[0].Method {
+			return http.ErrUseLastResponse
+		}
+		if c.CheckRedirect != nil {
+			return c.CheckRedirect(req, via)
+		}
+		if len(via) >= 10 { // http.Client's default policy
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &kept
 }

@@ -1080,3 +1080,75 @@ func TestUnusableURLIsAFailedAttempt(t *testing.T) {
 		t.Errorf("stored %s; want 1 attempt failing to build the request", show(got))
 	}
 }
+
+// A redirect that keeps the method (307, 308) is followed: the new
+// location gets the same signed POST. One that turns it into a GET (301,
+// 302, 303) is not a delivery, whatever the GET is answered: the receiver
+// never saw the body. It is retried like any other non-2xx answer.
+func TestRedirects(t *testing.T) {
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			st := newStore(t)
+			rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+				if r.URL.Path == "/hook" {
+					http.Redirect(w, r, "/moved", code)
+				}
+				// Anything at /moved answers 200, a GET included.
+			})
+			d := addDelivery(t, st, store.Delivery{URL: rc.url + "/hook"})
+			cfg := fast()
+			cfg.MaxAttempts = 1
+			start(t, New(cfg, st, callbackRoutes(), quiet))
+			got := waitStored(t, st, d, "an attempt", attempted(1))
+
+			if code == 307 || code == 308 {
+				if got.State != store.DeliveryDelivered || got.LastStatus != 200 {
+					t.Errorf("stored %s; want delivered, status 200", show(got))
+				}
+				hits := rc.received()
+				if len(hits) != 2 || hits[1].path != "/moved" {
+					t.Fatalf("receiver got %+v; want /hook then /moved", hits)
+				}
+				checkSigned(t, hits[1], d, secrets("acme"))
+				return
+			}
+			want := fmt.Sprintf("receiver answered %d %s", code, http.StatusText(code))
+			if got.State != store.DeliveryFailed || got.LastStatus != code || got.LastError != want {
+				t.Errorf("stored %s; want failed, status %d, error %q", show(got), code, want)
+			}
+			for _, h := range rc.received() {
+				if h.method != http.MethodPost {
+					t.Errorf("receiver got a %s %s", h.method, h.path)
+				}
+			}
+		})
+	}
+}
+
+// Redirects that keep the POST still follow the route client's own
+// policy, or http.Client's default when it has none.
+func TestRedirectLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		client  *http.Client
+		wantErr string
+	}{
+		{"guard", loopback(), fmt.Sprintf("stopped after %d redirects", netpolicy.MaxRedirects)},
+		{"default policy", &http.Client{}, "stopped after 10 redirects"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newStore(t)
+			rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+				http.Redirect(w, r, r.URL.Path+"x", http.StatusTemporaryRedirect)
+			})
+			d := addDelivery(t, st, store.Delivery{URL: rc.url + "/x"})
+			cfg := fast()
+			cfg.MaxAttempts = 1
+			start(t, New(cfg, st, map[string]Route{store.KindCallback: {Client: tt.client, Secret: secrets}}, quiet))
+			got := waitStored(t, st, d, "failed", inState(store.DeliveryFailed))
+			if !strings.Contains(got.LastError, tt.wantErr) {
+				t.Errorf("stored %s; want error %q", show(got), tt.wantErr)
+			}
+		})
+	}
+}

@@ -36,7 +36,10 @@ type Config struct {
 	Lease time.Duration
 }
 
-// DefaultConfig: 12 attempts over about 5 hours.
+// DefaultConfig: 12 attempts over about half an hour (delays of 1 s
+// doubling to 17 min, 34 min in all before jitter). An attempt's Timeout
+// ends well within its Lease, so no other node claims a delivery while
+// it is being sent.
 func DefaultConfig() Config {
 	return Config{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: 30 * time.Minute,
 		Timeout: 10 * time.Second, Poll: time.Second, Lease: time.Minute}

@@ -1152,3 +1152,21 @@ func TestRedirectLimit(t *testing.T) {
 		})
 	}
 }
+
+// DefaultConfig keeps what its comment and docs/production.md ("about half
+// an hour with the defaults") say.
+func TestDefaultConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	var span time.Duration
+	for attempts := 1; attempts < cfg.MaxAttempts; attempts++ {
+		span += min(cfg.BaseDelay<<(attempts-1), cfg.MaxDelay)
+	}
+	if cfg.MaxAttempts != 12 || span < 30*time.Minute || span > 40*time.Minute {
+		t.Errorf("%d attempts over %v, want 12 over about half an hour", cfg.MaxAttempts, span)
+	}
+	// An attempt that outlived its lease could be claimed and sent again
+	// by another node while still under way.
+	if cfg.Timeout >= cfg.Lease {
+		t.Errorf("Timeout %v is not within Lease %v", cfg.Timeout, cfg.Lease)
+	}
+}

@@ -154,9 +154,12 @@ func (n *Notifier) attempt(ctx context.Context, d store.Delivery) {
 
 // backoff is the delay after the nth failed attempt.
 func (n *Notifier) backoff(attempts int) time.Duration {
-	d := n.cfg.BaseDelay << min(attempts-1, 30)
-	if d > n.cfg.MaxDelay || d <= 0 {
+	d := n.cfg.BaseDelay
+	if d <= 0 || d > n.cfg.MaxDelay {
 		d = n.cfg.MaxDelay
+	}
+	for i := 1; i < attempts && d < n.cfg.MaxDelay; i++ {
+		d += min(d, n.cfg.MaxDelay-d) // doubled, up to MaxDelay, never past it
 	}
 	jitter := 0.8 + 0.4*rand.Float64()
 	return time.Duration(float64(d) * jitter)

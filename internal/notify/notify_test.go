@@ -1170,3 +1170,31 @@ func TestDefaultConfig(t *testing.T) {
 		t.Errorf("Timeout %v is not within Lease %v", cfg.Timeout, cfg.Lease)
 	}
 }
+
+// However large the base delay and the attempt count, the delay doubles up
+// to MaxDelay and stays there; the doubling never overflows into a short
+// delay.
+func TestBackoffCap(t *testing.T) {
+	for _, tt := range []struct {
+		base     time.Duration
+		attempts int
+		want     time.Duration
+	}{
+		{time.Second, 11, 1024 * time.Second},
+		{time.Second, 12, 30 * time.Minute},
+		{time.Second, 1000, 30 * time.Minute},
+		{10 * time.Second, 40, 30 * time.Minute},
+		// 2^34+1 ns shifted left by 30 wraps to 2^30 ns, about a second.
+		{1<<34 + 1, 31, 30 * time.Minute},
+		{1<<34 + 1, 64, 30 * time.Minute},
+		{time.Hour, 1, 30 * time.Minute},
+	} {
+		n := New(Config{BaseDelay: tt.base, MaxDelay: 30 * time.Minute}, nil, nil, quiet)
+		for range 20 {
+			if got := n.backoff(tt.attempts); got < tt.want*8/10 || got > tt.want*12/10 {
+				t.Errorf("base %v: backoff(%d) = %v, want %v ±20%%", tt.base, tt.attempts, got, tt.want)
+				break
+			}
+		}
+	}
+}

@@ -36,7 +36,10 @@ type Config struct {
 	Lease time.Duration
 }
 
-// DefaultConfig: 12 attempts over about 5 hours.
+// DefaultConfig: 12 attempts over about half an hour (delays of 1 s
+// doubling to 17 min, 34 min in all before jitter). An attempt's Timeout
+// ends well within its Lease, so no other node claims a delivery while
+// it is being sent.
 func DefaultConfig() Config {
 	return Config{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: 30 * time.Minute,
 		Timeout: 10 * time.Second, Poll: time.Second, Lease: time.Minute}
@@ -151,9 +154,12 @@ func (n *Notifier) attempt(ctx context.Context, d store.Delivery) {
 
 // backoff is the delay after the nth failed attempt.
 func (n *Notifier) backoff(attempts int) time.Duration {
-	d := n.cfg.BaseDelay << min(attempts-1, 30)
-	if d > n.cfg.MaxDelay || d <= 0 {
+	d := n.cfg.BaseDelay
+	if d <= 0 || d > n.cfg.MaxDelay {
 		d = n.cfg.MaxDelay
+	}
+	for i := 1; i < attempts && d < n.cfg.MaxDelay; i++ {
+		d += min(d, n.cfg.MaxDelay-d) // doubled, up to MaxDelay, never past it
 	}
 	jitter := 0.8 + 0.4*rand.Float64()
 	return time.Duration(float64(d) * jitter)
@@ -178,7 +184,7 @@ func (n *Notifier) send(ctx context.Context, d store.Delivery) (int, error) {
 	req.Header.Set(sandbox.HeaderSignature, sandbox.SignCallback(route.Secret(d.Tenant), n.now(), d.Body))
 	req.Header.Set(sandbox.HeaderDeliveryID, d.ID)
 	req.Header.Set(sandbox.HeaderIdempotent, d.ExecutionID)
-	resp, err := route.Client.Do(req)
+	resp, err := keepPOST(route.Client).Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -188,4 +194,26 @@ func (n *Notifier) send(ctx context.Context, d store.Delivery) (int, error) {
 		return resp.StatusCode, fmt.Errorf("receiver answered %s", resp.Status)
 	}
 	return resp.StatusCode, nil
+}
+
+// keepPOST is c, except that a redirect that would turn the POST into a
+// GET (301, 302, 303) is not followed: that 3xx is the answer, a failed
+// attempt. Followed, it would send no body, and a 2xx to the GET would
+// count as a delivery the receiver never saw. 307 and 308 keep the method
+// and body and are followed under c's own policy.
+func keepPOST(c *http.Client) *http.Client {
+	kept := *c
+	kept.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.Method != via[0].Method {
+			return http.ErrUseLastResponse
+		}
+		if c.CheckRedirect != nil {
+			return c.CheckRedirect(req, via)
+		}
+		if len(via) >= 10 { // http.Client's default policy
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &kept
 }

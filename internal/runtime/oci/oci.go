@@ -228,7 +228,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		if _, serr := os.Stat(spec.Workspace); errors.Is(serr, os.ErrNotExist) {
 			s.disk, err = r.templates.Create(ctx, spec.Workspace, filepath.Join(s.dir, "disk"), spec.Limits.DiskBytes)
 		} else {
-			s.disk, err = disk.Attach(spec.Workspace, filepath.Join(s.dir, "disk"))
+			if err = disk.Check(ctx, spec.Workspace); err == nil {
+				s.disk, err = disk.Attach(spec.Workspace, filepath.Join(s.dir, "disk"))
+			}
 		}
 	} else {
 		s.disk, err = r.templates.Create(ctx, filepath.Join(s.dir, "disk.img"), filepath.Join(s.dir, "disk"), spec.Limits.DiskBytes)

@@ -249,6 +249,9 @@ func (z *zygoteProc) recv(t *testing.T) zygoteMsg {
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
 		n, oobn, _, _, err := unix.Recvmsg(z.ctl, buf, oob, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue // a socket with a receive timeout is not restarted after a signal
+		}
 		if err != nil || n == 0 {
 			t.Fatalf("read from the zygote: %d bytes, %v", n, err)
 		}
@@ -290,17 +293,24 @@ func (z *zygoteProc) dropSpare(t *testing.T) {
 }
 
 // reap waits for pid, a process the zygote forked, which is the test's once
-// its parent (an intermediate) has exited.
+// its parent (an intermediate) has exited. The zygote may name a child
+// before that (the intermediate says its pid, then exits), so until then
+// the kernel says it is not ours: the agent, reaping every child as init,
+// meets the same and keeps such statuses until it is told the pid.
 func reap(t *testing.T, pid int) syscall.WaitStatus {
 	t.Helper()
-	var ws syscall.WaitStatus
+	deadline := time.Now().Add(zygoteTimeout)
 	for {
+		var ws syscall.WaitStatus
 		_, err := syscall.Wait4(pid, &ws, 0, nil)
-		if !errors.Is(err, syscall.EINTR) {
-			if err != nil {
-				t.Fatalf("wait for %d: %v", pid, err)
-			}
+		switch {
+		case err == nil:
 			return ws
+		case errors.Is(err, syscall.EINTR):
+		case errors.Is(err, syscall.ECHILD) && time.Now().Before(deadline):
+			time.Sleep(time.Millisecond)
+		default:
+			t.Fatalf("wait for %d: %v", pid, err)
 		}
 	}
 }
@@ -459,6 +469,9 @@ func runFresh(t *testing.T, z *zygoteProc, e execution) result {
 func runSpare(t *testing.T, z *zygoteProc, e execution) result {
 	t.Helper()
 	sp := z.spare
+	if sp == nil {
+		t.Fatal("no spare")
+	}
 	z.spare = nil
 	dir := newDir(t, e)
 	p := newPipes(t)

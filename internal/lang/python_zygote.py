@@ -1,420 +1,757 @@
+# Corral's python zygote: a pre-started interpreter that forks each execution.
+#
+# The agent starts it in a pooled sandbox as `python3 -c <this file> WRAPPER
+# [PRELOAD...]` (internal/lang/zygote.go) with a control socket on fd 3. The
+# messages on that socket are listed in internal/agent/proto.go; why the
+# zygote works as it does, with the measurements behind it, is in
+# docs/pool.md, "The zygote (python)". The processes this file runs as:
+#
+#   the zygote  imports PRELOAD, compiles WRAPPER, freezes its heap, learns
+#               from the probe which pages a request copies, then answers
+#               the agent (serve);
+#   a spare     forked ahead of a request through a short-lived intermediate
+#               (so that its parent is the agent): it copies those pages
+#               and prepares itself, then waits on a socket of its own,
+#               whose other end the agent holds, for one request
+#               (serve_as_spare);
+#   the probe   a spare, forked once at start, that copies nothing ahead,
+#               serves a made-up request and reports the pages it copied
+#               (probe, report_copied);
+#   a child     a spare given its request, or a process the zygote forks
+#               (also through an intermediate) for a request the agent sent
+#               it: it becomes `python3 -c CODE ARGS`, runs CODE and exits
+#               like the interpreter (become).
+#
+# What a child runs is on every execution's path, which was tuned: before
+# the program it imports nothing a fresh interpreter has not, and anything
+# added there (a system call, an object, a page it writes) is added to every
+# execution. For the
+# same reason functions are described by comments, not docstrings: the
+# zygote keeps docstrings in its heap, where they measurably added to the
+# pages each execution copies.
 import sys, os, io
-def _corral_zygote():
-    # What a fresh interpreter has loaded; what the zygote imports for itself
-    # beyond that is unloaded again in each child.
-    fresh = set(sys.modules)
-    import signal, socket, json, resource, ctypes, gc
-    own = set(sys.modules) - fresh
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_DUMPABLE = 4
-    # Programs run with our uid: non-dumpable keeps them out of our memory.
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    sigs = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
+
+# What a fresh interpreter has loaded. The zygote's own imports, next, are
+# unloaded again in each child unless PRELOAD imported them too.
+FRESH_MODULES = set(sys.modules)
+import signal, socket, json, resource, ctypes, gc
+OWN_MODULES = set(sys.modules) - FRESH_MODULES
+
+# The zygote's end of the control socket (the agent's start, in
+# internal/agent/agent.go, passes it as the fd after stdio).
+CONTROL_FD = 3
+
+# A request runs `python3 -c CODE ARGS...` (the Run step's argv): argv[1]
+# is the flag, argv[2] CODE, argv[3:] its arguments, which become sys.argv
+# after '-c' as in the interpreter.
+ARGV_FLAG = 1
+ARGV_CODE = 2
+ARGV_ARGS = 3
+# A request carries stdin, stdout, stderr and, when the Run step asks for
+# it, the status fd: fd 3 in the child, where the wrapper reports a compile
+# error (internal/lang/python.go).
+REQUEST_FD_COUNTS = (3, 4)
+STDERR_FD = 2
+
+# One message on a socket carries at most this many bytes and fds.
+MAX_MESSAGE = 1 << 20
+MAX_FDS = 8
+# A spare's first message, its pid in decimal, fits in this.
+MAX_PID_MESSAGE = 64
+# Seconds the zygote waits for a spare or the probe it forked to say it is
+# ready; one that does not is let go (its socket closed, it exits) and
+# requests reach the zygote, which forks for each.
+SPARE_TIMEOUT = 10
+
+# Exit statuses: a program that ended with an uncaught exception (or a
+# SystemExit that is not a number), as in the interpreter; a child that
+# could not become the program (EX_SOFTWARE, sysexits.h); a program that
+# succeeded but whose standard streams would not flush at exit (the
+# interpreter's status when finalizing fails, Py_RunMain in
+# Python/pylifecycle.c, which it uses whatever the program's status). A
+# SystemExit's number becomes the status the way exit(3) truncates it, to
+# its low 8 bits.
+EXIT_ERROR = 1
+EXIT_SETUP_FAILED = 70
+EXIT_FLUSH_FAILED = 120
+EXIT_STATUS_MASK = 0xff
+
+# Linux: prctl(2)'s option (linux/prctl.h) and madvise(2)'s advice
+# (asm-generic/mman-common.h, Linux 5.14; an older kernel refuses it and
+# nothing is copied ahead).
+PR_SET_DUMPABLE = 4
+MADV_POPULATE_WRITE = 23
+# /proc/self/pagemap (Documentation/admin-guide/mm/pagemap.rst): one 8-byte
+# entry per page; bit 63 is set when the page is present, bit 56 when only
+# this process maps it (so the zygote's page was copied, or a new one
+# filled).
+PAGE_SIZE = 4096
+PAGEMAP_ENTRY_SIZE = 8
+PAGEMAP_PRESENT_BIT = 63
+PAGEMAP_EXCLUSIVE_BIT = 56
+# A private writable mapping larger than this is a reservation (address
+# space set aside), not memory in use: copying it ahead would fill it.
+MAX_MAPPING_IN_USE = 256 << 20
+# Private writable mappings never copied ahead: the stack and the kernel's.
+NOT_COPIED_AHEAD = ('[stack]', '[vvar]', '[vsyscall]')
+
+# The probe's request: Corral's own program, one printed line, run through
+# the wrapper like an execution's (from a pipe rather than a file), with an
+# execution's environment.
+PROBE_PROGRAM = b'print(0)\n'
+PROBE_PROGRAM_PATH = '/dev/stdin'
+PROBE_ENV = ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/workspace', 'LANG=C.UTF-8',
+             'PYTHONDONTWRITEBYTECODE=1', 'PYTHONHASHSEED=0']
+# The probe's report is read in chunks of this size, up to a bound.
+PROBE_READ_SIZE = 1 << 16
+MAX_PROBE_REPORT = 1 << 20
+
+
+# Once, in the zygote, at start.
+
+# Set PR_SET_DUMPABLE: programs run with the zygote's uid, and only a
+# non-dumpable process's memory is out of their reach (ptrace, /proc/PID/mem).
+# A child is dumpable again, as any process is.
+def set_dumpable(libc, dumpable):
+    libc.prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0)
+
+
+# The handler of every signal that has one, as a fresh interpreter set them:
+# each child restores them.
+def signal_dispositions():
     dispositions = {}
-    for s in sigs:
+    for s in signal.valid_signals():
+        if s in (signal.SIGKILL, signal.SIGSTOP):
+            continue
         try:
             dispositions[s] = signal.getsignal(s)
         except (OSError, ValueError):
             pass
-    # argv[1] is the code every Run step passes to `python3 -c` (Corral's
-    # wrapper): compiled once here instead of in every child.
-    run_src = sys.argv[1]
-    run_code = compile(run_src, '<string>', 'exec')
-    preload = sys.argv[2:]
+    return dispositions
+
+
+# Import each of names, once for every child; the ones that fail are reported
+# (not fatal: the rest still serve).
+def import_preload(names):
     failed = []
-    for name in preload:
+    for name in names:
         try:
             __import__(name)
         except Exception as e:
             failed.append('%s: %s' % (name, e))
-    preloaded = set(sys.modules) - fresh - own
-    unload = own - preloaded
+    return failed
+
+
+# Ignore every signal in dispositions but SIGCHLD: programs run with the
+# zygote's uid and may signal it, and no signal should end it or raise in it
+# half-way through a fork or a message. SIGCHLD keeps its default, which does
+# nothing: ignoring it explicitly would change how children are reaped (the
+# kernel would discard their exit statuses).
+def ignore_signals(dispositions):
     for s in dispositions:
         if s != signal.SIGCHLD:
             try:
                 signal.signal(s, signal.SIG_IGN)
             except (OSError, ValueError):
                 pass
+
+
+# The umask, which can only be read by setting it (to any value: the old one
+# is put back at once).
+def current_umask():
     umask = os.umask(0o022)
     os.umask(umask)
-    def snapshot():
-        return ([resource.getrlimit(getattr(resource, r)) for r in dir(resource) if r.startswith('RLIMIT_')],
-                os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)))
-    baseline = snapshot()
-    gc.collect()
-    gc.freeze()  # forked children do not copy the preloaded heap to collect it
-    ctl = socket.socket(fileno=3)
-    def send(m):
-        ctl.send(json.dumps(m).encode())
+    return umask
 
-    def prepare():
-        # In a forked child, before its request: what does not depend on
-        # the request (a spare does this while it waits).
+
+# What the zygote passes on to the processes it forks and a program (of its
+# uid) can change: resource limits, priority, CPU affinity. A ping compares it
+# with its value at start.
+def inherited_limits():
+    return ([resource.getrlimit(getattr(resource, r)) for r in dir(resource) if r.startswith('RLIMIT_')],
+            os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)))
+
+
+# The zygote's state, set up at start (then its heap is frozen), which every
+# process it forks inherits.
+class Zygote:
+
+    # Start, in this order: become non-dumpable; note the signal dispositions
+    # each child restores (before preload can change them); compile the
+    # wrapper run_src (the code every Run step passes to `python3 -c`:
+    # compiled once here instead of in every child); import preload, and
+    # note which of the zygote's own modules a child unloads; ignore
+    # signals; note what a child and a ping compare with; freeze the heap.
+    def __init__(self, run_src, preload):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        set_dumpable(self.libc, 0)
+        self.dispositions = signal_dispositions()
+        self.run_src = run_src
+        self.run_code = compile(run_src, '<string>', 'exec')
+        self.failed = import_preload(preload)
+        self.preloaded = set(sys.modules) - FRESH_MODULES - OWN_MODULES
+        self.unload = OWN_MODULES - self.preloaded
+        ignore_signals(self.dispositions)
+        self.umask = current_umask()
+        self.baseline = inherited_limits()
+        # Forked children do not copy the preloaded heap to collect it.
+        gc.collect()
+        gc.freeze()
+        self.ctl = socket.socket(fileno=CONTROL_FD)
+        # The pages a request copies, as address runs: what the probe found,
+        # once it has run; none means every writable page.
+        self.copied = []
+
+    # Send m to the agent.
+    def send(self, m):
+        self.ctl.send(json.dumps(m).encode())
+
+
+# Requests and processes.
+
+# Whether a request is one the zygote serves: `python3 -c CODE ARGS` with
+# stdin, stdout, stderr and perhaps a status fd.
+def servable(m, fds):
+    argv = m.get('argv') or []
+    return len(argv) >= ARGV_ARGS and argv[ARGV_FLAG] == '-c' and len(fds) in REQUEST_FD_COUNTS
+
+
+# Close the fds a request brought, once they are the child's.
+def close_all(fds):
+    for fd in fds:
+        os.close(fd)
+
+
+# Wait for an intermediate child (it exits at once).
+def reap(pid):
+    while True:
         try:
-            os.setsid()
-            for s, h in dispositions.items():
-                try:
-                    signal.signal(s, h)
-                except (OSError, ValueError, TypeError):
-                    pass
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        except BaseException as e:
-            os.write(2, ('corral zygote: cannot set up the child: %r\n' % (e,)).encode())
-            os._exit(70)
-        for name in unload:
-            sys.modules.pop(name, None)
-        np = sys.modules.get('numpy')
-        if np is not None:
+            os.waitpid(pid, 0)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return
+
+
+# End a child that could not become the program: it says why on its stderr
+# (the request's, once installed).
+def setup_failed(e):
+    os.write(STDERR_FD, ('corral zygote: cannot set up the child: %r\n' % (e,)).encode())
+    os._exit(EXIT_SETUP_FAILED)
+
+
+# A spare, then a child: from here to the probe's measurement, in the order
+# it runs. Every execution runs this code, and every function it calls is a
+# code object and a function object whose pages the child writes (reference
+# counts), so copies. Split into the functions below, it copies as many
+# pages as it did as one function (about 515 ahead, about 20 once a request
+# arrives, here; any edit of the script moves those by a few): measure them
+# again (the probe's report, /proc/PID/pagemap) before adding to it.
+
+# In a spare, forked from the zygote with z's state: copy ahead the pages a
+# request writes, prepare, say its pid on sp, then wait there for one request
+# and serve it; exit if the agent lets it go. The probe (report set, its fd)
+# copies nothing ahead: it measures what its request copies.
+def serve_as_spare(z, sp, report=None):
+    try:
+        z.ctl.close()
+        if report is None:
+            prefault(z)
+        prepare(z)
+        sp.send(str(os.getpid()).encode())
+        msg, fds, _, _ = socket.recv_fds(sp, MAX_MESSAGE, MAX_FDS)
+        if not msg:
+            os._exit(0)
+        m = json.loads(msg)
+        sp.close()
+        if not servable(m, fds):
+            os.write(fds[STDERR_FD] if len(fds) > STDERR_FD else STDERR_FD, b'corral zygote: bad request\n')
+            os._exit(EXIT_SETUP_FAILED)
+        become(z, m, fds, report)
+    finally:
+        os._exit(EXIT_SETUP_FAILED)
+
+
+# Copy now, while idle, the pages an execution writes, rather than one fault
+# at a time once a request runs (MADV_POPULATE_WRITE): those the probe found,
+# else every writable page.
+def prefault(z):
+    for lo, hi in z.copied or writable_mappings():
+        z.libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_POPULATE_WRITE)
+
+
+# In a forked child, before its request, what does not depend on the request
+# (a spare does this while it waits): a session of its own, the signal
+# dispositions and the empty mask of a fresh interpreter, the zygote's own
+# modules unloaded, numpy reseeded.
+def prepare(z):
+    try:
+        os.setsid()
+        for s, h in z.dispositions.items():
             try:
-                np.random.seed()
+                signal.signal(s, h)
+            except (OSError, ValueError, TypeError):
+                pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    except BaseException as e:
+        setup_failed(e)
+    for name in z.unload:
+        sys.modules.pop(name, None)
+    reseed_numpy()
+
+
+# Reseed numpy's global generator, if numpy is loaded, so that children do not
+# repeat the zygote's sequence (random reseeds itself at fork).
+def reseed_numpy():
+    np = sys.modules.get('numpy')
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:
+            pass
+
+
+# In a prepared child: become what `python3 -c CODE ARGS` would be in a fresh
+# process, run CODE and exit as the interpreter does, in its order: threads
+# joined, atexit handlers run, the standard streams flushed, then the
+# program's objects released (whose finalizers may print; __main__ is held
+# until then, as in the interpreter) and the streams flushed again. report
+# (the probe's fd) is kept open for report_copied.
+def become(z, m, fds, report=None):
+    report = install_fds(fds, report)
+    enter(z, m)
+    main = type(sys)('__main__')
+    code = run(z, m['argv'], main)
+    join_threads()
+    run_atexit_handlers()
+    code = flush_standard_streams(code)
+    main = None
+    release_main()
+    code = flush_standard_streams(code)
+    if report is not None:
+        report_copied(report)
+    os._exit(code)
+
+
+# Make the request's fds 0, 1, 2 [, 3] and close every other fd (the control
+# socket and a spare's socket among them), but report (the probe's, above
+# fds), which becomes the fd after them. Returns report's new number. The rest
+# are closed by listing them: a range up to the fd limit is a million close()
+# calls where close_range is missing.
+def install_fds(fds, report):
+    keep = len(fds)
+    if report is not None and report < keep:
+        os._exit(EXIT_SETUP_FAILED)  # installing fds would clobber it
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+    if report is not None:
+        os.dup2(report, keep)
+        report, keep = keep, keep + 1
+    for fd in os.listdir('/proc/self/fd'):
+        if int(fd) >= keep:
+            try:
+                os.close(int(fd))
+            except OSError:
+                pass
+    return report
+
+
+# Take the request's environment and working directory, the umask the zygote
+# started with, and be dumpable again.
+def enter(z, m):
+    try:
+        set_dumpable(z.libc, 1)
+        os.environ.clear()
+        for kv in m.get('env') or []:
+            k, _, v = kv.partition('=')
+            os.environ[k] = v
+        os.chdir(m.get('dir') or '/')
+        os.umask(z.umask)
+    except BaseException as e:
+        setup_failed(e)
+
+
+# Run CODE as `python3 -c` does: in main, a fresh __main__, with sys.argv
+# ['-c', ARGS...] (the zygote's compiled wrapper when CODE is the wrapper).
+# Returns the exit status the interpreter would give, or dies of SIGINT
+# after a KeyboardInterrupt, as it does.
+def run(z, argv, main):
+    main.__builtins__ = __builtins__
+    sys.modules['__main__'] = main
+    sys.argv = ['-c'] + argv[ARGV_ARGS:]
+    code = 0
+    try:
+        src = argv[ARGV_CODE]
+        code_obj = z.run_code if src == z.run_src else compile(src, '<string>', 'exec')
+        exec(code_obj, main.__dict__)
+    except SystemExit as e:
+        code = system_exit_status(e.code)
+    except KeyboardInterrupt:
+        die_of_sigint()
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = EXIT_ERROR
+    return code
+
+
+# The exit status the interpreter gives SystemExit(code) (CPython's
+# handle_system_exit): None is 0, a number its low 8 bits, anything else is
+# printed to stderr and is 1.
+def system_exit_status(code):
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & EXIT_STATUS_MASK
+    try:
+        print(code, file=sys.stderr)
+    except Exception:
+        pass
+    return EXIT_ERROR
+
+
+# End as the interpreter does after an uncaught KeyboardInterrupt: by SIGINT,
+# with its default action, so that the parent sees the signal.
+def die_of_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+# Wait for the program's non-daemon threads, as the interpreter does before
+# exiting. Relies on threading._shutdown, private, which CPython's own exit
+# calls; where it is missing or fails (or threading was never imported)
+# nothing is waited for.
+def join_threads():
+    try:
+        th = sys.modules.get('threading')
+        if th is not None:
+            th._shutdown()
+    except BaseException:
+        pass
+
+
+# Run the program's atexit handlers, as the interpreter does before exiting.
+# Relies on atexit._run_exitfuncs, private, which CPython's own exit calls;
+# where it is missing or fails, handlers do not run. atexit is imported here,
+# not at start: a child must not find it loaded unless its program loaded it.
+def run_atexit_handlers():
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+
+
+# Flush sys.stdout and sys.stderr. Returns the exit status: code, or
+# EXIT_FLUSH_FAILED if a flush failed and code was a success.
+def flush_standard_streams(code):
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            code = code or EXIT_FLUSH_FAILED
+    return code
+
+
+# What leaving the interpreter does for the program's own objects, without
+# tearing down the zygote's heap (that would cost more than the execution):
+# the program's __main__ is cleared the way the interpreter clears a module at
+# exit (objects are released in reference order: __del__ methods run, unclosed
+# files are flushed and closed), a file still open elsewhere is flushed, and a
+# collection finalizes the cycles left.
+def release_main():
+    try:
+        user = sys.modules.pop('__main__', None)
+        d = getattr(user, '__dict__', None)
+        user = None
+        if isinstance(d, dict):
+            for k in clearing_order(d):
+                d[k] = None
+        d = None
+        flush_open_files()
+        gc.collect()
+    except BaseException:
+        pass
+
+
+# The order in which CPython clears a module's names at exit
+# (_PyModule_ClearDict, Objects/moduleobject.c): names with one leading
+# underscore first, then the others, each in the dict's order; __builtins__ is
+# kept. This copies the interpreter's behaviour, not an API: nothing breaks if
+# CPython changes it, finalizers only run in another order than a process of
+# its own would run them.
+def clearing_order(names):
+    return sorted((k for k in names if k != '__builtins__'), key=lambda k: not is_single_underscore(k))
+
+
+# Whether name starts with exactly one underscore.
+def is_single_underscore(name):
+    return isinstance(name, str) and name[:1] == '_' and name[:2] != '__'
+
+
+# Flush every file object still open anywhere (a module's global, a cycle), as
+# releasing it would. Relies on gc.get_objects() leaving out what gc.freeze()
+# moved to the permanent generation (CPython's gc), so only the program's
+# objects are walked, not the zygote's heap. Were the zygote's objects listed
+# too, the walk would still flush the program's files, but touch (and so
+# copy) the zygote's heap on every execution.
+def flush_open_files():
+    for o in gc.get_objects():
+        if isinstance(o, io.IOBase):
+            try:
+                if not o.closed:
+                    o.flush()
             except Exception:
                 pass
 
-    def child(m, fds, report=None):
-        # Runs in the forked child, prepared: become what `python3 -c CODE
-        # ARGS` would be in a fresh process, then run CODE and exit like
-        # the interpreter. report (the probe's, above fds) is kept open, as
-        # the fd after them, for report_copied.
-        keep = len(fds)
-        if report is not None and report < keep:
-            os._exit(70)
-        for i, fd in enumerate(fds):
-            os.dup2(fd, i)
-        if report is not None:
-            os.dup2(report, keep)
-            report, keep = keep, keep + 1
-        # Close the rest by listing them: a range up to the fd limit is a
-        # million close() calls where close_range is missing.
-        for fd in os.listdir('/proc/self/fd'):
-            if int(fd) >= keep:
-                try:
-                    os.close(int(fd))
-                except OSError:
-                    pass
-        try:
-            libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-            os.environ.clear()
-            for kv in m.get('env') or []:
-                k, _, v = kv.partition('=')
-                os.environ[k] = v
-            os.chdir(m.get('dir') or '/')
-            os.umask(umask)
-        except BaseException as e:
-            os.write(2, ('corral zygote: cannot set up the child: %r\n' % (e,)).encode())
-            os._exit(70)
-        argv = m['argv']
-        main = type(sys)('__main__')
-        main.__builtins__ = __builtins__
-        sys.modules['__main__'] = main
-        sys.argv = ['-c'] + argv[3:]
-        code = 0
-        try:
-            code_obj = run_code if argv[2] == run_src else compile(argv[2], '<string>', 'exec')
-            exec(code_obj, main.__dict__)
-        except SystemExit as e:
-            c = e.code
-            if c is None:
-                code = 0
-            elif isinstance(c, int):
-                code = c & 0xff
-            else:
-                try:
-                    print(c, file=sys.stderr)
-                except Exception:
-                    pass
-                code = 1
-        except KeyboardInterrupt:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        except BaseException:
-            sys.excepthook(*sys.exc_info())
-            code = 1
-        try:
-            th = sys.modules.get('threading')
-            if th is not None:
-                th._shutdown()
-        except BaseException:
-            pass
-        try:
-            import atexit
-            atexit._run_exitfuncs()
-        except BaseException:
-            pass
-        # The interpreter's order: standard streams flushed, then the
-        # program's objects released (whose finalizers may print), then
-        # the streams flushed again.
-        for last in (False, True):
-            for f in (sys.stdout, sys.stderr):
-                try:
-                    f.flush()
-                except BaseException:
-                    code = code or 120
-            if not last:
-                main = None
-                release()
-        if report is not None:
-            report_copied(report)
-        os._exit(code)
 
-    def release():
-        # What leaving the interpreter does for the program's own objects,
-        # without tearing down the zygote's heap (that would cost more than
-        # the execution): the program's __main__ is cleared the way the
-        # interpreter clears a module at exit (so objects are released in
-        # reference order: __del__ methods run, unclosed files are flushed
-        # and closed), a file still open elsewhere is flushed, and a
-        # collection finalizes the cycles left. gc.get_objects() leaves out
-        # the zygote's frozen heap.
-        try:
-            user = sys.modules.pop('__main__', None)
-            d = getattr(user, '__dict__', None)
-            user = None
-            if isinstance(d, dict):
-                # Names with one leading underscore first, as it does.
-                private = lambda k: isinstance(k, str) and k[:1] == '_' and k[:2] != '__'
-                for k in sorted((k for k in d if k != '__builtins__'), key=lambda k: not private(k)):
-                    d[k] = None
-            d = None
-            for o in gc.get_objects():
-                if isinstance(o, io.IOBase):
-                    try:
-                        if not o.closed:
-                            o.flush()
-                    except Exception:
-                        pass
-            gc.collect()
-        except BaseException:
-            pass
+# The probe's measurement (and, where there is no probe, what a spare copies
+# ahead).
 
-    def servable(m, fds):
-        # A request is `python3 -c CODE ARGS` with stdin, stdout, stderr
-        # and perhaps a status fd.
-        argv = m.get('argv') or []
-        return len(argv) >= 3 and argv[1] == '-c' and len(fds) in (3, 4)
+# The process's private writable mappings that hold memory in use, as (start,
+# end) addresses; none if /proc/self/maps cannot be read.
+def writable_mappings():
+    try:
+        with open('/proc/self/maps') as f:
+            maps = f.read().splitlines()
+    except OSError:
+        return []
+    return in_use_mappings(maps)
 
-    def reap(pid):
-        # Wait for an intermediate child (it exits at once).
-        while True:
-            try:
-                os.waitpid(pid, 0)
-                return
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                return
 
-    def spare_main(sp, report=None):
-        # A spare: forked ahead, it waits for one request, which the agent
-        # sends straight to it (the zygote handed the agent the other end
-        # of sp), and serves it. The probe is a spare that copies nothing
-        # ahead and reports to report what its request made it copy.
-        try:
-            ctl.close()
-            if report is None:
-                prefault()
-            prepare()
-            sp.send(str(os.getpid()).encode())
-            msg, fds, _, _ = socket.recv_fds(sp, 1 << 20, 8)
-            if not msg:
-                os._exit(0)
-            m = json.loads(msg)
-            sp.close()
-            if not servable(m, fds):
-                os.write(fds[2] if len(fds) > 2 else 2, b'corral zygote: bad request\n')
-                os._exit(70)
-            child(m, fds, report)
-        finally:
-            os._exit(70)
+# The (start, end) addresses of the private writable mappings among the lines
+# of /proc/PID/maps ("start-end perms offset dev inode [path]", perms as
+# "rw-p": readable, writable, executable, p for private), but the stack, the
+# kernel's pages and reservations.
+def in_use_mappings(maps):
+    out = []
+    for line in maps:
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        perms = fields[1]
+        path = fields[5] if len(fields) > 5 else ''
+        if perms[:2] != 'rw' or perms[3] != 'p' or path in NOT_COPIED_AHEAD:
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split('-'))
+        if hi - lo > MAX_MAPPING_IN_USE:
+            continue
+        out.append((lo, hi))
+    return out
 
-    def writable():
-        # Our private writable mappings that hold memory in use, as
-        # (start, end) addresses.
-        try:
-            with open('/proc/self/maps') as f:
-                maps = f.read().splitlines()
-        except OSError:
-            return []
-        out = []
-        for line in maps:
-            f = line.split()
-            if len(f) < 2 or f[1][:2] != 'rw' or f[1][3] != 'p' or (len(f) > 5 and f[5] in ('[stack]', '[vvar]', '[vsyscall]')):
-                continue
-            lo, hi = (int(x, 16) for x in f[0].split('-'))
-            if hi - lo > 256 << 20:
-                continue  # a reservation, not memory in use
-            out.append((lo, hi))
-        return out
 
-    def prefault():
-        # Copy now, while idle, the pages an execution writes, rather than
-        # one fault at a time once a request runs (MADV_POPULATE_WRITE,
-        # Linux 5.14): those the probe found, else every writable page.
-        for lo, hi in copied or writable():
-            libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 23)
-
-    def report_copied(fd):
-        # In the probe, at its end: which of the pages it shares with the
-        # zygote it had to copy (or newly filled), from /proc/self/pagemap
-        # (bit 63 present, bit 56 mapped here only), as address runs.
+# In the probe, at its end: write to fd, as JSON, which pages of the ones it
+# shares with the zygote it had to copy (or newly filled), as address runs;
+# none where pagemap cannot be read.
+def report_copied(fd):
+    runs = []
+    try:
+        pm = os.open('/proc/self/pagemap', os.O_RDONLY)
+        for lo, hi in writable_mappings():
+            size = (hi - lo) // PAGE_SIZE * PAGEMAP_ENTRY_SIZE
+            offset = lo // PAGE_SIZE * PAGEMAP_ENTRY_SIZE
+            runs.extend(exclusive_runs(memoryview(os.pread(pm, size, offset)).cast('Q'), lo, hi))
+    except (OSError, ValueError, TypeError):
         runs = []
-        try:
-            pm = os.open('/proc/self/pagemap', os.O_RDONLY)
-            for lo, hi in writable():
-                flags = memoryview(os.pread(pm, (hi - lo) // 4096 * 8, lo // 4096 * 8)).cast('Q')
-                start = None
-                for i, v in enumerate(flags):
-                    mine = v >> 63 and v >> 56 & 1
-                    if mine and start is None:
-                        start = lo + i * 4096
-                    elif not mine and start is not None:
-                        runs.append((start, lo + i * 4096))
-                        start = None
-                if start is not None:
-                    runs.append((start, hi))
-        except (OSError, ValueError, TypeError):
-            runs = []
-        os.write(fd, json.dumps(runs).encode())
+    os.write(fd, json.dumps(runs).encode())
 
-    def probe():
-        # Serve a made-up request in a spare that copies nothing ahead, and
-        # learn which pages serving it copied: later spares copy those
-        # ahead instead of every writable page (several times fewer, each
-        # of which costs the machine at fork, copy and exit). The request
-        # is ours, a program that prints one line, taking the path a real
-        # one takes from the socket to the exit; no program of anybody's
-        # is involved. Nothing is learned where pagemap is missing (gVisor).
-        if not os.path.exists('/proc/self/pagemap'):
-            return []
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        r, w = os.pipe()
-        src_r, src_w = os.pipe()
-        os.write(src_w, b'print(0)\n')
-        os.close(src_w)
-        null = os.open('/dev/null', os.O_RDWR)
-        try:
-            pid = os.fork()
-        except OSError:
-            pid = -1
-        if pid == 0:
-            try:
-                mine.close()
-                os.close(r)
-                spare_main(theirs, report=w)
-            finally:
-                os._exit(70)
-        theirs.close()
-        os.close(w)
-        data = b''
-        try:
-            if pid > 0:
-                mine.settimeout(10)
-                mine.recv(64)
-                req = {'argv': ['python3', '-c', run_src, '/dev/stdin'], 'dir': '/',
-                       'env': ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/workspace', 'LANG=C.UTF-8',
-                               'PYTHONDONTWRITEBYTECODE=1', 'PYTHONHASHSEED=0']}
-                socket.send_fds(mine, [json.dumps(req).encode()], [src_r, null, null, null])
-                while len(data) < 1 << 20:
-                    b = os.read(r, 1 << 16)
-                    if not b:
-                        break
-                    data += b
-        except OSError:
-            data = b''
-        for fd in (r, src_r, null):
-            os.close(fd)
+
+# The runs of pages present and mapped by this process only, as (start, end)
+# addresses, from the pagemap entries of the mapping [lo, hi).
+def exclusive_runs(entries, lo, hi):
+    runs = []
+    start = None
+    for i, v in enumerate(entries):
+        mine = v >> PAGEMAP_PRESENT_BIT and v >> PAGEMAP_EXCLUSIVE_BIT & 1
+        if mine and start is None:
+            start = lo + i * PAGE_SIZE
+        elif not mine and start is not None:
+            runs.append((start, lo + i * PAGE_SIZE))
+            start = None
+    if start is not None:
+        runs.append((start, hi))
+    return runs
+
+
+# In the zygote: spares, the probe, and its loop.
+
+# Fork a spare through a short-lived intermediate, so that its parent is the
+# agent, and hand the agent the spare's socket with its pid: the agent sends
+# it a request without the zygote on the way, and drops the spare it held
+# before (which then exits).
+def make_spare(z):
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pid = os.fork()
+    except OSError:
         mine.close()
-        if pid > 0:
-            reap(pid)
+        theirs.close()
+        return
+    if pid == 0:
         try:
-            return [(int(lo), int(hi)) for lo, hi in json.loads(data)]
-        except (ValueError, TypeError):
-            return []
-
-    def make_spare():
-        # Fork a spare through a short-lived intermediate, so that its
-        # parent is the agent, and hand the agent the spare's socket with
-        # its pid: the agent sends it a request without us on the way, and
-        # drops the spare it held before (which then exits).
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            pid = os.fork()
-        except OSError:
             mine.close()
-            theirs.close()
-            return
-        if pid == 0:
-            try:
-                mine.close()
-                if os.fork() == 0:
-                    spare_main(theirs)
-            finally:
-                os._exit(0)
-        theirs.close()
-        reap(pid)
-        mine.settimeout(10)
+            if os.fork() == 0:
+                serve_as_spare(z, theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    reap(pid)
+    mine.settimeout(SPARE_TIMEOUT)
+    try:
+        gpid = int(mine.recv(MAX_PID_MESSAGE))
+        socket.send_fds(z.ctl, [json.dumps({'spare': gpid}).encode()], [mine.fileno()])
+    except (OSError, ValueError):
+        pass
+    mine.close()
+
+
+# Serve a made-up request in a spare that copies nothing ahead, and return
+# which pages serving it copied, as address runs: later spares copy those
+# ahead instead of every writable page (several times fewer, each of which
+# costs the machine at fork, copy and exit). The request is Corral's own
+# (PROBE_PROGRAM), taking the path a real one takes from the socket to the
+# exit; no program of anybody's is involved. Nothing is learned where pagemap
+# is missing (gVisor).
+def probe(z):
+    if not os.path.exists('/proc/self/pagemap'):
+        return []
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    r, w = os.pipe()
+    src_r, src_w = os.pipe()
+    os.write(src_w, PROBE_PROGRAM)
+    os.close(src_w)
+    null = os.open('/dev/null', os.O_RDWR)
+    try:
+        pid = os.fork()
+    except OSError:
+        pid = -1
+    if pid == 0:
         try:
-            gpid = int(mine.recv(64))
-            socket.send_fds(ctl, [json.dumps({'spare': gpid}).encode()], [mine.fileno()])
-        except (OSError, ValueError):
-            pass
-        mine.close()
+            mine.close()
+            os.close(r)
+            serve_as_spare(z, theirs, report=w)
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    theirs.close()
+    os.close(w)
+    data = b''
+    try:
+        if pid > 0:
+            mine.settimeout(SPARE_TIMEOUT)
+            mine.recv(MAX_PID_MESSAGE)
+            req = {'argv': ['python3', '-c', z.run_src, PROBE_PROGRAM_PATH], 'dir': '/', 'env': PROBE_ENV}
+            socket.send_fds(mine, [json.dumps(req).encode()], [src_r, null, null, null])
+            data = read_report(r)
+    except OSError:
+        data = b''
+    for fd in (r, src_r, null):
+        os.close(fd)
+    mine.close()
+    if pid > 0:
+        reap(pid)
+    return parse_report(data)
 
-    copied = probe()
-    make_spare()
-    send({'ready': {'python': sys.version.split()[0], 'modules': sorted(preloaded), 'failed': failed}})
 
+# Read the probe's report from fd until it ends, up to MAX_PROBE_REPORT.
+def read_report(fd):
+    data = b''
+    while len(data) < MAX_PROBE_REPORT:
+        b = os.read(fd, PROBE_READ_SIZE)
+        if not b:
+            break
+        data += b
+    return data
+
+
+# The probe's runs from its report; none if it is not one.
+def parse_report(data):
+    try:
+        return [(int(lo), int(hi)) for lo, hi in json.loads(data)]
+    except (ValueError, TypeError):
+        return []
+
+
+# The message that says the zygote is ready.
+def ready(z):
+    return {'ready': {'python': sys.version.split()[0], 'modules': sorted(z.preloaded), 'failed': z.failed}}
+
+
+# Answer the agent until it closes the control socket: pings, and requests
+# that came to the zygote because there was no spare.
+def serve(z):
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
+            msg, fds, _, _ = socket.recv_fds(z.ctl, MAX_MESSAGE, MAX_FDS)
         except InterruptedError:
             continue
         if not msg:
             os._exit(0)
         m = json.loads(msg)
         if 'ping' in m:
-            r = {'pong': m['ping']}
-            now = snapshot()
-            if now != baseline:
-                r['error'] = 'inherited limits changed: %r, was %r' % (now, baseline)
-            else:
-                # After a reset nothing of the last execution runs: a
-                # spare made now has seen none of it.
-                make_spare()
-            send(r)
-            continue
-        rid = m.get('id')
-        if not servable(m, fds):
-            for fd in fds:
-                os.close(fd)
-            send({'id': rid, 'error': 'bad request'})
-            continue
+            z.send(pong(z, m['ping']))
+        else:
+            fork_child(z, m, fds)
+
+
+# The answer to a reset's ping: an error if a program changed the limits the
+# zygote passes on; else a new spare is made first (nothing of the last
+# execution runs any more, so it has seen none of it).
+def pong(z, tag):
+    r = {'pong': tag}
+    now = inherited_limits()
+    if now != z.baseline:
+        r['error'] = 'inherited limits changed: %r, was %r' % (now, z.baseline)
+    else:
+        make_spare(z)
+    return r
+
+
+# Fork a child for the request m through an intermediate, which reports its
+# pid and exits, so that the child's parent is the agent, which reaps it.
+def fork_child(z, m, fds):
+    rid = m.get('id')
+    if not servable(m, fds):
+        close_all(fds)
+        z.send({'id': rid, 'error': 'bad request'})
+        return
+    try:
+        pid = os.fork()
+    except OSError as e:
+        close_all(fds)
+        z.send({'id': rid, 'error': 'fork: %s' % e})
+        return
+    if pid == 0:
         try:
-            pid = os.fork()
-        except OSError as e:
-            for fd in fds:
-                os.close(fd)
-            send({'id': rid, 'error': 'fork: %s' % e})
-            continue
-        if pid == 0:
-            # The intermediate: fork the child and exit, so that the child's
-            # parent is the agent, which reaps it.
             try:
-                try:
-                    gpid = os.fork()
-                except OSError as e:
-                    send({'id': rid, 'error': 'fork: %s' % e})
-                    os._exit(0)
-                if gpid == 0:
-                    try:
-                        ctl.close()
-                        prepare()
-                        child(m, fds)
-                    finally:
-                        os._exit(70)
-                send({'id': rid, 'pid': gpid})
-            finally:
+                gpid = os.fork()
+            except OSError as e:
+                z.send({'id': rid, 'error': 'fork: %s' % e})
                 os._exit(0)
-        for fd in fds:
-            os.close(fd)
-        reap(pid)
-_corral_zygote()
+            if gpid == 0:
+                try:
+                    z.ctl.close()
+                    prepare(z)
+                    become(z, m, fds)
+                finally:
+                    os._exit(EXIT_SETUP_FAILED)
+            z.send({'id': rid, 'pid': gpid})
+        finally:
+            os._exit(0)
+    close_all(fds)
+    reap(pid)
+
+
+# The entry point, run as `python3 -c <this file> WRAPPER [PRELOAD...]`, so
+# that sys.argv is ['-c', WRAPPER, PRELOAD...]. (Tests find the zygote among
+# a sandbox's processes by this name in its command line:
+# internal/pool/pool_test.go.)
+def _corral_zygote():
+    z = Zygote(sys.argv[1], sys.argv[2:])
+    z.copied = probe(z)
+    make_spare(z)
+    z.send(ready(z))
+    serve(z)
+
+
+if __name__ == '__main__':
+    _corral_zygote()

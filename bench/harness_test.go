@@ -187,7 +187,7 @@ func (h *harness) rotated(k int) []*cell {
 	return append(live[k:], live[:k]...)
 }
 
-// BenchmarkHarness is the warm-pool benchmark of issue 8: python hello run
+// BenchmarkHarness is the warm-pool benchmark of docs/bench.md: python hello run
 // bare, under bubblewrap, with runc and runsc on a hand-made bundle, and
 // through Corral's HTTP API cold and warm on both tiers; numpy warm
 // against the same program chrooted into the python image; then host
@@ -458,7 +458,7 @@ func BenchmarkHarness(b *testing.B) {
 		{"runc-idle-MB", "MB per idle pooled sandbox, runc", mems[0].bytes / (1 << 20), 5, true},
 		{"runsc-idle-MB", "MB per idle pooled sandbox, runsc", mems[2].bytes / (1 << 20), 30, true},
 	}
-	fmt.Fprintln(&out, "issue 8 targets:")
+	fmt.Fprintln(&out, "targets (docs/bench.md):")
 	for _, t := range targets {
 		verdict, cmp, v := "n/a", "≤", "-"
 		if !t.atMost {

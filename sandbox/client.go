@@ -48,7 +48,7 @@ type Config struct {
 	HTTPClient *http.Client
 	// MaxConcurrent, when positive, caps how many Execute calls of this
 	// client run at once; further calls wait for a slot (or their context).
-	// It is the semaphore of the article's §5.6, built in.
+	// It is the semaphore of docs/sdk.md's "Bounded concurrency", built in.
 	MaxConcurrent int
 }
 

@@ -91,7 +91,7 @@ func TestDoctorSaysPinnedRunc(t *testing.T) {
 }
 
 // TestRunExitStatusMirrorsVerdict runs one program per verdict through the
-// CLI and checks its output, verdict line and exit status (DESIGN §7).
+// CLI and checks its output, verdict line and exit status (docs/errors.md, the CLI exit column).
 func TestRunExitStatusMirrorsVerdict(t *testing.T) {
 	c := newCLI(t)
 	cases := []struct {
@@ -137,7 +137,7 @@ func TestRunExitStatusMirrorsVerdict(t *testing.T) {
 	}
 }
 
-// TestRunJSONRecord checks that --json prints the record of DESIGN §2.
+// TestRunJSONRecord checks that --json prints the record of docs/api.md.
 func TestRunJSONRecord(t *testing.T) {
 	c := newCLI(t)
 	r := c.run("import sys\nprint('out')\nprint('err', file=sys.stderr)", "run", "--lang", "python", "--json", "-")

@@ -8,7 +8,7 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-// exitStatus mirrors a verdict in a process exit status (DESIGN §7).
+// exitStatus mirrors a verdict in a process exit status (docs/errors.md, the CLI exit column).
 func exitStatus(r *sandbox.Result) int {
 	if r.Status == sandbox.StatusSuccess {
 		return 0

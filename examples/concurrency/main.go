@@ -1,5 +1,5 @@
 // Command concurrency runs many executions with bounded concurrency (the
-// article's §5.6): once with the article's channel semaphore, once with the
+// docs/sdk.md's "Bounded concurrency"): once with the article's channel semaphore, once with the
 // SDK's built-in Config.MaxConcurrent.
 package main
 

@@ -1,5 +1,5 @@
 // Command errors provokes each kind of failure and handles it by type, as
-// in the article's §5.5: a failed execution is a *sandbox.Error whose Type
+// in docs/sdk.md: a failed execution is a *sandbox.Error whose Type
 // says what to do; an API error is a *sandbox.APIError (errors.Is with
 // ErrNotFound, ErrInvalidRequest, ...); anything else is the transport.
 package main

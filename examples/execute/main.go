@@ -1,5 +1,5 @@
 // Command execute runs one program synchronously with the Go SDK and prints
-// its output (the article's §5.3): python's sum(range(100)), 4950, then the
+// its output (docs/sdk.md): python's sum(range(100)), 4950, then the
 // record's summary, the account of the run an agent hands to its model.
 //
 //	CORRAL_ENDPOINT=http://127.0.0.1:8080 CORRAL_API_KEY=... go run ./examples/execute

@@ -1,5 +1,5 @@
 // Command submitpoll submits a longer program asynchronously and polls for
-// its result (the article's §5.4), then shows the same with Wait and with
+// its result (docs/sdk.md), then shows the same with Wait and with
 // the live event stream.
 package main
 

@@ -1,4 +1,4 @@
-// Package api is Corral's HTTP interface (/v1, DESIGN §2): authentication
+// Package api is Corral's HTTP interface (/v1, docs/api.md): authentication
 // and tenants, request decoding and validation, JSON errors, executions
 // (submit, wait, get, list, cancel), Server-Sent Events, health and
 // metrics. It holds no execution logic: that is the node's.

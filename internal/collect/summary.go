@@ -21,13 +21,13 @@ const (
 	MinSummaryChars = 1000
 )
 
-// SummaryLines is how many lines of stdout a success shows (the article's
-// §7.3: "成功执行给 stdout 前 20 行 + 文件列表").
+// SummaryLines is how many lines of stdout a success shows (docs/api.md,
+// "Summaries": the first 20 lines of stdout and the artifact names).
 const SummaryLines = 20
 
 // Summary is the model-ready account of a final record, built the same way
 // every time from the record alone (no model call), at most maxChars
-// characters (0: DefaultSummaryChars). It follows the article's rule:
+// characters (0: DefaultSummaryChars). It follows docs/api.md's rule:
 //
 //   - success: the exit code, the first SummaryLines lines of stdout and the
 //     artifact names;
@@ -37,7 +37,7 @@ const SummaryLines = 20
 //   - failure: the error type and exit code, the error message (unless it is
 //     a compile error's, which only repeats stderr), the whole stderr as the
 //     record keeps it (head and tail), and the caller's next step for the
-//     error type (the article's §4.5 table).
+//     error type (docs/errors.md's table).
 //
 // The stream a verdict does not show is counted in one line, so a model
 // knows it exists. When the text does not fit, stdout loses its end and
@@ -120,7 +120,7 @@ func Summary(res sandbox.Result, maxChars int) string {
 }
 
 // NextStep is what the caller should do about a failed record, by error
-// type: the article's §4.5 table, with the limit that was in force.
+// type: docs/errors.md's table, with the limit that was in force.
 func NextStep(res sandbox.Result) string {
 	if res.Error == nil {
 		return "look at the record: it failed without an error type"

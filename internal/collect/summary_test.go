@@ -175,7 +175,7 @@ func TestSummaryGolden(t *testing.T) {
 }
 
 // TestSummaryRule checks what the golden files pin, so an -update cannot
-// silently drop it: the article's rule for each verdict.
+// silently drop it: docs/api.md's rule for each verdict.
 func TestSummaryRule(t *testing.T) {
 	for _, c := range summaryCases() {
 		s := Summary(c.res, c.max)

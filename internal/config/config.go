@@ -298,7 +298,7 @@ func Load(path string, c *Config) error {
 	return nil
 }
 
-// DeriveConcurrency applies the article's rule of thumb (§5.6): a node runs
+// DeriveConcurrency applies the sizing rule of docs/production.md: a node runs
 // about memory × 0.8 / default memory limit executions at once, keeping 20%
 // for bursts. 24 GiB and 512 MB give 38.
 func DeriveConcurrency(memTotalBytes int64, defaultMemoryMB int64) int {

@@ -66,7 +66,7 @@ type Config struct {
 	SummaryChars int
 }
 
-// DefaultConfig returns the conservative defaults of DESIGN §2.
+// DefaultConfig returns the conservative defaults of docs/limits.md.
 func DefaultConfig() Config {
 	return Config{
 		Default:        sandbox.Limits{TimeoutMS: 30_000, MemoryMB: 512, CPUCores: 1, DiskMB: 1024},

@@ -417,7 +417,7 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-// TestReproducibleEnvironment checks the fixed environment of DESIGN: UTC,
+// TestReproducibleEnvironment checks the fixed environment of docs/ARCHITECTURE.md ("Reproducibility"): UTC,
 // C.UTF-8, hash seed 0, home and cwd /workspace, fixed hostname, sorted env,
 // caller variables merged.
 func TestReproducibleEnvironment(t *testing.T) {

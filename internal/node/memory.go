@@ -10,7 +10,7 @@ import (
 )
 
 // memoryEntry is the body of a memory delivery: what a memory service needs
-// to remember an execution. The article (§3.5) keeps memory out of the
+// to remember an execution. Corral keeps memory out of the
 // sandbox: Corral only informs, the memory service decides what to keep and
 // for how long. Artifacts are named, not linked: links expire, and the
 // memory service is not the tenant. docs/api.md documents the shape.

@@ -37,7 +37,7 @@ type Execution struct {
 	RequestHash string
 	// Request is the normalized request as JSON.
 	Request []byte
-	// Record is the execution record of DESIGN §2. Its Status, Error.Type,
+	// Record is the execution record of docs/api.md. Its Status, Error.Type,
 	// ExitCode, SessionID, Language, DurationMS, CreatedAt and FinishedAt
 	// are indexed for Query.
 	Record sandbox.Result

@@ -1,4 +1,4 @@
-// Package contract runs the HTTP contract of DESIGN §2 against real corral
+// Package contract runs the HTTP contract of docs/api.md against real corral
 // serve processes: once on the embedded backends (SQLite, in-process state)
 // and once on PostgreSQL and Redis.
 package contract

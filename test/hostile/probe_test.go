@@ -79,7 +79,7 @@ type findings struct {
 var deniedSyscalls = []string{"mount", "unshare", "unshare_user", "bpf", "keyctl", "add_key", "io_uring_setup",
 	"userfaultfd", "ptrace", "perf_event_open", "setns", "pivot_root"}
 
-// TestIsolationFromInside checks, from a program in the sandbox, what DESIGN
+// TestIsolationFromInside checks, from a program in the sandbox, what docs/ARCHITECTURE.md ("The sandbox")
 // and the execution-core issue promise: no host secrets, no capabilities,
 // no new privileges, seccomp on, unprivileged uid, loopback only, the
 // dangerous syscalls refused, writable /workspace and /tmp only.

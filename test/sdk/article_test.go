@@ -15,10 +15,10 @@ import (
 	"github.com/corralhq/corral/test/testserver"
 )
 
-// TestArticle reproduces the SDK snippets of the source article's §5
+// TestArticle reproduces the SDK snippets Corral started from (docs/sdk.md)
 // ("Go SDK 接入实战") against a real server. The code inside each step is
 // the article's, with only what it leaves out filled in: a real endpoint,
-// the code it elides, and a final-state check where §5.4 compares with
+// the code it elides, and a final-state check where the snippet compares with
 // "running" (a queued execution is not running either, so the article's
 // loop would stop before the result).
 func TestArticle(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package sdk runs the Go SDK (package sandbox) against a real corral serve:
-// the article's §5.2–§5.6 snippets nearly verbatim, and the SDK's promises
+// the usage snippets of docs/sdk.md (those of the article Corral started from) nearly verbatim, and the SDK's promises
 // about errors, retries, ids and resumable streams.
 package sdk
 

@@ -113,6 +113,38 @@ func Unthrottle(path string) error {
 	return nil
 }
 
+// Sandbox CPU weights: what the parent of every sandbox gets against its
+// siblings (corral itself, the runtimes it runs, the rest of the host),
+// each of which has the kernel's default, 1024 (v1 cpu.shares) or 100 (v2
+// cpu.weight).
+const (
+	sandboxShares = 128
+	sandboxWeight = 12
+)
+
+// Yield makes the cgroup at parent, under which every sandbox lives, yield
+// the CPU to its siblings when both want it: with many sandboxes busy,
+// corral (its API, its database writes, the kills a cancel needs) and the
+// runtimes it runs would otherwise get a sliver of the CPU each (a cancel
+// took seconds under a burst; with this, tens of milliseconds). Weights
+// only divide the CPU under contention: an idle host gives the sandboxes
+// all of it, and their own quotas (Limits.CPUCores) still hold. parent is
+// made if it does not exist.
+func Yield(parent string) error {
+	name, value := "cpu.shares", strconv.Itoa(sandboxShares)
+	d := dir("cpu", parent)
+	if Unified() {
+		name, value = "cpu.weight", strconv.Itoa(sandboxWeight)
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return fmt.Errorf("cgroup %s: %w", parent, err)
+	}
+	if err := os.WriteFile(filepath.Join(d, name), []byte(value), 0); err != nil {
+		return fmt.Errorf("cgroup %s: set %s: %w", parent, name, err)
+	}
+	return nil
+}
+
 // Processes returns how many tasks the cgroup holds now.
 func Processes(path string) (int64, error) {
 	return readInt(dir("pids", path), "pids.current")

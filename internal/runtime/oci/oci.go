@@ -109,6 +109,11 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	// Corral's own work (the API, the store, a cancel's kill) comes before
+	// the sandboxes' when the CPU is short.
+	if err := cgroup.Yield("/" + cfg.CgroupParent); err != nil {
+		cfg.Log.Warn("sandboxes keep the default CPU weight: corral may answer slowly while they are busy", "err", err)
+	}
 	return r, nil
 }
 

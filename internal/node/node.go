@@ -436,12 +436,18 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (*sandbox.Result, 
 	if ex.Record.Status.Final() {
 		return n.Get(ctx, tenant, id)
 	}
-	// Stored first, so that the node that runs it learns it even if the
-	// signal below is lost.
+	// The signal first: it reaches the run at once, wherever it is. The
+	// flag in the store is for a node that missed it (a Redis restart); a
+	// queued execution is cancelled in the store, and one claimed meanwhile
+	// finds the signal when it registers (cancelLocal keeps it).
+	k := key(tenant, id)
+	n.cancelLocal(k, errCancelled)
+	if err := n.state.Notify(ctx, state.ChannelCancel, k); err != nil {
+		n.log.Warn("signal cancel; the running node finds it in the store", "execution_id", id, "err", err)
+	}
 	if err := n.store.RequestCancel(ctx, tenant, id); err != nil {
 		return nil, fmt.Errorf("cancel execution: %w", err)
 	}
-	k := key(tenant, id)
 	if ex.Record.Status == sandbox.StatusQueued {
 		rec := ex.Record
 		rec.Status = sandbox.StatusCancelled
@@ -452,11 +458,7 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (*sandbox.Result, 
 		} else if !errors.Is(err, store.ErrStale) {
 			return nil, err
 		}
-		// A node claimed it meanwhile: cancel the run.
-	}
-	n.cancelLocal(k, errCancelled)
-	if err := n.state.Notify(ctx, state.ChannelCancel, k); err != nil {
-		n.log.Warn("signal cancel; the running node finds it in the store", "execution_id", id, "err", err)
+		// A node claimed it meanwhile: its run has the signal.
 	}
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

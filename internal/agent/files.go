@@ -1,0 +1,117 @@
+//go:build linux
+
+package agent
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// The agent places, reads, lists and removes files for the host as the
+// sandbox's user, in the sandbox's own view of the file system: a link a
+// program planted resolves where the program could have gone anyway, never
+// to the host.
+
+// writableRoots are where the host may place files.
+var writableRoots = []string{"/workspace", "/tmp"}
+
+func checkPath(p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("path %q is not absolute and clean", p)
+	}
+	for _, root := range writableRoots {
+		if strings.HasPrefix(p, root+"/") {
+			return nil
+		}
+	}
+	return fmt.Errorf("path %q is outside %v", p, writableRoots)
+}
+
+func createFile(h fileHeader) (*os.File, error) {
+	if err := checkPath(h.Path); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(h.Path), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(h.Path), err)
+	}
+	mode := os.FileMode(h.Mode & 0o777)
+	if mode == 0 {
+		mode = 0o644
+	}
+	f, err := os.OpenFile(h.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", h.Path, err)
+	}
+	return f, nil
+}
+
+// readFile streams a regular file to the host.
+func (a *Agent) readFile(id uint32, p string) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		a.fail(id, fmt.Errorf("open: %w", err))
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		a.fail(id, fmt.Errorf("%s is not a regular file", p))
+		return
+	}
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if serr := a.send(msgFileData, id, buf[:n]); serr != nil {
+				return
+			}
+		}
+		if err == io.EOF {
+			a.send(msgOK, id, nil)
+			return
+		}
+		if err != nil {
+			a.fail(id, fmt.Errorf("read: %w", err))
+			return
+		}
+	}
+}
+
+// list lists a directory, at most MaxListEntries of it.
+func list(dir string) ([]Entry, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	defer d.Close()
+	infos, err := d.Readdir(MaxListEntries)
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	out := make([]Entry, 0, len(infos))
+	for _, fi := range infos {
+		e := Entry{Name: fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UTC(), Type: "other"}
+		switch {
+		case fi.IsDir():
+			e.Type, e.Dir = "dir", true
+		case fi.Mode()&os.ModeSymlink != 0:
+			e.Type = "symlink"
+		case fi.Mode().IsRegular():
+			e.Type = "file"
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// remove removes a file or directory tree.
+func remove(p string) error {
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	return nil
+}

@@ -182,5 +182,5 @@ func (a *Agent) sendJSON(typ byte, id uint32, v any) {
 }
 
 func (a *Agent) fail(id uint32, err error) {
-	a.sendJSON(msgError, id, errorReply{Message: err.Error()})
+	a.sendJSON(msgError, id, errorReply{Kind: kindOf(err), Message: err.Error()})
 }

@@ -211,7 +211,10 @@ func (c *Client) readLoop() {
 			if f.typ == msgError {
 				var e errorReply
 				_ = json.Unmarshal(f.payload, &e)
-				k.err = &RemoteError{Message: e.Message}
+				if e.Kind == "" {
+					e.Kind = KindInternal
+				}
+				k.err = &RemoteError{Kind: e.Kind, Message: e.Message}
 			} else {
 				k.payload = append([]byte(nil), f.payload...)
 			}
@@ -222,11 +225,6 @@ func (c *Client) readLoop() {
 		}
 	}
 }
-
-// RemoteError is a request the agent refused or could not do.
-type RemoteError struct{ Message string }
-
-func (e *RemoteError) Error() string { return "agent: " + e.Message }
 
 // Process is a process started in the sandbox.
 type Process struct {

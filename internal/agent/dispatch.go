@@ -32,7 +32,7 @@ var handlers = map[byte]func(*Agent, frame){
 func (a *Agent) handle(f frame) {
 	h := handlers[f.typ]
 	if h == nil {
-		a.fail(f.id, fmt.Errorf("frame type %d: %w", f.typ, ErrProtocol))
+		a.fail(f.id, refuse(KindInvalid, "frame type %d: %v", f.typ, ErrProtocol))
 		return
 	}
 	h(a, f)
@@ -42,7 +42,7 @@ func (a *Agent) handle(f frame) {
 // request and returns false.
 func (a *Agent) decode(f frame, what string, v any) bool {
 	if err := json.Unmarshal(f.payload, v); err != nil {
-		a.fail(f.id, fmt.Errorf("decode %s: %w", what, err))
+		a.fail(f.id, refuse(KindInvalid, "decode %s: %v", what, err))
 		return false
 	}
 	return true
@@ -158,14 +158,14 @@ func (a *Agent) onForward(f frame) {
 }
 
 // pathFrame decodes a request naming a path the host may read or remove
-// (under writableRoots, or /workspace itself); on failure it answers the
-// request and returns false.
+// (under writableRoots, or /workspace itself when listing); on failure it
+// answers the request and returns false.
 func (a *Agent) pathFrame(f frame) (string, bool) {
 	var req pathRequest
 	if !a.decode(f, "path", &req) {
 		return "", false
 	}
-	if err := checkPath(req.Path); err != nil && req.Path != "/workspace" {
+	if err := checkPath(req.Path); err != nil && (f.typ != msgList || req.Path != "/workspace") {
 		a.fail(f.id, err)
 		return "", false
 	}

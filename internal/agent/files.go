@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,14 +22,14 @@ var writableRoots = []string{"/workspace", "/tmp"}
 
 func checkPath(p string) error {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return fmt.Errorf("path %q is not absolute and clean", p)
+		return refuse(KindInvalid, "path %q is not absolute and clean", p)
 	}
 	for _, root := range writableRoots {
 		if strings.HasPrefix(p, root+"/") {
 			return nil
 		}
 	}
-	return fmt.Errorf("path %q is outside %v", p, writableRoots)
+	return refuse(KindInvalid, "path %q is outside %v", p, writableRoots)
 }
 
 func createFile(h fileHeader) (*os.File, error) {
@@ -43,6 +44,9 @@ func createFile(h fileHeader) (*os.File, error) {
 		mode = 0o644
 	}
 	f, err := os.OpenFile(h.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, refuse(KindSymlink, "create %s: a symbolic link, not written through", h.Path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", h.Path, err)
 	}
@@ -58,8 +62,12 @@ func (a *Agent) readFile(id uint32, p string) {
 	}
 	defer f.Close()
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		a.fail(id, fmt.Errorf("%s is not a regular file", p))
+	if err != nil {
+		a.fail(id, fmt.Errorf("stat: %w", err))
+		return
+	}
+	if !st.Mode().IsRegular() {
+		a.fail(id, refuse(KindNotRegular, "%s is not a regular file", p))
 		return
 	}
 	buf := make([]byte, 256<<10)
@@ -81,9 +89,11 @@ func (a *Agent) readFile(id uint32, p string) {
 	}
 }
 
-// list lists a directory, at most MaxListEntries of it.
+// list lists a directory, at most MaxListEntries of it. Anything else is
+// ENOTDIR at once: opening a FIFO a program made without O_NONBLOCK would
+// wait for a writer, and stall every frame behind this one.
 func list(dir string) ([]Entry, error) {
-	d, err := os.Open(dir)
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}

@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,16 +41,16 @@ func (a *Agent) byID(id uint32) *proc {
 // reply sends the started reply or the error.
 func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	if len(req.Argv) == 0 {
-		return 0, errors.New("start: empty argv")
+		return 0, refuse(KindInvalid, "start: empty argv")
 	}
 	if req.Via != 0 && req.Zygote {
-		return 0, errors.New("start: a zygote cannot be started through a zygote")
+		return 0, refuse(KindInvalid, "start: a zygote cannot be started through a zygote")
 	}
 	var z *zygote
 	path := req.Argv[0]
 	if req.Via != 0 {
 		if z = a.zygote(req.Via); z == nil {
-			return 0, fmt.Errorf("start: no zygote %d", req.Via)
+			return 0, refuse(KindZygote, "start: no zygote %d", req.Via)
 		}
 	} else {
 		var err error
@@ -364,5 +363,5 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("start: %s not found in PATH", name)
+	return "", fmt.Errorf("start: %s not found in PATH: %w", name, syscall.ENOENT)
 }

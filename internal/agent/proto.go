@@ -22,8 +22,11 @@ import (
 // The host treats everything the agent sends as untrusted input: lengths are
 // capped and unknown ids are ignored.
 
-// Version is bumped when the protocol changes incompatibly.
-const Version = 1
+// Version is bumped when the protocol changes incompatibly. The agent and
+// the host ship together (the agent is bound into each sandbox from the
+// host's own installation), so the host speaks one version only. 2: error
+// frames carry a Kind.
+const Version = 2
 
 // MaxPayload caps one frame's payload in either direction.
 const MaxPayload = 1 << 20
@@ -54,7 +57,7 @@ const (
 	msgStderr  byte = 67 // raw bytes
 	msgStatus  byte = 68 // raw bytes the runner wrote to its status fd
 	msgExit    byte = 69 // JSON ExitStatus; last frame for a process
-	msgError   byte = 70 // JSON errorReply; the request failed
+	msgError   byte = 70 // JSON errorReply (errors.go): a Kind and a message; the request failed
 	msgOK      byte = 71 // the request succeeded
 )
 
@@ -204,10 +207,6 @@ type Entry struct {
 
 // MaxListEntries caps one List answer.
 const MaxListEntries = 10000
-
-type errorReply struct {
-	Message string `json:"message"`
-}
 
 type frame struct {
 	typ     byte

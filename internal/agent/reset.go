@@ -37,13 +37,13 @@ func (a *Agent) reset(req ResetRequest) error {
 			return err
 		}
 		if now := readIntegrity(); !now.equal(a.baseline) {
-			return fmt.Errorf("reset: the sandbox's inherited limits changed: %s", now.diff(a.baseline))
+			return refuse(KindDirty, "reset: the sandbox's inherited limits changed: %s", now.diff(a.baseline))
 		}
 	}
 	for _, id := range req.Zygotes {
 		z := a.zygote(id)
 		if z == nil {
-			return fmt.Errorf("reset: zygote %d is gone", id)
+			return refuse(KindZygote, "reset: zygote %d is gone", id)
 		}
 		z.mu.Lock()
 		z.tag++

@@ -4,7 +4,6 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -230,7 +229,7 @@ func (z *zygote) send(tag uint32, m zygoteMsg, fds []*os.File) (<-chan zygoteMsg
 	select {
 	case <-z.dead:
 		z.mu.Unlock()
-		return nil, errors.New("the zygote is gone")
+		return nil, refuse(KindZygote, "the zygote is gone")
 	default:
 	}
 	z.waiting[tag] = ch
@@ -245,7 +244,7 @@ func (z *zygote) send(tag uint32, m zygoteMsg, fds []*os.File) (<-chan zygoteMsg
 	}
 	if _, _, err := z.conn.WriteMsgUnix(b, oob, nil); err != nil {
 		z.forget(tag)
-		return nil, fmt.Errorf("write to the zygote: %w", err)
+		return nil, refuse(KindZygote, "write to the zygote: %v", err)
 	}
 	return ch, nil
 }
@@ -269,13 +268,13 @@ func (z *zygote) call(tag uint32, m zygoteMsg, timeout time.Duration) (zygoteMsg
 	select {
 	case r := <-ch:
 		if r.Error != "" {
-			return r, fmt.Errorf("zygote: %s", r.Error)
+			return r, refuse(KindZygote, "zygote: %s", r.Error)
 		}
 		return r, nil
 	case <-z.dead:
-		return zygoteMsg{}, errors.New("the zygote is gone")
+		return zygoteMsg{}, refuse(KindZygote, "the zygote is gone")
 	case <-t.C:
-		return zygoteMsg{}, errors.New("the zygote does not answer")
+		return zygoteMsg{}, refuse(KindZygote, "the zygote does not answer")
 	}
 }
 
@@ -300,14 +299,14 @@ func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO, ch <-chan zygoteMsg) {
 	select {
 	case m = <-ch:
 		if m.Error != "" {
-			err = fmt.Errorf("start: zygote: %s", m.Error)
+			err = refuse(KindZygote, "start: zygote: %s", m.Error)
 		} else if m.PID <= 1 {
-			err = fmt.Errorf("start: zygote reported pid %d", m.PID)
+			err = refuse(KindZygote, "start: zygote reported pid %d", m.PID)
 		}
 	case <-z.dead:
-		err = errors.New("start: the zygote is gone")
+		err = refuse(KindZygote, "start: the zygote is gone")
 	case <-t.C:
-		err = errors.New("start: the zygote does not answer")
+		err = refuse(KindZygote, "start: the zygote does not answer")
 	}
 	if err != nil {
 		z.forget(p.id)
@@ -349,5 +348,5 @@ func (a *Agent) awaitReady(z *zygote) {
 	case <-t.C:
 	}
 	_ = syscall.Kill(z.proc.pid, syscall.SIGKILL)
-	a.fail(z.id, errors.New("start: the zygote did not become ready"))
+	a.fail(z.id, refuse(KindZygote, "start: the zygote did not become ready"))
 }

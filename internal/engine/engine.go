@@ -342,7 +342,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 		res.Status, res.Error = collect.Verdict(collect.Facts{Cancelled: true})
 	case err != nil:
 		res.Status = sandbox.StatusFailed
-		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + err.Error(), Retryable: true}
+		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: internalMessage(err), Retryable: true}
 		e.log.Error("execution failed", "execution_id", req.ExecutionID, "err", err)
 	default:
 		facts.Stderr = res.Stderr
@@ -357,6 +357,22 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 	}
 	res.Summary = collect.Summary(res, e.cfg.SummaryChars)
 	return res
+}
+
+// internalMessage is what a record says of Corral's own failure: Corral's
+// words, never the text of the sandbox's agent or of the runtime (which Run
+// logs under the execution's id).
+func internalMessage(err error) string {
+	var re *agent.RemoteError
+	switch {
+	case errors.Is(err, images.ErrNotFound):
+		return "internal error: " + err.Error() // the image store's own words
+	case errors.As(err, &re):
+		return "internal error: the sandbox's agent failed a request; retry"
+	case errors.Is(err, agent.ErrLost):
+		return "internal error: the sandbox ended unexpectedly; retry"
+	}
+	return "internal error: Corral could not run the execution; retry"
 }
 
 // execute does the sandbox work of Run; an error is Corral's fault (or a

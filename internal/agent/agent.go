@@ -32,6 +32,10 @@ import (
 type Agent struct {
 	in  io.Reader
 	log *slog.Logger
+	// local: the agent runs as an ordinary process whose sandbox is root
+	// and its own descendants (local.go), not as a sandbox's PID 1.
+	local bool
+	root  string
 
 	wmu sync.Mutex // serialises frames on out
 	out io.Writer
@@ -53,12 +57,40 @@ type Agent struct {
 	baseline integrity
 }
 
-// Serve runs the agent until the host closes the control stream. in and out
-// are the stream; log receives diagnostics (the sandbox's stderr).
+// Serve runs the agent as PID 1 of a sandbox until the host closes the
+// control stream. in and out are the stream; log receives diagnostics (the
+// sandbox's stderr). It refuses to run as any other PID: ErrNotInit.
 func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
-	a := &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{},
+	return newAgent(in, out, log).serve()
+}
+
+func newAgent(in io.Reader, out io.Writer, log *slog.Logger) *Agent {
+	return &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{},
 		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}, spares: map[int]bool{}}
-	return a.serve()
+}
+
+// Main runs the agent on the process's stdin and stdout with the command
+// line args (those after the program's name and an "agent" subcommand),
+// and returns the exit status. No arguments: a sandbox's PID 1 (Serve),
+// which is how every runtime starts it. "local ROOT": an ordinary process
+// for tests (ServeLocal), which only a caller that means it asks for.
+func Main(args []string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
+	switch {
+	case len(args) == 0:
+		err = Serve(os.Stdin, os.Stdout, log)
+	case len(args) == 2 && args[0] == "local":
+		err = ServeLocal(os.Stdin, os.Stdout, log, args[1])
+	default:
+		fmt.Fprintln(os.Stderr, "corral agent is started by corral inside a sandbox, not by hand (tests: agent local ROOT)")
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "corral agent: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // ignoredSignals are signals programs in the sandbox may send to PID 1. The
@@ -89,24 +121,33 @@ var ignoredSignals = func() []os.Signal {
 var ErrNotInit = errors.New("the agent runs only as PID 1 of a sandbox")
 
 func (a *Agent) serve() error {
-	if os.Getpid() != 1 {
-		return ErrNotInit
-	}
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("set non-dumpable: %w", err)
+	if a.local {
+		// An ordinary process: orphans of its programs are its to reap
+		// (the zygote's children are orphans by design), and signals end
+		// it as they would any process.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("become child subreaper: %w", err)
+		}
+	} else {
+		if os.Getpid() != 1 {
+			return ErrNotInit
+		}
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("set non-dumpable: %w", err)
+		}
+		// Handled, not ignored: an ignored signal stays ignored across
+		// exec, and programs must start with every signal at its default.
+		shield := make(chan os.Signal, 16)
+		signal.Notify(shield, ignoredSignals...)
+		go func() {
+			for range shield {
+			}
+		}()
 	}
 	// Whatever the runtime passed beyond stdio must not reach programs.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	reserveThreads(spareThreads)
 	a.baseline = readIntegrity()
-	// Handled, not ignored: an ignored signal stays ignored across exec,
-	// and programs must start with every signal at its default.
-	shield := make(chan os.Signal, 16)
-	signal.Notify(shield, ignoredSignals...)
-	go func() {
-		for range shield {
-		}
-	}()
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	go func() {

@@ -278,7 +278,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest, out Output) (*Proc
 	payload, err := c.wait(ctx, id, k)
 	if err != nil {
 		c.forget(id)
-		return nil, fmt.Errorf("start %s: %w", req.Argv[0], err)
+		return nil, fmt.Errorf("start %v: %w", req.Argv, err)
 	}
 	var r startedReply
 	if err := json.Unmarshal(payload, &r); err != nil {

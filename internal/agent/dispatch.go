@@ -107,7 +107,7 @@ func (a *Agent) onFileBegin(f frame) {
 	if !a.decode(f, "file header", &h) {
 		return
 	}
-	file, err := createFile(h)
+	file, err := a.createFile(h)
 	if err != nil {
 		a.fail(f.id, err)
 		return
@@ -185,7 +185,7 @@ func (a *Agent) onList(f frame) {
 	if !ok {
 		return
 	}
-	entries, err := list(p)
+	entries, err := a.list(p)
 	if err != nil {
 		a.fail(f.id, err)
 		return
@@ -195,6 +195,6 @@ func (a *Agent) onList(f frame) {
 
 func (a *Agent) onRemove(f frame) {
 	if p, ok := a.pathFrame(f); ok {
-		a.reply(f.id, remove(p))
+		a.reply(f.id, a.remove(p))
 	}
 }

@@ -32,18 +32,19 @@ func checkPath(p string) error {
 	return refuse(KindInvalid, "path %q is outside %v", p, writableRoots)
 }
 
-func createFile(h fileHeader) (*os.File, error) {
+func (a *Agent) createFile(h fileHeader) (*os.File, error) {
 	if err := checkPath(h.Path); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(h.Path), 0o755); err != nil {
+	path := a.hostPath(h.Path)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", filepath.Dir(h.Path), err)
 	}
 	mode := os.FileMode(h.Mode & 0o777)
 	if mode == 0 {
 		mode = 0o644
 	}
-	f, err := os.OpenFile(h.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
 	if errors.Is(err, syscall.ELOOP) {
 		return nil, refuse(KindSymlink, "create %s: a symbolic link, not written through", h.Path)
 	}
@@ -55,7 +56,7 @@ func createFile(h fileHeader) (*os.File, error) {
 
 // readFile streams a regular file to the host.
 func (a *Agent) readFile(id uint32, p string) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(a.hostPath(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		a.fail(id, fmt.Errorf("open: %w", err))
 		return
@@ -92,8 +93,8 @@ func (a *Agent) readFile(id uint32, p string) {
 // list lists a directory, at most MaxListEntries of it. Anything else is
 // ENOTDIR at once: opening a FIFO a program made without O_NONBLOCK would
 // wait for a writer, and stall every frame behind this one.
-func list(dir string) ([]Entry, error) {
-	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+func (a *Agent) list(dir string) ([]Entry, error) {
+	d, err := os.OpenFile(a.hostPath(dir), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
@@ -119,8 +120,8 @@ func list(dir string) ([]Entry, error) {
 }
 
 // remove removes a file or directory tree.
-func remove(p string) error {
-	if err := os.RemoveAll(p); err != nil {
+func (a *Agent) remove(p string) error {
+	if err := os.RemoveAll(a.hostPath(p)); err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
 	return nil

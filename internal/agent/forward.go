@@ -23,7 +23,7 @@ func (a *Agent) forward(req ForwardRequest) error {
 			if err != nil {
 				return
 			}
-			go a.relay(c, req.Socket)
+			go a.relay(c, a.hostPath(req.Socket))
 		}
 	}()
 	return nil

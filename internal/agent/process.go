@@ -46,6 +46,7 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	if req.Via != 0 && req.Zygote {
 		return 0, refuse(KindInvalid, "start: a zygote cannot be started through a zygote")
 	}
+	req.Dir = a.hostPath(req.Dir)
 	var z *zygote
 	path := req.Argv[0]
 	if req.Via != 0 {
@@ -278,6 +279,7 @@ func (a *Agent) reap() {
 
 // killAll sends sig to every process in the sandbox but the agent and, unless
 // includePersistent, persistent processes. It returns how many it signalled.
+// In local mode the sandbox is the agent's descendants.
 func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
 	keep := map[int]bool{os.Getpid(): true}
 	a.mu.Lock()
@@ -296,9 +298,8 @@ func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
 	// Loop because processes can fork while we read /proc; kill(-1) would be
 	// atomic but cannot spare persistent processes.
 	for round := 0; round < 100; round++ {
-		pids := listPIDs()
 		hit := 0
-		for _, pid := range pids {
+		for _, pid := range a.sandboxPIDs() {
 			if keep[pid] {
 				continue
 			}
@@ -312,23 +313,50 @@ func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
 		if hit == 0 || sig != syscall.SIGKILL {
 			break
 		}
-		if len(keep) == 1 {
-			// Nothing to spare: kill(-1) cannot race with fork.
+		if len(keep) == 1 && !a.local {
+			// Nothing to spare: kill(-1) cannot race with fork. Never in
+			// local mode: there it is every process of the user.
 			_ = syscall.Kill(-1, sig)
 		}
 	}
 	return n
 }
 
-// listPIDs returns the live processes of the sandbox, zombies excluded.
-func listPIDs() []int {
+// sandboxPIDs returns the live processes of the sandbox, zombies excluded:
+// every process the agent can see when it is the sandbox's init, its
+// descendants in local mode.
+func (a *Agent) sandboxPIDs() []int {
+	procs := listProcs()
+	if !a.local {
+		pids := make([]int, 0, len(procs))
+		for pid := range procs {
+			pids = append(pids, pid)
+		}
+		return pids
+	}
+	children := map[int][]int{}
+	for pid, ppid := range procs {
+		children[ppid] = append(children[ppid], pid)
+	}
+	var pids []int
+	for todo := children[os.Getpid()]; len(todo) > 0; {
+		pid := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], children[pid]...)
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// listProcs returns the live processes the agent can see, zombies
+// excluded, with their parents.
+func listProcs() map[int]int {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
 	}
 	defer d.Close()
 	names, _ := d.Readdirnames(-1)
-	var pids []int
+	procs := map[int]int{}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil {
@@ -338,13 +366,20 @@ func listPIDs() []int {
 		if err != nil {
 			continue
 		}
-		// The state follows the last ')' of the command name.
-		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+		// The state and the parent's pid follow the last ')' of the
+		// command name.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
 			continue
 		}
-		pids = append(pids, pid)
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		procs[pid] = ppid
 	}
-	return pids
+	return procs
 }
 
 func lookPath(name string, env []string) (string, error) {

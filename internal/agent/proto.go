@@ -129,12 +129,12 @@ type startedReply struct {
 //
 // The zygote forks a child per request through a short-lived intermediate
 // that exits at once, so the child's parent is the agent (the sandbox's
-// init): the agent reaps it and reports its exit like any process's, and
-// the zygote never waits for it. The child makes the fds its stdin, stdout,
-// stderr (and fd 3), closes everything else (the control socket included),
-// restores the signal dispositions of a fresh interpreter, starts a new
-// session, enters dir with env and runs argv. A spare is forked the same
-// way.
+// init; a subreaper in local mode): the agent reaps it and reports its exit
+// like any process's, and the zygote never waits for it. The child makes
+// the fds its stdin, stdout, stderr (and fd 3), closes everything else (the
+// control socket included), restores the signal dispositions of a fresh
+// interpreter, starts a new session, enters dir with env and runs argv. A
+// spare is forked the same way.
 type zygoteMsg struct {
 	ID       uint32          `json:"id,omitempty"`
 	Argv     []string        `json:"argv,omitempty"`

@@ -28,12 +28,12 @@ func (a *Agent) reset(req ResetRequest) error {
 	clear(a.orphans)
 	a.mu.Unlock()
 	for _, dir := range req.Clear {
-		if err := clearDir(dir); err != nil {
+		if err := a.clearDir(dir); err != nil {
 			return err
 		}
 	}
 	if req.IPC {
-		if err := clearIPC(); err != nil {
+		if err := a.clearIPC(); err != nil {
 			return err
 		}
 		if now := readIntegrity(); !now.equal(a.baseline) {
@@ -59,8 +59,9 @@ func (a *Agent) reset(req ResetRequest) error {
 // clearIPC removes what programs left in the sandbox's IPC namespace:
 // /dev/shm and POSIX message queues (files), System V shared memory,
 // semaphores and message queues.
-func clearIPC() error {
+func (a *Agent) clearIPC() error {
 	for _, dir := range []string{"/dev/shm", "/dev/mqueue"} {
+		dir = a.hostPath(dir)
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			continue // not mounted (gVisor has no /dev/mqueue)
@@ -70,6 +71,9 @@ func clearIPC() error {
 				return fmt.Errorf("reset: clear %s: %w", dir, err)
 			}
 		}
+	}
+	if a.local {
+		return nil // no IPC namespace: the System V objects are the host's
 	}
 	for _, k := range []struct {
 		file string
@@ -180,10 +184,11 @@ func (in integrity) diff(o integrity) string {
 
 // clearDir removes everything inside dir, including entries a program made
 // unwritable to itself.
-func clearDir(dir string) error {
+func (a *Agent) clearDir(dir string) error {
 	if err := checkPath(dir + "/x"); err != nil {
 		return err
 	}
+	dir = a.hostPath(dir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("clear %s: %w", dir, err)

@@ -408,7 +408,7 @@ func (s *Sandbox) adopt(pid int) int {
 
 // goferPid reads runsc's state for the gofer process of sandbox id.
 func (r *Runtime) goferPid(id string) int {
-	b, err := os.ReadFile(filepath.Join(r.state, id+"_sandbox:"+id+".state"))
+	b, err := os.ReadFile(r.statePath(id))
 	if err != nil {
 		return 0
 	}
@@ -629,19 +629,23 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // plain delete of a stopped container is immediate while --force (for one
 // still running) polls in 100 ms steps, so --force is the fallback; runsc
 // needs --force once its sandbox process is gone. A container the runtime
-// does not know is not an error.
+// does not know is not an error: whether it knows it is read from its
+// state directory, not from what its delete prints.
 func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	if !r.knows(id) {
+		return nil // a creation that failed before the runtime recorded it
+	}
 	var out []byte
 	var err error
 	if r.cfg.Tier == runtime.TierContainer {
 		out, err = r.command(ctx, "delete", id).CombinedOutput()
-		if err == nil || notExist(out) {
+		if err == nil || !r.knows(id) {
 			return nil
 		}
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		out, err = r.command(ctx, "delete", "--force", id).CombinedOutput()
-		if err == nil || notExist(out) {
+		if err == nil || !r.knows(id) {
 			return nil
 		}
 		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
@@ -649,10 +653,21 @@ func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 	return fmt.Errorf("delete sandbox %s: %w: %s", id, err, bytes.TrimSpace(out))
 }
 
-func notExist(out []byte) bool {
-	s := string(out)
-	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found") ||
-		strings.Contains(s, "container not found")
+// knows reports whether the runtime's state directory holds container id:
+// runc keeps a directory per container, runsc a state file per container
+// of a sandbox (Corral's sandboxes hold one container, of the same id).
+// Anything but a clear "not there" counts as known.
+func (r *Runtime) knows(id string) bool {
+	_, err := os.Lstat(r.statePath(id))
+	return !errors.Is(err, os.ErrNotExist)
+}
+
+// statePath is where the runtime records container id.
+func (r *Runtime) statePath(id string) string {
+	if r.cfg.Tier == runtime.TierGVisor {
+		return filepath.Join(r.state, id+"_sandbox:"+id+".state")
+	}
+	return filepath.Join(r.state, id)
 }
 
 // Reap destroys every sandbox in the data directory whose owner process is

@@ -500,6 +500,11 @@ func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, base runti
 	}
 	stats = since(stats, base)
 	facts.OOMKills = stats.OOMKills
+	if !stats.MemoryAtLimit {
+		// Killed while the sandbox was below its memory limit: the host
+		// ran out (or a cgroup above the sandbox's), not the program.
+		facts.OOMKills, facts.HostOOMKills = 0, stats.OOMKills
+	}
 	facts.PidsLimitHits = stats.PidsLimitHits
 	facts.DiskFull, facts.DiskFullAtStart = stats.DiskFull, stats.DiskFull && base.DiskFull
 	facts.PeakMemoryMB = stats.PeakMemoryBytes >> 20

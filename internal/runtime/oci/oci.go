@@ -145,8 +145,8 @@ type Sandbox struct {
 	// starting, when set, delivers the exit of a runtime run that was
 	// killed half-way (its caller gave up): Destroy waits for it.
 	starting <-chan error
-	limits atomic.Pointer[runtime.Limits] // in force
-	diag   *tail                          // the sandbox's stderr: runtime and agent diagnostics
+	limits   atomic.Pointer[runtime.Limits] // in force
+	diag     *tail                          // the sandbox's stderr: runtime and agent diagnostics
 	// initFD is a pidfd of the sandbox's init (runc: the agent; runsc: the
 	// sentry) on the host, so Kill needs no runtime invocation and cannot
 	// hit a reused pid.
@@ -441,12 +441,58 @@ func reap(pidfd int) {
 // ID returns the sandbox's id.
 func (s *Sandbox) ID() string { return s.id }
 
-// AgentKilledByProgram implements runtime.AgentWitness. Only gVisor lets a
-// program kill the agent (seccomp refuses signals to PID 1, but not to the
-// agent's other threads by TID); an agent that fails on its own writes its
-// reason (or a Go panic) to the diagnostics stream first.
+// AgentKilledByProgram implements runtime.AgentWitness, from what the host
+// saw: the sandbox is gVisor's (only there can a program kill the agent:
+// seccomp refuses signals to PID 1, but not to the agent's other threads
+// by TID); its sandbox process, gVisor's kernel, ended on its own, as it
+// does when its init dies, and not by a signal (the host's OOM killer, a
+// kill from outside); and nothing was written on the diagnostics stream
+// (an agent that fails on its own writes its reason, or a Go panic).
+// Anything else, or a sandbox process that has not
+// ended within a few seconds of the agent, is not the program's doing.
 func (s *Sandbox) AgentKilledByProgram() bool {
-	return s.rt.cfg.Tier == runtime.TierGVisor && s.diag.empty()
+	if s.rt.cfg.Tier != runtime.TierGVisor || !s.diag.empty() {
+		return false
+	}
+	ended, signalled := s.initEnded(3 * time.Second)
+	return ended && !signalled
+}
+
+// How a child ended, in a siginfo's code (asm-generic/siginfo.h).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// initEnded waits up to timeout for the sandbox's init on the host (runc:
+// the agent; runsc: the sandbox process) to end, and says whether a signal
+// ended it. It does not reap it: Destroy does.
+func (s *Sandbox) initEnded(timeout time.Duration) (ended, signalled bool) {
+	if s.initFD < 0 {
+		return false, false
+	}
+	fds := []unix.PollFd{{Fd: int32(s.initFD), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(timeout); ; {
+		n, err := unix.Poll(fds, 100)
+		if n > 0 {
+			break
+		}
+		if (err != nil && err != unix.EINTR) || time.Now().After(deadline) {
+			return false, false
+		}
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PIDFD, s.initFD, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return false, false // not this process's child: nothing known
+	}
+	switch info.Code {
+	case cldExited:
+		return true, false
+	case cldKilled, cldDumped:
+		return true, true
+	}
+	return false, false
 }
 
 // WorkspaceDir is the host path of the sandbox's /workspace.
@@ -467,6 +513,7 @@ func (s *Sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	return runtime.Stats{
 		PeakMemoryBytes: cs.PeakMemoryBytes,
 		OOMKills:        cs.OOMKills,
+		MemoryAtLimit:   cs.MemoryAtLimit,
 		PidsLimitHits:   cs.PidsLimitHits,
 		DiskFull:        s.disk.Full(),
 	}, nil

@@ -34,8 +34,9 @@ import (
 //
 // Only a caller that means it gets this mode: ServeLocal, or the agent
 // binary's "local ROOT" arguments (Main). A runtime starts the agent with
-// no arguments (the bundle's args are fixed: internal/runtime/oci/spec.go),
-// and then it refuses to run unless it is PID 1, as before. Nothing in the
+// none but the "agent" subcommand (the bundle's args are fixed:
+// internal/runtime/oci/spec.go), and then it refuses to run unless it is
+// PID 1, as before. Nothing in the
 // environment or the file system switches modes. A program inside a
 // sandbox could start a second agent in local mode itself; that agent has
 // the program's own uid, namespaces and limits and signals only its own

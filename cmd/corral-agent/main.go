@@ -7,21 +7,15 @@
 package main
 
 import (
-	"fmt"
-	"log/slog"
 	"os"
 
 	"github.com/corralhq/corral/internal/agent"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] != "agent" {
-		fmt.Fprintln(os.Stderr, "corral-agent is started by corral inside a sandbox, not by hand")
-		os.Exit(2)
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "agent" {
+		args = args[1:] // as the sandbox's config starts it, for either binary
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := agent.Serve(os.Stdin, os.Stdout, log); err != nil {
-		fmt.Fprintf(os.Stderr, "corral agent: %v\n", err)
-		os.Exit(1)
-	}
+	os.Exit(agent.Main(args))
 }

@@ -8,13 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	goruntime "runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -28,9 +24,18 @@ import (
 // It runs with the sandbox's unprivileged uid and no capabilities, and marks
 // itself non-dumpable so that programs in the sandbox cannot read its memory,
 // environment or file descriptors through /proc.
+//
+// This file is its start-up; dispatch.go reads the host's frames,
+// process.go runs processes, files.go places and reads files, forward.go
+// relays TCP to the host, zygote.go talks to zygotes, reset.go returns a
+// pooled sandbox to a clean state.
 type Agent struct {
 	in  io.Reader
 	log *slog.Logger
+	// local: the agent runs as an ordinary process whose sandbox is root
+	// and its own descendants (local.go), not as a sandbox's PID 1.
+	local bool
+	root  string
 
 	wmu sync.Mutex // serialises frames on out
 	out io.Writer
@@ -52,22 +57,40 @@ type Agent struct {
 	baseline integrity
 }
 
-type proc struct {
-	id         uint32
-	pid        int
-	persistent bool
-	stdin      *os.File
-	readers    sync.WaitGroup
-	exited     chan struct{}
-	status     ExitStatus
+// Serve runs the agent as PID 1 of a sandbox until the host closes the
+// control stream. in and out are the stream; log receives diagnostics (the
+// sandbox's stderr). It refuses to run as any other PID: ErrNotInit.
+func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
+	return newAgent(in, out, log).serve()
 }
 
-// Serve runs the agent until the host closes the control stream. in and out
-// are the stream; log receives diagnostics (the sandbox's stderr).
-func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
-	a := &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{},
+func newAgent(in io.Reader, out io.Writer, log *slog.Logger) *Agent {
+	return &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{},
 		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}, spares: map[int]bool{}}
-	return a.serve()
+}
+
+// Main runs the agent on the process's stdin and stdout with the command
+// line args (those after the program's name and an "agent" subcommand),
+// and returns the exit status. No arguments: a sandbox's PID 1 (Serve),
+// which is how every runtime starts it. "local ROOT": an ordinary process
+// for tests (ServeLocal), which only a caller that means it asks for.
+func Main(args []string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
+	switch {
+	case len(args) == 0:
+		err = Serve(os.Stdin, os.Stdout, log)
+	case len(args) == 2 && args[0] == "local":
+		err = ServeLocal(os.Stdin, os.Stdout, log, args[1])
+	default:
+		fmt.Fprintln(os.Stderr, "corral agent is started by corral inside a sandbox, not by hand (tests: agent local ROOT)")
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "corral agent: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // ignoredSignals are signals programs in the sandbox may send to PID 1. The
@@ -98,24 +121,33 @@ var ignoredSignals = func() []os.Signal {
 var ErrNotInit = errors.New("the agent runs only as PID 1 of a sandbox")
 
 func (a *Agent) serve() error {
-	if os.Getpid() != 1 {
-		return ErrNotInit
-	}
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("set non-dumpable: %w", err)
+	if a.local {
+		// An ordinary process: orphans of its programs are its to reap
+		// (the zygote's children are orphans by design), and signals end
+		// it as they would any process.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("become child subreaper: %w", err)
+		}
+	} else {
+		if os.Getpid() != 1 {
+			return ErrNotInit
+		}
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("set non-dumpable: %w", err)
+		}
+		// Handled, not ignored: an ignored signal stays ignored across
+		// exec, and programs must start with every signal at its default.
+		shield := make(chan os.Signal, 16)
+		signal.Notify(shield, ignoredSignals...)
+		go func() {
+			for range shield {
+			}
+		}()
 	}
 	// Whatever the runtime passed beyond stdio must not reach programs.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	reserveThreads(spareThreads)
 	a.baseline = readIntegrity()
-	// Handled, not ignored: an ignored signal stays ignored across exec,
-	// and programs must start with every signal at its default.
-	shield := make(chan os.Signal, 16)
-	signal.Notify(shield, ignoredSignals...)
-	go func() {
-		for range shield {
-		}
-	}()
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	go func() {
@@ -191,640 +223,5 @@ func (a *Agent) sendJSON(typ byte, id uint32, v any) {
 }
 
 func (a *Agent) fail(id uint32, err error) {
-	a.sendJSON(msgError, id, errorReply{Message: err.Error()})
-}
-
-func (a *Agent) handle(f frame) {
-	switch f.typ {
-	case msgStart:
-		var req StartRequest
-		if err := json.Unmarshal(f.payload, &req); err != nil {
-			a.fail(f.id, fmt.Errorf("decode start: %w", err))
-			return
-		}
-		pid, err := a.start(f.id, req)
-		if err != nil {
-			a.fail(f.id, err)
-			return
-		}
-		if pid != 0 { // otherwise the reply comes when the zygote answers
-			a.sendJSON(msgStarted, f.id, startedReply{PID: pid})
-		}
-	case msgStdin, msgCloseStdin:
-		p := a.byID(f.id)
-		if p == nil || p.stdin == nil {
-			return
-		}
-		if f.typ == msgCloseStdin {
-			p.stdin.Close()
-			return
-		}
-		// A program that stops reading its stdin must not stall the agent.
-		if _, err := p.stdin.Write(f.payload); err != nil {
-			p.stdin.Close()
-		}
-	case msgSignal:
-		var req signalRequest
-		if err := json.Unmarshal(f.payload, &req); err != nil {
-			a.fail(f.id, fmt.Errorf("decode signal: %w", err))
-			return
-		}
-		sig := syscall.Signal(req.Signal)
-		if req.All {
-			a.killAll(sig, false)
-		} else if p := a.byID(f.id); p != nil {
-			_ = syscall.Kill(-p.pid, sig)
-			_ = syscall.Kill(p.pid, sig)
-		}
-		a.send(msgOK, f.id, nil)
-	case msgFileBegin:
-		var h fileHeader
-		if err := json.Unmarshal(f.payload, &h); err != nil {
-			a.fail(f.id, fmt.Errorf("decode file header: %w", err))
-			return
-		}
-		file, err := createFile(h)
-		if err != nil {
-			a.fail(f.id, err)
-			return
-		}
-		a.files[f.id] = file
-	case msgFileData:
-		file := a.files[f.id]
-		if file == nil {
-			return
-		}
-		if _, err := file.Write(f.payload); err != nil {
-			file.Close()
-			delete(a.files, f.id)
-			a.fail(f.id, fmt.Errorf("write %s: %w", file.Name(), err))
-		}
-	case msgFileEnd:
-		file := a.files[f.id]
-		if file == nil {
-			return // already failed
-		}
-		delete(a.files, f.id)
-		if err := file.Close(); err != nil {
-			a.fail(f.id, fmt.Errorf("close %s: %w", file.Name(), err))
-			return
-		}
-		a.send(msgOK, f.id, nil)
-	case msgReset:
-		var req ResetRequest
-		if err := json.Unmarshal(f.payload, &req); err != nil {
-			a.fail(f.id, fmt.Errorf("decode reset: %w", err))
-			return
-		}
-		// Answered from a goroutine: pinging zygotes takes a round trip.
-		go func() {
-			if err := a.reset(req); err != nil {
-				a.fail(f.id, err)
-				return
-			}
-			a.send(msgOK, f.id, nil)
-		}()
-	case msgForward:
-		var req ForwardRequest
-		if err := json.Unmarshal(f.payload, &req); err != nil {
-			a.fail(f.id, fmt.Errorf("decode forward: %w", err))
-			return
-		}
-		if err := a.forward(req); err != nil {
-			a.fail(f.id, err)
-			return
-		}
-		a.send(msgOK, f.id, nil)
-	case msgFileRead, msgList, msgRemove:
-		var req pathRequest
-		if err := json.Unmarshal(f.payload, &req); err != nil {
-			a.fail(f.id, fmt.Errorf("decode path: %w", err))
-			return
-		}
-		if err := checkPath(req.Path); err != nil && req.Path != "/workspace" {
-			a.fail(f.id, err)
-			return
-		}
-		switch f.typ {
-		case msgFileRead:
-			// Streamed from a goroutine: a large file must not stall the
-			// control stream's reader.
-			go a.readFile(f.id, req.Path)
-		case msgList:
-			entries, err := list(req.Path)
-			if err != nil {
-				a.fail(f.id, err)
-				return
-			}
-			a.sendJSON(msgOK, f.id, entries)
-		case msgRemove:
-			if err := os.RemoveAll(req.Path); err != nil {
-				a.fail(f.id, fmt.Errorf("remove: %w", err))
-				return
-			}
-			a.send(msgOK, f.id, nil)
-		}
-	default:
-		a.fail(f.id, fmt.Errorf("frame type %d: %w", f.typ, ErrProtocol))
-	}
-}
-
-// forward relays TCP connections on req.Listen to the unix socket
-// req.Socket, for as long as the agent lives.
-func (a *Agent) forward(req ForwardRequest) error {
-	l, err := net.Listen("tcp", req.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", req.Listen, err)
-	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("unix", req.Socket)
-				if err != nil {
-					a.log.Warn("egress proxy unreachable", "err", err)
-					return
-				}
-				defer u.Close()
-				done := make(chan struct{})
-				go func() {
-					io.Copy(u, c)
-					if uc, ok := u.(*net.UnixConn); ok {
-						uc.CloseWrite()
-					}
-					close(done)
-				}()
-				io.Copy(c, u)
-				c.Close()
-				<-done
-			}()
-		}
-	}()
-	return nil
-}
-
-// readFile streams a regular file to the host. It runs as the sandbox
-// user in the sandbox's own view of the file system: a link resolves where
-// the program could have gone anyway.
-func (a *Agent) readFile(id uint32, p string) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		a.fail(id, fmt.Errorf("open: %w", err))
-		return
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		a.fail(id, fmt.Errorf("%s is not a regular file", p))
-		return
-	}
-	buf := make([]byte, 256<<10)
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			if serr := a.send(msgFileData, id, buf[:n]); serr != nil {
-				return
-			}
-		}
-		if err == io.EOF {
-			a.send(msgOK, id, nil)
-			return
-		}
-		if err != nil {
-			a.fail(id, fmt.Errorf("read: %w", err))
-			return
-		}
-	}
-}
-
-func list(dir string) ([]Entry, error) {
-	d, err := os.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open: %w", err)
-	}
-	defer d.Close()
-	infos, err := d.Readdir(MaxListEntries)
-	if err != nil && err != io.EOF {
-		return nil, fmt.Errorf("list: %w", err)
-	}
-	out := make([]Entry, 0, len(infos))
-	for _, fi := range infos {
-		e := Entry{Name: fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UTC(), Type: "other"}
-		switch {
-		case fi.IsDir():
-			e.Type, e.Dir = "dir", true
-		case fi.Mode()&os.ModeSymlink != 0:
-			e.Type = "symlink"
-		case fi.Mode().IsRegular():
-			e.Type = "file"
-		}
-		out = append(out, e)
-	}
-	return out, nil
-}
-
-func (a *Agent) byID(id uint32) *proc {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, p := range a.procs {
-		if p.id == id {
-			return p
-		}
-	}
-	return nil
-}
-
-// start forks and execs a process (or asks a zygote to fork one) and starts
-// streaming its output. It returns the pid, or 0 when the answer comes
-// later (a zygote that must report ready, a child a zygote must fork): then
-// reply sends the started reply or the error.
-func (a *Agent) start(id uint32, req StartRequest) (int, error) {
-	if len(req.Argv) == 0 {
-		return 0, errors.New("start: empty argv")
-	}
-	if req.Via != 0 && req.Zygote {
-		return 0, errors.New("start: a zygote cannot be started through a zygote")
-	}
-	var z *zygote
-	path := req.Argv[0]
-	if req.Via != 0 {
-		if z = a.zygote(req.Via); z == nil {
-			return 0, fmt.Errorf("start: no zygote %d", req.Via)
-		}
-	} else {
-		var err error
-		if path, err = lookPath(req.Argv[0], req.Env); err != nil {
-			return 0, err
-		}
-	}
-	p := &proc{id: id, persistent: req.Persistent || req.Zygote, exited: make(chan struct{})}
-	io, err := a.stdio(p, req.Stdin, req.StatusFD && !req.Zygote)
-	if err != nil {
-		return 0, err
-	}
-	defer io.closeChild()
-	if z != nil {
-		if sp := z.takeSpare(); sp != nil {
-			if err := sp.serve(id, req, io.child); err == nil {
-				io.closeChild()
-				a.adopt(p, io, sp.pid)
-				return sp.pid, nil
-			}
-			// The spare is gone: the zygote forks one now.
-		}
-		reply, err := z.fork(id, req, io.child)
-		if err != nil {
-			io.closeParent(p)
-			return 0, err
-		}
-		io.closeChild() // before waiting: the child's exit must reach EOF
-		go a.adoptVia(z, p, io, reply)
-		return 0, nil
-	}
-	files := make([]uintptr, len(io.child))
-	for i, f := range io.child {
-		files[i] = f.Fd()
-	}
-	var zs *os.File
-	if req.Zygote {
-		var err error
-		var zc *os.File
-		if zs, zc, err = socketpair(); err != nil {
-			io.closeParent(p)
-			return 0, err
-		}
-		defer zc.Close()
-		files = append(files, zc.Fd())
-	}
-
-	a.mu.Lock()
-	pid, err := syscall.ForkExec(path, req.Argv, &syscall.ProcAttr{
-		Dir:   req.Dir,
-		Env:   req.Env,
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	if err == nil {
-		p.pid = pid
-		a.procs[pid] = p
-	}
-	a.mu.Unlock()
-	if err != nil {
-		io.closeParent(p)
-		if zs != nil {
-			zs.Close()
-		}
-		return 0, fmt.Errorf("start %s: %w", req.Argv[0], err)
-	}
-	a.run(p, io)
-	if zs != nil {
-		z := a.newZygote(id, p, zs)
-		go a.awaitReady(z)
-		return 0, nil
-	}
-	return pid, nil
-}
-
-// procIO are the pipes between the agent and a process: the child's ends
-// (stdin, stdout, stderr[, status]) and the agent's readers.
-type procIO struct {
-	child   []*os.File
-	readers []*os.File
-	types   []byte
-}
-
-// stdio makes a process's pipes; p.stdin gets the agent's end of stdin.
-func (a *Agent) stdio(p *proc, stdin, status bool) (*procIO, error) {
-	io := &procIO{}
-	if stdin {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("stdin pipe: %w", err)
-		}
-		io.child, p.stdin = append(io.child, r), w
-	} else {
-		null, err := os.Open(os.DevNull)
-		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
-		}
-		io.child = append(io.child, null)
-	}
-	streams := []byte{msgStdout, msgStderr}
-	if status {
-		streams = append(streams, msgStatus)
-	}
-	for _, typ := range streams {
-		r, w, err := os.Pipe()
-		if err != nil {
-			io.closeChild()
-			io.closeParent(p)
-			return nil, fmt.Errorf("output pipe: %w", err)
-		}
-		io.child = append(io.child, w)
-		io.readers = append(io.readers, r)
-		io.types = append(io.types, typ)
-	}
-	return io, nil
-}
-
-// closeChild closes the child's ends (once the child has its own copies).
-func (io *procIO) closeChild() {
-	for _, f := range io.child {
-		f.Close()
-	}
-	io.child = nil
-}
-
-// closeParent closes the agent's ends of a process that did not start.
-func (io *procIO) closeParent(p *proc) {
-	for _, r := range io.readers {
-		r.Close()
-	}
-	io.readers = nil
-	if p.stdin != nil {
-		p.stdin.Close()
-	}
-}
-
-// run streams a started process's output and reports its end.
-func (a *Agent) run(p *proc, io *procIO) {
-	for i, r := range io.readers {
-		p.readers.Add(1)
-		go a.pump(p, io.types[i], r)
-	}
-	go a.finish(p)
-}
-
-// pump copies one output stream of p into frames until EOF.
-func (a *Agent) pump(p *proc, typ byte, r *os.File) {
-	defer p.readers.Done()
-	defer r.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if err := a.send(typ, p.id, buf[:n]); err != nil {
-				// The host is gone; keep draining so the writer is not
-				// blocked forever, then stop.
-				_, _ = io.Copy(io.Discard, r)
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// finish waits for p to exit, ends what it left behind, waits for its output
-// to drain and reports its exit.
-func (a *Agent) finish(p *proc) {
-	<-p.exited
-	if !p.persistent {
-		p.status.Reaped = a.killAll(syscall.SIGKILL, false)
-	}
-	p.readers.Wait()
-	if p.stdin != nil {
-		p.stdin.Close()
-	}
-	a.mu.Lock()
-	delete(a.procs, p.pid)
-	a.mu.Unlock()
-	a.sendJSON(msgExit, p.id, p.status)
-}
-
-// reap collects every exited child; the agent is the namespace's init, so
-// orphans of every program end up here.
-func (a *Agent) reap() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if pid <= 0 || err != nil {
-			return
-		}
-		var st ExitStatus
-		switch {
-		case ws.Exited():
-			st = ExitStatus{Code: ws.ExitStatus()}
-		case ws.Signaled():
-			st = ExitStatus{Code: -1, Signal: int(ws.Signal())}
-		default:
-			continue // stopped or continued
-		}
-		p, ok := a.procs[pid]
-		if !ok {
-			// A zygote's child is the agent's once its parent has
-			// exited, possibly before the zygote told us its pid.
-			if len(a.orphans) < maxOrphans {
-				a.orphans[pid] = st
-			}
-			delete(a.spares, pid)
-			continue
-		}
-		p.status = st
-		select {
-		case <-p.exited:
-		default:
-			close(p.exited)
-		}
-	}
-}
-
-// killAll sends sig to every process in the sandbox but the agent and, unless
-// includePersistent, persistent processes. It returns how many it signalled.
-func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
-	keep := map[int]bool{os.Getpid(): true}
-	a.mu.Lock()
-	for pid, p := range a.procs {
-		if p.persistent && !includePersistent {
-			keep[pid] = true
-		}
-	}
-	if !includePersistent {
-		for pid := range a.spares {
-			keep[pid] = true
-		}
-	}
-	a.mu.Unlock()
-	n := 0
-	// Loop because processes can fork while we read /proc; kill(-1) would be
-	// atomic but cannot spare persistent processes.
-	for round := 0; round < 100; round++ {
-		pids := listPIDs()
-		hit := 0
-		for _, pid := range pids {
-			if keep[pid] {
-				continue
-			}
-			if syscall.Kill(pid, sig) == nil {
-				hit++
-			}
-		}
-		if round == 0 {
-			n = hit
-		}
-		if hit == 0 || sig != syscall.SIGKILL {
-			break
-		}
-		if len(keep) == 1 {
-			// Nothing to spare: kill(-1) cannot race with fork.
-			_ = syscall.Kill(-1, sig)
-		}
-	}
-	return n
-}
-
-// listPIDs returns the live processes of the sandbox, zombies excluded.
-func listPIDs() []int {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	var pids []int
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + name + "/stat")
-		if err != nil {
-			continue
-		}
-		// The state follows the last ')' of the command name.
-		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue
-		}
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
-func lookPath(name string, env []string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	path := "/usr/local/bin:/usr/bin:/bin"
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("start: %s not found in PATH", name)
-}
-
-// writableRoots are where the host may place files.
-var writableRoots = []string{"/workspace", "/tmp"}
-
-func checkPath(p string) error {
-	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return fmt.Errorf("path %q is not absolute and clean", p)
-	}
-	for _, root := range writableRoots {
-		if strings.HasPrefix(p, root+"/") {
-			return nil
-		}
-	}
-	return fmt.Errorf("path %q is outside %v", p, writableRoots)
-}
-
-func createFile(h fileHeader) (*os.File, error) {
-	if err := checkPath(h.Path); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(h.Path), 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", filepath.Dir(h.Path), err)
-	}
-	mode := os.FileMode(h.Mode & 0o777)
-	if mode == 0 {
-		mode = 0o644
-	}
-	f, err := os.OpenFile(h.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", h.Path, err)
-	}
-	return f, nil
-}
-
-// clearDir removes everything inside dir, including entries a program made
-// unwritable to itself.
-func clearDir(dir string) error {
-	if err := checkPath(dir + "/x"); err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("clear %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
-		if err := os.RemoveAll(p); err != nil {
-			_ = filepath.WalkDir(p, func(q string, d os.DirEntry, err error) error {
-				if d != nil && d.IsDir() {
-					_ = os.Chmod(q, 0o700)
-				}
-				return nil
-			})
-			if err := os.RemoveAll(p); err != nil {
-				return fmt.Errorf("clear %s: %w", dir, err)
-			}
-		}
-	}
-	return nil
+	a.sendJSON(msgError, id, errorReply{Kind: kindOf(err), Message: err.Error()})
 }

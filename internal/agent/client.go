@@ -211,7 +211,10 @@ func (c *Client) readLoop() {
 			if f.typ == msgError {
 				var e errorReply
 				_ = json.Unmarshal(f.payload, &e)
-				k.err = &RemoteError{Message: e.Message}
+				if e.Kind == "" {
+					e.Kind = KindInternal
+				}
+				k.err = &RemoteError{Kind: e.Kind, Message: e.Message}
 			} else {
 				k.payload = append([]byte(nil), f.payload...)
 			}
@@ -222,11 +225,6 @@ func (c *Client) readLoop() {
 		}
 	}
 }
-
-// RemoteError is a request the agent refused or could not do.
-type RemoteError struct{ Message string }
-
-func (e *RemoteError) Error() string { return "agent: " + e.Message }
 
 // Process is a process started in the sandbox.
 type Process struct {
@@ -280,7 +278,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest, out Output) (*Proc
 	payload, err := c.wait(ctx, id, k)
 	if err != nil {
 		c.forget(id)
-		return nil, fmt.Errorf("start %s: %w", req.Argv[0], err)
+		return nil, fmt.Errorf("start %v: %w", req.Argv, err)
 	}
 	var r startedReply
 	if err := json.Unmarshal(payload, &r); err != nil {

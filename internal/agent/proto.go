@@ -22,8 +22,11 @@ import (
 // The host treats everything the agent sends as untrusted input: lengths are
 // capped and unknown ids are ignored.
 
-// Version is bumped when the protocol changes incompatibly.
-const Version = 1
+// Version is bumped when the protocol changes incompatibly. The agent and
+// the host ship together (the agent is bound into each sandbox from the
+// host's own installation), so the host speaks one version only. 2: error
+// frames carry a Kind.
+const Version = 2
 
 // MaxPayload caps one frame's payload in either direction.
 const MaxPayload = 1 << 20
@@ -54,7 +57,7 @@ const (
 	msgStderr  byte = 67 // raw bytes
 	msgStatus  byte = 68 // raw bytes the runner wrote to its status fd
 	msgExit    byte = 69 // JSON ExitStatus; last frame for a process
-	msgError   byte = 70 // JSON errorReply; the request failed
+	msgError   byte = 70 // JSON errorReply (errors.go): a Kind and a message; the request failed
 	msgOK      byte = 71 // the request succeeded
 )
 
@@ -109,7 +112,7 @@ type startedReply struct {
 //	                                                 stdin, stdout, stderr
 //	                                                 [, status]
 //	zygote → agent  {"id": n, "pid": p}              the child runs
-//	zygote → agent  {"id": n, "pid": p, "code": c}   or "signal": s; it ended
+//	zygote → agent  {"id": n, "error": "..."}        or it could not fork
 //	agent → zygote  {"ping": n}  /  zygote → agent  {"pong": n}
 //	zygote → agent  {"spare": p}                     a child forked ahead,
 //	                                                 with SCM_RIGHTS: the
@@ -124,11 +127,14 @@ type startedReply struct {
 // unused one, whose socket the agent closes (it exits). Without a spare
 // the request goes to the zygote, which forks.
 //
-// The zygote forks a child per request; the child makes the fds its stdin,
-// stdout, stderr (and fd 3), closes everything else (the control socket
-// included), restores the signal dispositions of a fresh interpreter,
-// starts a new session, enters dir with env and runs argv. The zygote
-// reaps it and reports its status.
+// The zygote forks a child per request through a short-lived intermediate
+// that exits at once, so the child's parent is the agent (the sandbox's
+// init; a subreaper in local mode): the agent reaps it and reports its exit
+// like any process's, and the zygote never waits for it. The child makes
+// the fds its stdin, stdout, stderr (and fd 3), closes everything else (the
+// control socket included), restores the signal dispositions of a fresh
+// interpreter, starts a new session, enters dir with env and runs argv. A
+// spare is forked the same way.
 type zygoteMsg struct {
 	ID       uint32          `json:"id,omitempty"`
 	Argv     []string        `json:"argv,omitempty"`
@@ -136,8 +142,6 @@ type zygoteMsg struct {
 	Dir      string          `json:"dir,omitempty"`
 	StatusFD bool            `json:"status_fd,omitempty"`
 	PID      int             `json:"pid,omitempty"`
-	Code     *int            `json:"code,omitempty"`
-	Signal   int             `json:"signal,omitempty"`
 	Ping     uint32          `json:"ping,omitempty"`
 	Pong     uint32          `json:"pong,omitempty"`
 	Ready    json.RawMessage `json:"ready,omitempty"`
@@ -203,10 +207,6 @@ type Entry struct {
 
 // MaxListEntries caps one List answer.
 const MaxListEntries = 10000
-
-type errorReply struct {
-	Message string `json:"message"`
-}
 
 type frame struct {
 	typ     byte

@@ -77,6 +77,7 @@ func jsonError(err error) *Error {
 		return errorf(http.StatusBadRequest, "invalid_request", field, fmt.Sprintf("%s must be %s, not %s", field, te.Type, te.Value))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errorf(http.StatusBadRequest, "invalid_json", "", "the JSON body ends too early")
+	//lint:allow-error-text encoding/json reports an unknown field only as text
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return errorf(http.StatusBadRequest, "invalid_request", field, fmt.Sprintf("unknown field %q", field))

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
+	"syscall"
 
+	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/node"
@@ -46,6 +49,7 @@ func asError(err error, log *slog.Logger) *Error {
 	var ie *engine.InputError
 	var se *cluster.SessionError
 	var pe *engine.TierPendingError
+	var re *agent.RemoteError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -78,6 +82,14 @@ func asError(err error, log *slog.Logger) *Error {
 			"session "+se.Session+" is held by a node that is not answering; retry after the delay in Retry-After")
 		e.RetryAfter = 2
 		return e
+	case errors.Is(err, session.ErrNotFound):
+		return errorf(http.StatusNotFound, "not_found", "", "no such session")
+	case errors.Is(err, session.ErrInvalid):
+		// The session package words these for the caller (which field,
+		// which bound).
+		return errorf(http.StatusBadRequest, "invalid_request", "", strings.TrimPrefix(err.Error(), session.ErrInvalid.Error()+": "))
+	case errors.As(err, &re):
+		return agentError(re, log)
 	case errors.Is(err, session.ErrElsewhere):
 		e := errorf(http.StatusServiceUnavailable, "session_unavailable", "session_id",
 			"the session was just created on another node; retry")
@@ -92,6 +104,37 @@ func asError(err error, log *slog.Logger) *Error {
 		log.Error("internal error", "err", err)
 		return errorf(http.StatusInternalServerError, "internal", "", "internal error; retry")
 	}
+}
+
+// agentError answers a session file operation the sandbox's agent refused,
+// by the kind of the refusal alone: the agent's message comes from inside
+// the sandbox and goes to the log.
+func agentError(re *agent.RemoteError, log *slog.Logger) *Error {
+	bad := func(msg string) *Error { return errorf(http.StatusBadRequest, "invalid_request", "path", msg) }
+	switch {
+	case errors.Is(re, syscall.ENOENT):
+		return errorf(http.StatusNotFound, "not_found", "", "no such file in the session")
+	case errors.Is(re, syscall.ENOTDIR):
+		return bad("a directory named in the path is a file")
+	case errors.Is(re, agent.KindNotRegular):
+		return bad("the path is neither a regular file nor a directory")
+	case errors.Is(re, syscall.ENOSPC), errors.Is(re, syscall.EDQUOT):
+		return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "", "the session's disk is full")
+	case errors.Is(re, syscall.EISDIR):
+		return bad("the path is a directory; name a file")
+	case errors.Is(re, syscall.EEXIST):
+		return bad("something else already exists at the path")
+	case errors.Is(re, agent.KindSymlink):
+		return bad("the path is a symbolic link; files are not written through links")
+	case errors.Is(re, syscall.ENAMETOOLONG):
+		return bad("the path is too long for the session's file system")
+	case errors.Is(re, syscall.EACCES), errors.Is(re, syscall.EPERM):
+		return bad("permission denied: a program in the session took away the access to this path")
+	case errors.Is(re, agent.KindInvalid):
+		return bad("the path is not valid in the session's workspace")
+	}
+	log.Error("internal error", "err", re, "kind", re.Kind)
+	return errorf(http.StatusInternalServerError, "internal", "", "internal error; retry")
 }
 
 func writeError(w http.ResponseWriter, e *Error) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
@@ -69,33 +70,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id str
 		w.WriteHeader(http.StatusNoContent)
 		return false
 	case err != nil:
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return false
 	case owner.Local:
 		return true
 	}
-	s.cluster.Forward(w, r, t.Name, id, owner, func(w http.ResponseWriter, err error) { writeError(w, s.sessionError(err)) })
+	s.cluster.Forward(w, r, t.Name, id, owner, func(w http.ResponseWriter, err error) { writeError(w, asError(err, s.log)) })
 	return false
-}
-
-func (s *Server) sessionError(err error) *Error {
-	var re *agent.RemoteError
-	switch {
-	case errors.Is(err, session.ErrNotFound):
-		return errorf(http.StatusNotFound, "not_found", "", "no such session")
-	case errors.Is(err, session.ErrInvalid):
-		return errorf(http.StatusBadRequest, "invalid_request", "", strings.TrimPrefix(err.Error(), session.ErrInvalid.Error()+": "))
-	case errors.As(err, &re):
-		msg := re.Message
-		if strings.Contains(msg, "no such file") || strings.Contains(msg, "not a regular file") || strings.Contains(msg, "not a directory") {
-			return errorf(http.StatusNotFound, "not_found", "", "no such file in the session")
-		}
-		if strings.Contains(msg, "no space left") {
-			return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "", "the session's disk is full")
-		}
-		return errorf(http.StatusBadRequest, "invalid_request", "", msg)
-	}
-	return asError(err, s.log)
 }
 
 func (s *Server) touchSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -118,7 +99,7 @@ func (s *Server) touchSession(w http.ResponseWriter, r *http.Request, t *Tenant)
 	info, created, err := s.sessions.Touch(r.Context(), t.Name, id, session.Options{
 		TTL: time.Duration(body.TTLSeconds) * time.Second, DiskMB: body.DiskMB})
 	if err != nil {
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return
 	}
 	status := http.StatusOK
@@ -138,7 +119,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	info, err := s.sessions.Get(t.Name, id)
 	if err != nil {
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusOK, info)
@@ -153,7 +134,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant
 		return
 	}
 	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -176,7 +157,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	p := strings.TrimSuffix(r.PathValue("path"), "/")
 	if _, err := s.sessions.Get(t.Name, id); err != nil {
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return
 	}
 	entries, err := s.sessions.List(r.Context(), t.Name, id, p)
@@ -187,8 +168,11 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeJSON(w, http.StatusOK, listing{Path: p, Entries: entries})
 		return
 	}
-	if errors.Is(err, session.ErrInvalid) {
-		writeError(w, s.sessionError(err))
+	// Not a directory is the agent's answer for a file; anything else is
+	// the answer to give.
+	var re *agent.RemoteError
+	if !errors.As(err, &re) || !errors.Is(re, syscall.ENOTDIR) {
+		writeError(w, asError(err, s.log))
 		return
 	}
 	// Not a directory: a file, streamed as it is read.
@@ -199,7 +183,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	err = s.sessions.Download(r.Context(), t.Name, id, p, cw)
 	if err != nil && !cw.started {
 		w.Header().Del("Content-Type")
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return
 	}
 	if err != nil {
@@ -237,7 +221,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 			writeError(w, tooLarge(maxUpload))
 			return
 		}
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -252,7 +236,7 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	if err := s.sessions.Remove(r.Context(), t.Name, id, r.PathValue("path")); err != nil {
-		writeError(w, s.sessionError(err))
+		writeError(w, asError(err, s.log))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

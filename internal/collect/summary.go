@@ -135,11 +135,13 @@ func NextStep(res sandbox.Result) string {
 	case sandbox.ErrOOM:
 		return "raise limits.memory_mb" + was(res.Limits.MemoryMB) + " or make the code use less memory, and retry"
 	case sandbox.ErrResourceLimit:
-		if strings.HasPrefix(res.Error.Message, "disk full") {
-			return "raise limits.disk_mb" + was(res.Limits.DiskMB) + " or write less, and retry"
-		}
-		if strings.HasPrefix(res.Error.Message, "process limit") {
+		// The limit behind the verdict, in Verdict's order: processes
+		// before the disk.
+		switch {
+		case hit(res, sandbox.LimitProcesses):
 			return "start fewer processes and threads at once, and retry; the process limit is the server's, a request cannot raise it"
+		case hit(res, sandbox.LimitDisk):
+			return "raise limits.disk_mb" + was(res.Limits.DiskMB) + " or write less, and retry"
 		}
 		return "raise the limit the error names, and retry"
 	case sandbox.ErrInternal:
@@ -150,6 +152,16 @@ func NextStep(res sandbox.Result) string {
 		return "none: a client cancelled it; submit it again if the result is still needed"
 	}
 	return "look at the error above"
+}
+
+// hit reports whether the record lists limit among its limits_hit.
+func hit(res sandbox.Result, limit sandbox.Limit) bool {
+	for _, h := range res.LimitsHit {
+		if h.Limit == limit {
+			return true
+		}
+	}
+	return false
 }
 
 // limitsLine names the limits that refused the program something, within

@@ -24,8 +24,12 @@ type Facts struct {
 	AgentKilled bool
 	// Kernel facts from the sandbox's cgroup and disk, counted from the
 	// start of this execution (a kept sandbox's earlier counts are not
-	// its).
-	OOMKills int64
+	// its). OOMKills are the OOM killer's kills while the sandbox was at
+	// its memory limit; HostOOMKills its kills while the sandbox never
+	// reached its limit: the host's memory (or a cgroup's above the
+	// sandbox's) ran out, which is Corral's problem, not the program's.
+	OOMKills     int64
+	HostOOMKills int64
 	// PidsLimitHits counts forks the pids cgroup refused.
 	PidsLimitHits int64
 	// PidsAtLimit: a probe saw the sandbox running PidsSeen processes and
@@ -50,7 +54,9 @@ type Facts struct {
 // Verdict decides the final status and, for failures, the error. A run that
 // exited 0 in time succeeded even if it met a limit along the way and
 // recovered; otherwise the first matching cause wins: cancellation, refused
-// forks, OOM kill, compile error, a full disk, timeout, non-zero exit.
+// forks, OOM kill at the memory limit, OOM kill by the host's shortage
+// (internal_error, retryable), the agent killed by the program, compile
+// error, a full disk, timeout, non-zero exit.
 func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 	fail := func(t sandbox.ErrorType, msg string) (sandbox.Status, *sandbox.Failure) {
 		st := sandbox.StatusFailed
@@ -74,6 +80,10 @@ func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 	case f.OOMKills > 0:
 		return fail(sandbox.ErrOOM, fmt.Sprintf(
 			"out of memory: the program needed more than memory_mb=%d and the kernel killed it (peak %d MB); raise limits.memory_mb or use less memory",
+			f.MemoryMB, f.PeakMemoryMB))
+	case f.HostOOMKills > 0:
+		return fail(sandbox.ErrInternal, fmt.Sprintf(
+			"internal error: the server ran out of memory and the kernel killed the program, which was within memory_mb=%d (peak %d MB); retry, the same request may succeed",
 			f.MemoryMB, f.PeakMemoryMB))
 	case f.AgentKilled:
 		return fail(sandbox.ErrRuntime,

@@ -23,6 +23,9 @@ func TestVerdict(t *testing.T) {
 		{"runtime error", Facts{Exited: true, ExitCode: 1, Stderr: "Traceback\nValueError: boom\n"}, sandbox.StatusFailed, sandbox.ErrRuntime, "code 1: ValueError: boom"},
 		{"signal", Facts{Exited: true, ExitCode: 139, Signal: "SIGSEGV"}, sandbox.StatusFailed, sandbox.ErrRuntime, "SIGSEGV"},
 		{"oom", Facts{Exited: true, ExitCode: 137, Signal: "SIGKILL", OOMKills: 1, MemoryMB: 128}, sandbox.StatusFailed, sandbox.ErrOOM, "memory_mb=128"},
+		{"the host's OOM kill is Corral's", Facts{Exited: true, ExitCode: 137, Signal: "SIGKILL", HostOOMKills: 1, MemoryMB: 512}, sandbox.StatusFailed, sandbox.ErrInternal, "within memory_mb=512"},
+		{"the host's OOM kill of gVisor's kernel, not the program's doing", Facts{Exited: true, ExitCode: 137, Signal: "SIGKILL", HostOOMKills: 1, AgentKilled: true}, sandbox.StatusFailed, sandbox.ErrInternal, "ran out of memory"},
+		{"success despite the host's OOM kill of a child", Facts{Exited: true, HostOOMKills: 1}, sandbox.StatusSuccess, "", ""},
 		{"exit 137 without an OOM kill is not oom", Facts{Exited: true, ExitCode: 137, Signal: "SIGKILL"}, sandbox.StatusFailed, sandbox.ErrRuntime, "SIGKILL"},
 		{"success despite a full disk", Facts{Exited: true, DiskFull: true}, sandbox.StatusSuccess, "", ""},
 		{"processes seen at the limit (gVisor)", Facts{TimedOut: true, PidsAtLimit: true, PidsSeen: 80, Pids: 85}, sandbox.StatusFailed, sandbox.ErrResourceLimit, "more than 85"},
@@ -47,6 +50,9 @@ func TestVerdict(t *testing.T) {
 			}
 			if f == nil || f.Type != c.typ || !strings.Contains(f.Message, c.inMsg) {
 				t.Errorf("failure %+v, want %s containing %q", f, c.typ, c.inMsg)
+			}
+			if f != nil && f.Retryable != c.typ.Retryable() {
+				t.Errorf("retryable %v for %s", f.Retryable, c.typ)
 			}
 		})
 	}
@@ -77,6 +83,8 @@ func TestLimitsHit(t *testing.T) {
 			Detail: "3 forks refused at the limit of 64 processes and threads"}}},
 		{"a child killed at the memory limit", Facts{Exited: true, OOMKills: 2, MemoryMB: 128}, []sandbox.LimitHit{{Limit: sandbox.LimitMemory, Max: 128, Count: 2,
 			Detail: "2 processes killed by the kernel at the memory limit of 128 MB"}}},
+		// The host's OOM kill is no limit of the sandbox's.
+		{"the host's OOM kill", Facts{Exited: true, HostOOMKills: 1, MemoryMB: 128}, nil},
 		{"disk", Facts{Exited: true, DiskFull: true, DiskMB: 64}, []sandbox.LimitHit{{Limit: sandbox.LimitDisk, Max: 64,
 			Detail: "the 64 MB disk of /workspace and /tmp was full when the program ended; writes past it fail with ENOSPC"}}},
 		{"disk full before", Facts{Exited: true, DiskFull: true, DiskFullAtStart: true, DiskMB: 64}, []sandbox.LimitHit{{Limit: sandbox.LimitDisk, Max: 64,

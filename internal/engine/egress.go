@@ -7,7 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
+	"syscall"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/netpolicy"
@@ -92,7 +92,7 @@ func (e *Engine) listenEgress(job *Job, dir string) (*egress, error) {
 func (g *egress) attach(ctx context.Context, c *agent.Client) error {
 	err := c.Forward(ctx, ProxyAddr, runtime.EgressPath+"/proxy.sock")
 	var re *agent.RemoteError
-	if errors.As(err, &re) && strings.Contains(re.Message, "address already in use") {
+	if errors.As(err, &re) && errors.Is(re, syscall.EADDRINUSE) {
 		return nil // a sandbox that served before relays already
 	}
 	return err

@@ -335,7 +335,7 @@ func (e *Engine) verdict(ctx context.Context, job *Job, res *sandbox.Result, out
 		res.Status, res.Error = collect.Verdict(collect.Facts{Cancelled: true})
 	case err != nil:
 		res.Status = sandbox.StatusFailed
-		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + err.Error(), Retryable: true}
+		res.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: internalMessage(err), Retryable: true}
 		e.log.Error("execution failed", "execution_id", job.Req.ExecutionID, "err", err)
 	default:
 		facts.Stderr = res.Stderr
@@ -349,6 +349,22 @@ func (e *Engine) verdict(ctx context.Context, job *Job, res *sandbox.Result, out
 		}
 	}
 	res.Summary = collect.Summary(*res, e.cfg.SummaryChars)
+}
+
+// internalMessage is what a record says of Corral's own failure: Corral's
+// words, never the text of the sandbox's agent or of the runtime (which Run
+// logs under the execution's id).
+func internalMessage(err error) string {
+	var re *agent.RemoteError
+	switch {
+	case errors.Is(err, images.ErrNotFound):
+		return "internal error: " + err.Error() // the image store's own words
+	case errors.As(err, &re):
+		return "internal error: the sandbox's agent failed a request; retry"
+	case errors.Is(err, agent.ErrLost):
+		return "internal error: the sandbox ended unexpectedly; retry"
+	}
+	return "internal error: Corral could not run the execution; retry"
 }
 
 // execute does the sandbox work of Run in lease's sandbox; an error is
@@ -468,6 +484,11 @@ func (e *Engine) finishFacts(ctx context.Context, sb runtime.Sandbox, base runti
 	}
 	stats = since(stats, base)
 	facts.OOMKills = stats.OOMKills
+	if !stats.MemoryAtLimit {
+		// Killed while the sandbox was below its memory limit: the host
+		// ran out (or a cgroup above the sandbox's), not the program.
+		facts.OOMKills, facts.HostOOMKills = 0, stats.OOMKills
+	}
 	facts.PidsLimitHits = stats.PidsLimitHits
 	facts.DiskFull, facts.DiskFullAtStart = stats.DiskFull, stats.DiskFull && base.DiskFull
 	facts.PeakMemoryMB = stats.PeakMemoryBytes >> 20

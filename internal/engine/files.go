@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -256,13 +257,32 @@ func (in inputs) place(ctx context.Context, c *agent.Client) error {
 		r.Close()
 		var re *agent.RemoteError
 		if errors.As(err, &re) {
-			return &inputProblem{file: f.path, msg: "could not be written in the sandbox: " + re.Message}
+			if msg := placeProblem(re); msg != "" {
+				return &inputProblem{file: f.path, msg: msg}
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("place input %s: %w", f.path, err)
 		}
 	}
 	return nil
+}
+
+// placeProblem says why the agent could not write an input file, from the
+// kind of its refusal (its own words come from inside the sandbox and are
+// not the caller's to read); "" when the kind is not the input's problem.
+func placeProblem(re *agent.RemoteError) string {
+	switch {
+	case errors.Is(re, syscall.ENOSPC), errors.Is(re, syscall.EDQUOT):
+		return "does not fit: the sandbox's disk is full; raise limits.disk_mb or send smaller inputs"
+	case errors.Is(re, syscall.EISDIR), errors.Is(re, syscall.ENOTDIR), errors.Is(re, syscall.EEXIST), errors.Is(re, agent.KindSymlink):
+		return "could not be written in the sandbox: a directory, file or link the session's programs left is in its way"
+	case errors.Is(re, syscall.EACCES), errors.Is(re, syscall.EPERM):
+		return "could not be written in the sandbox: a program in the session took away the access to its directory"
+	case errors.Is(re, syscall.ENAMETOOLONG):
+		return "could not be written in the sandbox: the path is too long for its file system"
+	}
+	return ""
 }
 
 func printablePath(p string) string {

@@ -245,6 +245,7 @@ func decodeArgs[In any](rs *jsonschema.Resolved, raw json.RawMessage) (*In, erro
 func schemaError(err error) *argError {
 	msg, field := err.Error(), ""
 	for {
+		//lint:allow-error-text jsonschema-go says where a value failed only in its error's text
 		rest, ok := strings.CutPrefix(msg, "validating ")
 		if !ok {
 			break

@@ -69,9 +69,14 @@ type Spec struct {
 // Stats are facts read from the kernel about a sandbox.
 type Stats struct {
 	PeakMemoryBytes int64
-	// OOMKills counts processes the kernel killed for exceeding the memory
-	// limit.
+	// OOMKills counts processes of the sandbox the kernel's OOM killer
+	// killed, for whatever reason: the sandbox's memory limit, or memory
+	// running out above it (the host's, or a cgroup above the sandbox's).
 	OOMKills int64
+	// MemoryAtLimit: the sandbox's memory use reached its own limit in the
+	// window PeakMemoryBytes measures. OOM kills while it did not were not
+	// the sandbox's doing.
+	MemoryAtLimit bool
 	// PidsLimitHits counts forks refused because of the pids limit.
 	PidsLimitHits int64
 	// DiskFull is true when the sandbox's disk has no free blocks or inodes
@@ -129,14 +134,16 @@ type Fixer interface {
 	Fixed(l Limits) Limits
 }
 
-// AgentWitness is a Sandbox that can say whether its agent, once lost,
-// died silently: killed by a signal rather than failing with a message.
-// Where programs can signal the agent (gVisor does not shield a pid
-// namespace's init the way Linux does), a silent death while a program ran
-// is the program's doing.
+// AgentWitness is a Sandbox that can say whether a program killed its
+// agent. Where programs can signal the agent (gVisor does not shield a pid
+// namespace's init the way Linux does), the agent dying without a word
+// while the sandbox's host process ended on its own (it ends when its init
+// does), not by a signal from outside such as the host's OOM killer, is
+// the program's doing.
 type AgentWitness interface {
-	// AgentKilledByProgram reports whether the agent is gone without a word
-	// in a sandbox whose programs can kill it.
+	// AgentKilledByProgram reports whether the lost agent was killed from
+	// inside the sandbox. It may wait a few seconds for the sandbox's host
+	// process to end.
 	AgentKilledByProgram() bool
 }
 

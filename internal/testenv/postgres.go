@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -187,7 +186,7 @@ func (s *pgServer) startIn(bin string, cred *syscall.Credential) error {
 		if err == nil {
 			err = s.waitReady(port)
 		}
-		if err == nil || attempt == 5 || !strings.Contains(err.Error(), "already in use") {
+		if err == nil || attempt == 5 || !errors.Is(err, errPortTaken) {
 			return err
 		}
 	}
@@ -253,7 +252,11 @@ func (s *pgServer) waitReady(port int) error {
 		select {
 		case <-s.done:
 			out, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
-			return fmt.Errorf("postgres on port %d exited: %s\n%s", port, s.cmd.ProcessState, out)
+			err := fmt.Errorf("postgres on port %d exited: %s\n%s", port, s.cmd.ProcessState, out)
+			if portTaken(port) {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -367,6 +370,19 @@ func pgIsFile(p string) bool {
 
 func pgEnviron(bin string) []string {
 	return []string{"PATH=" + bin + ":/usr/bin:/bin", "LC_ALL=C", "TZ=UTC"}
+}
+
+// errPortTaken: the server exited and another process holds its port.
+var errPortTaken = errors.New("the port was taken")
+
+// portTaken reports whether another process listens on port now.
+func portTaken(port int) bool {
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return errors.Is(err, syscall.EADDRINUSE)
+	}
+	l.Close()
+	return false
 }
 
 func pgFreePort() (int, error) {

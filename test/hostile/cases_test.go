@@ -934,16 +934,18 @@ for key, path in (('docker', '/var/run/docker.sock'), ('containerd', '/run/conta
                   ('postgres', '/var/run/postgresql/.s.PGSQL.5432'), ('x11', '/tmp/.X11-unix/X0')):
     attempt(key, lambda: unix(path))
 attempt('run', lambda: read_probe('/run'))
-# Corral's own per-execution endpoints (the egress proxy) exist only for
-# executions that asked for network.
+# Corral's egress port is in every sandbox, but the proxy's socket in it
+# exists only for executions that asked for network.
 attempt('corral_run', lambda: read_probe('/.corral/run'))
+attempt('egress_port', lambda: read_probe('/.corral/run/egress'))
 `,
 		check: func(t *testing.T, o *outcome) {
 			o.in(t, []string{"ENOENT", "ECONNREFUSED", "EACCES", "ENOTDIR"}, "abstract", "host_sock", "docker", "containerd", "systemd", "dbus", "postgres", "x11")
 			if strings.Contains(o.kv["run"], "corral-hostile") {
 				t.Errorf("the host's /run is visible: %s", o.kv["run"])
 			}
-			o.in(t, []string{"ENOENT", "ok:dir:"}, "corral_run")
+			o.in(t, []string{"ok:dir:egress"}, "corral_run")
+			o.in(t, []string{"ok:dir:"}, "egress_port")
 		}},
 
 	// Devices and privileges.

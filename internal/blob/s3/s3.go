@@ -298,12 +298,24 @@ func (s *Store) putSingle(ctx context.Context, key, ok string, hr *blob.HashRead
 		return blob.Object{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	sum := hr.Sum()
-	_, err := s.core.PutObject(ctx, s.bucket, ok, bytes.NewReader(data), int64(len(data)), "", sum,
+	info, err := s.core.PutObject(ctx, s.bucket, ok, bytes.NewReader(data), int64(len(data)), "", sum,
 		minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{metaSHA256: sum}})
 	if err != nil {
 		return blob.Object{}, s.mapErr("put", key, err)
 	}
-	return blob.Object{Key: key, Size: int64(len(data)), ContentType: ct, SHA256: sum, ModTime: time.Now()}, nil
+	return blob.Object{Key: key, Size: int64(len(data)), ContentType: ct, SHA256: sum, ModTime: s.modTime(ctx, ok, info.ETag)}, nil
+}
+
+// modTime is when the backend says it stored the object ok with etag: a
+// PUT's answer does not say, and an upload slow enough makes the time it
+// ended a poor estimate. If ok has been replaced meanwhile, or cannot be
+// asked about, the estimate is all there is.
+func (s *Store) modTime(ctx context.Context, ok, etag string) time.Time {
+	info, err := s.client.StatObject(ctx, s.bucket, ok, minio.StatObjectOptions{})
+	if err != nil || info.ETag != etag || info.LastModified.IsZero() {
+		return time.Now()
+	}
+	return info.LastModified
 }
 
 // putMultipart uploads hr in parts through buf, which holds the first
@@ -354,7 +366,7 @@ func (s *Store) putMultipart(ctx context.Context, key, ok string, hr *blob.HashR
 	}
 	completed = true
 	sum := hr.Sum()
-	_, err = s.client.ComposeObject(ctx,
+	composed, err := s.client.ComposeObject(ctx,
 		minio.CopyDestOptions{
 			Bucket: s.bucket, Object: ok,
 			ReplaceMetadata: true,
@@ -376,7 +388,11 @@ func (s *Store) putMultipart(ctx context.Context, key, ok string, hr *blob.HashR
 	}
 	// PreconditionFailed: another Put replaced the object meanwhile; it
 	// sets its own metadata, and ours counts as overwritten.
-	return blob.Object{Key: key, Size: hr.N(), ContentType: ct, SHA256: sum, ModTime: time.Now()}, nil
+	mod := composed.LastModified
+	if err != nil || mod.IsZero() {
+		mod = time.Now()
+	}
+	return blob.Object{Key: key, Size: hr.N(), ContentType: ct, SHA256: sum, ModTime: mod}, nil
 }
 
 // Get implements blob.Store. Reading may fail once ctx ends.

@@ -26,9 +26,23 @@ const Root = "/sys/fs/cgroup"
 // Stats are the accounting facts of one cgroup.
 type Stats struct {
 	PeakMemoryBytes int64
-	OOMKills        int64
-	PidsLimitHits   int64
+	// OOMKills counts processes of the cgroup any OOM killer killed: at
+	// this cgroup's limit, at an ancestor's, or the host's.
+	OOMKills int64
+	// MemoryAtLimit: the peak memory use of the window PeakMemoryBytes
+	// measures came within limitSlack of this cgroup's own memory limit
+	// (memory.peak and memory.max on v2; memory.max_usage_in_bytes and
+	// memory.limit_in_bytes on v1, whose failcnt recent kernels no longer
+	// count). An OOM kill without it was not at this cgroup's limit: at an
+	// ancestor's, or the host's memory ran out.
+	MemoryAtLimit bool
+	PidsLimitHits int64
 }
+
+// limitSlack is how far below its limit a cgroup's peak use may stay when
+// the limit refuses a charge: the refused charge's size, a transparent
+// huge page at most.
+const limitSlack = 4 << 20
 
 var unified = sync.OnceValue(func() bool {
 	var st unix.Statfs_t
@@ -68,6 +82,7 @@ func Read(path string) (Stats, error) {
 		if s.OOMKills, err = readKey(dir("", path), "memory.events", "oom_kill"); err != nil {
 			return s, err
 		}
+		s.MemoryAtLimit = atLimit(s.PeakMemoryBytes, dir("", path), "memory.max")
 	} else {
 		if s.PeakMemoryBytes, err = readInt(dir("memory", path), "memory.max_usage_in_bytes"); err != nil {
 			return s, err
@@ -75,11 +90,19 @@ func Read(path string) (Stats, error) {
 		if s.OOMKills, err = readKey(dir("memory", path), "memory.oom_control", "oom_kill"); err != nil {
 			return s, err
 		}
+		s.MemoryAtLimit = atLimit(s.PeakMemoryBytes, dir("memory", path), "memory.limit_in_bytes")
 	}
 	if s.PidsLimitHits, err = readKey(dir("pids", path), "pids.events", "max"); err != nil {
 		return s, err
 	}
 	return s, nil
+}
+
+// atLimit reports whether peak came within limitSlack of the limit in
+// file name of d; "max" (v2) or an unreadable limit is no limit.
+func atLimit(peak int64, d, name string) bool {
+	limit, err := readInt(d, name)
+	return err == nil && limit > 0 && peak >= limit-limitSlack
 }
 
 // ResetPeak starts a new peak-memory window. Kernels before 6.12 cannot reset

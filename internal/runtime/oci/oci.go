@@ -415,7 +415,7 @@ func (s *Sandbox) adopt(pid int) int {
 
 // goferPid reads runsc's state for the gofer process of sandbox id.
 func (r *Runtime) goferPid(id string) int {
-	b, err := os.ReadFile(filepath.Join(r.state, id+"_sandbox:"+id+".state"))
+	b, err := os.ReadFile(r.statePath(id))
 	if err != nil {
 		return 0
 	}
@@ -448,12 +448,58 @@ func reap(pidfd int) {
 // ID returns the sandbox's id.
 func (s *Sandbox) ID() string { return s.id }
 
-// AgentKilledByProgram implements runtime.AgentWitness. Only gVisor lets a
-// program kill the agent (seccomp refuses signals to PID 1, but not to the
-// agent's other threads by TID); an agent that fails on its own writes its
-// reason (or a Go panic) to the diagnostics stream first.
+// AgentKilledByProgram implements runtime.AgentWitness, from what the host
+// saw: the sandbox is gVisor's (only there can a program kill the agent:
+// seccomp refuses signals to PID 1, but not to the agent's other threads
+// by TID); its sandbox process, gVisor's kernel, ended on its own, as it
+// does when its init dies, and not by a signal (the host's OOM killer, a
+// kill from outside); and nothing was written on the diagnostics stream
+// (an agent that fails on its own writes its reason, or a Go panic).
+// Anything else, or a sandbox process that has not
+// ended within a few seconds of the agent, is not the program's doing.
 func (s *Sandbox) AgentKilledByProgram() bool {
-	return s.rt.cfg.Tier == runtime.TierGVisor && s.diag.empty()
+	if s.rt.cfg.Tier != runtime.TierGVisor || !s.diag.empty() {
+		return false
+	}
+	ended, signalled := s.initEnded(3 * time.Second)
+	return ended && !signalled
+}
+
+// How a child ended, in a siginfo's code (asm-generic/siginfo.h).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// initEnded waits up to timeout for the sandbox's init on the host (runc:
+// the agent; runsc: the sandbox process) to end, and says whether a signal
+// ended it. It does not reap it: Destroy does.
+func (s *Sandbox) initEnded(timeout time.Duration) (ended, signalled bool) {
+	if s.initFD < 0 {
+		return false, false
+	}
+	fds := []unix.PollFd{{Fd: int32(s.initFD), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(timeout); ; {
+		n, err := unix.Poll(fds, 100)
+		if n > 0 {
+			break
+		}
+		if (err != nil && err != unix.EINTR) || time.Now().After(deadline) {
+			return false, false
+		}
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PIDFD, s.initFD, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return false, false // not this process's child: nothing known
+	}
+	switch info.Code {
+	case cldExited:
+		return true, false
+	case cldKilled, cldDumped:
+		return true, true
+	}
+	return false, false
 }
 
 // WorkspaceDir is the host path of the sandbox's /workspace.
@@ -474,6 +520,7 @@ func (s *Sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	return runtime.Stats{
 		PeakMemoryBytes: cs.PeakMemoryBytes,
 		OOMKills:        cs.OOMKills,
+		MemoryAtLimit:   cs.MemoryAtLimit,
 		PidsLimitHits:   cs.PidsLimitHits,
 		DiskFull:        s.disk.Full(),
 	}, nil
@@ -636,19 +683,23 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // plain delete of a stopped container is immediate while --force (for one
 // still running) polls in 100 ms steps, so --force is the fallback; runsc
 // needs --force once its sandbox process is gone. A container the runtime
-// does not know is not an error.
+// does not know is not an error: whether it knows it is read from its
+// state directory, not from what its delete prints.
 func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	if !r.knows(id) {
+		return nil // a creation that failed before the runtime recorded it
+	}
 	var out []byte
 	var err error
 	if r.cfg.Tier == runtime.TierContainer {
 		out, err = r.command(ctx, "delete", id).CombinedOutput()
-		if err == nil || notExist(out) {
+		if err == nil || !r.knows(id) {
 			return nil
 		}
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		out, err = r.command(ctx, "delete", "--force", id).CombinedOutput()
-		if err == nil || notExist(out) {
+		if err == nil || !r.knows(id) {
 			return nil
 		}
 		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
@@ -656,10 +707,21 @@ func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 	return fmt.Errorf("delete sandbox %s: %w: %s", id, err, bytes.TrimSpace(out))
 }
 
-func notExist(out []byte) bool {
-	s := string(out)
-	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found") ||
-		strings.Contains(s, "container not found")
+// knows reports whether the runtime's state directory holds container id:
+// runc keeps a directory per container, runsc a state file per container
+// of a sandbox (Corral's sandboxes hold one container, of the same id).
+// Anything but a clear "not there" counts as known.
+func (r *Runtime) knows(id string) bool {
+	_, err := os.Lstat(r.statePath(id))
+	return !errors.Is(err, os.ErrNotExist)
+}
+
+// statePath is where the runtime records container id.
+func (r *Runtime) statePath(id string) string {
+	if r.cfg.Tier == runtime.TierGVisor {
+		return filepath.Join(r.state, id+"_sandbox:"+id+".state")
+	}
+	return filepath.Join(r.state, id)
 }
 
 // Reap destroys every sandbox in the data directory whose owner process is

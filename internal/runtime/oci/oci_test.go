@@ -266,3 +266,36 @@ func TestDestroyKillsWhatTheRuntimeDidNotSay(t *testing.T) {
 		})
 	}
 }
+
+// TestStateDirKnowsSandbox: Destroy decides whether the runtime still has
+// a container to delete from the runtime's state directory (not from what
+// its delete prints), so where that state lives is pinned here for both
+// runtimes, and a second delete is no error.
+func TestStateDirKnowsSandbox(t *testing.T) {
+	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
+		t.Run(string(tier), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, tier, t.TempDir())
+			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+				Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 128, DiskBytes: 32 << 20}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.rt.Knows(sb.ID()) {
+				t.Errorf("the runtime's state directory does not hold running sandbox %s", sb.ID())
+			}
+			if f.rt.Knows("sb-never-created") {
+				t.Error("the runtime's state directory holds a sandbox never created")
+			}
+			if err := sb.Destroy(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if f.rt.Knows(sb.ID()) {
+				t.Errorf("the runtime still holds destroyed sandbox %s", sb.ID())
+			}
+			if left := f.env.NoLeftovers(sb.ID()); len(left) > 0 {
+				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+}

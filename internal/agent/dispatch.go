@@ -1,0 +1,200 @@
+//go:build linux
+
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"syscall"
+)
+
+// handlers answer the host's frames, by type. They run on the goroutine
+// that reads the control stream, one frame at a time in the order the host
+// sent them: a file sent before a start request is in place when the
+// process starts (Client.SendFile relies on it). A handler whose work can
+// take long (a reset that pings zygotes, a file streamed back) answers from
+// a goroutine of its own.
+var handlers = map[byte]func(*Agent, frame){
+	msgStart:      (*Agent).onStart,
+	msgStdin:      (*Agent).onStdin,
+	msgCloseStdin: (*Agent).onStdin,
+	msgSignal:     (*Agent).onSignal,
+	msgFileBegin:  (*Agent).onFileBegin,
+	msgFileData:   (*Agent).onFileData,
+	msgFileEnd:    (*Agent).onFileEnd,
+	msgReset:      (*Agent).onReset,
+	msgForward:    (*Agent).onForward,
+	msgFileRead:   (*Agent).onFileRead,
+	msgList:       (*Agent).onList,
+	msgRemove:     (*Agent).onRemove,
+}
+
+func (a *Agent) handle(f frame) {
+	h := handlers[f.typ]
+	if h == nil {
+		a.fail(f.id, refuse(KindInvalid, "frame type %d: %v", f.typ, ErrProtocol))
+		return
+	}
+	h(a, f)
+}
+
+// decode reads a frame's JSON payload into v; on failure it answers the
+// request and returns false.
+func (a *Agent) decode(f frame, what string, v any) bool {
+	if err := json.Unmarshal(f.payload, v); err != nil {
+		a.fail(f.id, refuse(KindInvalid, "decode %s: %v", what, err))
+		return false
+	}
+	return true
+}
+
+// reply answers a request with msgOK, or with the error.
+func (a *Agent) reply(id uint32, err error) {
+	if err != nil {
+		a.fail(id, err)
+		return
+	}
+	a.send(msgOK, id, nil)
+}
+
+func (a *Agent) onStart(f frame) {
+	var req StartRequest
+	if !a.decode(f, "start", &req) {
+		return
+	}
+	pid, err := a.start(f.id, req)
+	if err != nil {
+		a.fail(f.id, err)
+		return
+	}
+	if pid != 0 { // otherwise the reply comes when the zygote answers
+		a.sendJSON(msgStarted, f.id, startedReply{PID: pid})
+	}
+}
+
+func (a *Agent) onStdin(f frame) {
+	p := a.byID(f.id)
+	if p == nil || p.stdin == nil {
+		return
+	}
+	if f.typ == msgCloseStdin {
+		p.stdin.Close()
+		return
+	}
+	// A program that stops reading its stdin must not stall the agent.
+	if _, err := p.stdin.Write(f.payload); err != nil {
+		p.stdin.Close()
+	}
+}
+
+func (a *Agent) onSignal(f frame) {
+	var req signalRequest
+	if !a.decode(f, "signal", &req) {
+		return
+	}
+	sig := syscall.Signal(req.Signal)
+	if req.All {
+		a.killAll(sig, false)
+	} else if p := a.byID(f.id); p != nil {
+		_ = syscall.Kill(-p.pid, sig)
+		_ = syscall.Kill(p.pid, sig)
+	}
+	a.send(msgOK, f.id, nil)
+}
+
+func (a *Agent) onFileBegin(f frame) {
+	var h fileHeader
+	if !a.decode(f, "file header", &h) {
+		return
+	}
+	file, err := a.createFile(h)
+	if err != nil {
+		a.fail(f.id, err)
+		return
+	}
+	a.files[f.id] = file
+}
+
+func (a *Agent) onFileData(f frame) {
+	file := a.files[f.id]
+	if file == nil {
+		return // failed already
+	}
+	if _, err := file.Write(f.payload); err != nil {
+		file.Close()
+		delete(a.files, f.id)
+		a.fail(f.id, fmt.Errorf("write %s: %w", file.Name(), err))
+	}
+}
+
+func (a *Agent) onFileEnd(f frame) {
+	file := a.files[f.id]
+	if file == nil {
+		return // failed already
+	}
+	delete(a.files, f.id)
+	if err := file.Close(); err != nil {
+		a.fail(f.id, fmt.Errorf("close %s: %w", file.Name(), err))
+		return
+	}
+	a.send(msgOK, f.id, nil)
+}
+
+func (a *Agent) onReset(f frame) {
+	var req ResetRequest
+	if !a.decode(f, "reset", &req) {
+		return
+	}
+	// Answered from a goroutine: pinging zygotes takes a round trip.
+	go func() { a.reply(f.id, a.reset(req)) }()
+}
+
+func (a *Agent) onForward(f frame) {
+	var req ForwardRequest
+	if !a.decode(f, "forward", &req) {
+		return
+	}
+	a.reply(f.id, a.forward(req))
+}
+
+// pathFrame decodes a request naming a path the host may read or remove
+// (under writableRoots, or /workspace itself when listing); on failure it
+// answers the request and returns false.
+func (a *Agent) pathFrame(f frame) (string, bool) {
+	var req pathRequest
+	if !a.decode(f, "path", &req) {
+		return "", false
+	}
+	if err := checkPath(req.Path); err != nil && (f.typ != msgList || req.Path != "/workspace") {
+		a.fail(f.id, err)
+		return "", false
+	}
+	return req.Path, true
+}
+
+func (a *Agent) onFileRead(f frame) {
+	if p, ok := a.pathFrame(f); ok {
+		// Streamed from a goroutine: a large file must not stall the
+		// control stream's reader.
+		go a.readFile(f.id, p)
+	}
+}
+
+func (a *Agent) onList(f frame) {
+	p, ok := a.pathFrame(f)
+	if !ok {
+		return
+	}
+	entries, err := a.list(p)
+	if err != nil {
+		a.fail(f.id, err)
+		return
+	}
+	a.sendJSON(msgOK, f.id, entries)
+}
+
+func (a *Agent) onRemove(f frame) {
+	if p, ok := a.pathFrame(f); ok {
+		a.reply(f.id, a.remove(p))
+	}
+}

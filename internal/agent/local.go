@@ -1,0 +1,119 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Local mode runs the agent as an ordinary process, for tests: the frame
+// handling is the sandbox's, without root, namespaces or a runtime. Its
+// "sandbox" is a root directory and the agent's own descendants:
+//
+//   - Paths in requests (files, a process's working directory, a reset's
+//     directories, a forward's socket) are the sandbox's, checked as they
+//     are in a sandbox, and then taken under root: /workspace/x is
+//     ROOT/workspace/x. Programs run as the current user with argv and env
+//     as given, on the host's file system (no chroot).
+//   - The agent is a child subreaper, not an init: what a program leaves
+//     behind (a zygote's children are orphans by design) is reparented to
+//     it and reaped; killing what a program left signals only the agent's
+//     descendants, never kill(-1).
+//   - A reset clears ROOT/dev/shm, not the host's, and leaves System V
+//     IPC alone: without an IPC namespace those objects are the host's.
+//   - No signal shield and no PR_SET_DUMPABLE: it is any process.
+//
+// Only a caller that means it gets this mode: ServeLocal, or the agent
+// binary's "local ROOT" arguments (Main). A runtime starts the agent with
+// none but the "agent" subcommand (the bundle's args are fixed:
+// internal/runtime/oci/spec.go), and then it refuses to run unless it is
+// PID 1, as before. Nothing in the
+// environment or the file system switches modes. A program inside a
+// sandbox could start a second agent in local mode itself; that agent has
+// the program's own uid, namespaces and limits and signals only its own
+// descendants, so it can do nothing the program could not do anyway.
+
+// ServeLocal runs the agent in local mode (above) on root, an existing
+// directory, until the host closes the control stream.
+func ServeLocal(in io.Reader, out io.Writer, log *slog.Logger, root string) error {
+	if !filepath.IsAbs(root) {
+		return fmt.Errorf("local root %q is not absolute", root)
+	}
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return fmt.Errorf("local root %q is not a directory", root)
+	}
+	a := newAgent(in, out, log)
+	a.local, a.root = true, filepath.Clean(root)
+	return a.serve()
+}
+
+// hostPath is where the sandbox's path p (absolute and clean) is for the
+// agent: p itself in a sandbox, under the root in local mode.
+func (a *Agent) hostPath(p string) string {
+	if !a.local || p == "" {
+		return p
+	}
+	return filepath.Join(a.root, p)
+}
+
+// Local is an agent started in local mode as a subprocess (StartLocal).
+type Local struct {
+	*Client
+	Cmd *exec.Cmd
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartLocal starts binary (corral-agent, corral, or any program whose
+// arguments "local ROOT" call Main) in local mode on root, with the control
+// stream on its stdin and stdout and its stderr on stderr (nil: discarded),
+// and waits for its hello. Close ends it.
+func StartLocal(ctx context.Context, binary, root string, stderr io.Writer) (*Local, error) {
+	cmd := exec.Command(binary, "local", root)
+	toAgent, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("agent stdin: %w", err)
+	}
+	fromAgent, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("agent stdout: %w", err)
+	}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	l := &Local{Client: NewClient(fromAgent, toAgent, toAgent), Cmd: cmd}
+	if _, err := l.Ready(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("local agent: %w", err), l.Close())
+	}
+	return l, nil
+}
+
+// Close closes the control stream, so the agent kills every process it
+// started and exits, and waits for it; an agent that does not exit within
+// a few seconds is killed. (Killing the agent first would leave its
+// programs running: they are in sessions of their own.)
+func (l *Local) Close() error {
+	l.closeOnce.Do(func() {
+		l.Client.Close()
+		done := make(chan error, 1)
+		go func() { done <- l.Cmd.Wait() }()
+		select {
+		case l.closeErr = <-done:
+		case <-time.After(5 * time.Second):
+			l.Cmd.Process.Kill()
+			l.closeErr = <-done
+		}
+	})
+	return l.closeErr
+}

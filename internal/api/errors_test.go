@@ -1,0 +1,75 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/session"
+)
+
+// TestAgentErrorsByKind: a session file operation the agent refused is
+// answered by the kind of the refusal, in words written for the client;
+// the agent's own message, which comes from inside the sandbox, never
+// reaches the answer.
+func TestAgentErrorsByKind(t *testing.T) {
+	const secret = "agent-words-7f3a"
+	cases := []struct {
+		kind   agent.Kind
+		status int
+		code   string
+	}{
+		{"ENOENT", http.StatusNotFound, "not_found"},
+		{"ENOSPC", http.StatusRequestEntityTooLarge, "payload_too_large"},
+		{"EDQUOT", http.StatusRequestEntityTooLarge, "payload_too_large"},
+		{"ENOTDIR", http.StatusBadRequest, "invalid_request"},
+		{"EISDIR", http.StatusBadRequest, "invalid_request"},
+		{"EEXIST", http.StatusBadRequest, "invalid_request"},
+		{"ENAMETOOLONG", http.StatusBadRequest, "invalid_request"},
+		{"EACCES", http.StatusBadRequest, "invalid_request"},
+		{"EPERM", http.StatusBadRequest, "invalid_request"},
+		{agent.KindNotRegular, http.StatusBadRequest, "invalid_request"},
+		{agent.KindSymlink, http.StatusBadRequest, "invalid_request"},
+		{agent.KindInvalid, http.StatusBadRequest, "invalid_request"},
+		{"EIO", http.StatusInternalServerError, "internal"},
+		{agent.KindZygote, http.StatusInternalServerError, "internal"},
+		{agent.KindInternal, http.StatusInternalServerError, "internal"},
+		{"EWHATEVER", http.StatusInternalServerError, "internal"},
+	}
+	for _, c := range cases {
+		t.Run(string(c.kind), func(t *testing.T) {
+			var logged strings.Builder
+			log := slog.New(slog.NewTextHandler(&logged, nil))
+			err := fmt.Errorf("session file: %w", &agent.RemoteError{Kind: c.kind, Message: "open /workspace/x: " + secret})
+			e := asError(err, log)
+			if e.Status != c.status || e.Code != c.code {
+				t.Errorf("%d %s, want %d %s", e.Status, e.Code, c.status, c.code)
+			}
+			if strings.Contains(e.Message, secret) || strings.Contains(e.Field, secret) || e.Message == "" {
+				t.Errorf("message %q: the agent's words, or none", e.Message)
+			}
+			if c.status == http.StatusInternalServerError && !strings.Contains(logged.String(), secret) {
+				t.Errorf("an internal error's detail is not logged: %q", logged.String())
+			}
+		})
+	}
+}
+
+// TestSessionErrors: the session package's own refusals keep their words,
+// which it writes for the caller.
+func TestSessionErrors(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	if e := asError(fmt.Errorf("%w: ttl_seconds must be between 1 and 86400", session.ErrInvalid), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
+		t.Errorf("invalid: %+v", e)
+	}
+	if e := asError(session.ErrNotFound, log); e.Status != 404 || e.Message != "no such session" {
+		t.Errorf("not found: %+v", e)
+	}
+	if e := asError(errors.New("disk image: "+"runc said something"), log); e.Status != 500 || strings.Contains(e.Message, "runc") {
+		t.Errorf("other: %+v", e)
+	}
+}

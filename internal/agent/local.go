@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -22,8 +23,13 @@ import (
 //   - Paths in requests (files, a process's working directory, a reset's
 //     directories, a forward's socket) are the sandbox's, checked as they
 //     are in a sandbox, and then taken under root: /workspace/x is
-//     ROOT/workspace/x. Programs run as the current user with argv and env
-//     as given, on the host's file system (no chroot).
+//     ROOT/workspace/x. Programs run as the current user on the host's
+//     file system (no chroot); an argument or environment value that names
+//     one of the sandbox's own places (/workspace, /tmp, /dev/shm, /.corral)
+//     is taken under root the same way (the engine's code file in
+//     /tmp/.corral, HOME=/workspace), and anything else, paths already
+//     under root included, is given as is. Code that names such a path
+//     itself sees the host's.
 //   - The agent is a child subreaper, not an init: what a program leaves
 //     behind (a zygote's children are orphans by design) is reparented to
 //     it and reaped; killing what a program left signals only the agent's
@@ -63,6 +69,44 @@ func (a *Agent) hostPath(p string) string {
 		return p
 	}
 	return filepath.Join(a.root, p)
+}
+
+// sandboxPlaces are the sandbox's own places, which local mode takes under
+// its root wherever a program's argv or env names them.
+var sandboxPlaces = []string{"/workspace", "/tmp", "/dev/shm", "/.corral"}
+
+// hostValue is an argument or environment value as a program started in
+// local mode gets it: v, or, if it is a path in one of sandboxPlaces (and
+// not one under the root already), that path under the root.
+func (a *Agent) hostValue(v string) string {
+	if !a.local || v == a.root || strings.HasPrefix(v, a.root+"/") {
+		return v
+	}
+	for _, p := range sandboxPlaces {
+		if v == p || strings.HasPrefix(v, p+"/") {
+			return a.root + v
+		}
+	}
+	return v
+}
+
+// hostArgs applies hostValue to argv and to env's values, in new slices.
+func (a *Agent) hostArgs(argv, env []string) ([]string, []string) {
+	if !a.local {
+		return argv, env
+	}
+	av := make([]string, len(argv))
+	for i, v := range argv {
+		av[i] = a.hostValue(v)
+	}
+	ev := make([]string, len(env))
+	for i, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			kv = k + "=" + a.hostValue(v)
+		}
+		ev[i] = kv
+	}
+	return av, ev
 }
 
 // Local is an agent started in local mode as a subprocess (StartLocal).

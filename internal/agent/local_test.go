@@ -93,6 +93,26 @@ func sh(script string) StartRequest {
 	return StartRequest{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/workspace"}
 }
 
+// TestLocalPaths: sandbox paths in argv and env are the root's, other
+// values (paths already under the root, the host's own) are left as given.
+func TestLocalPaths(t *testing.T) {
+	l, root := startLocal(t)
+	if err := os.WriteFile(filepath.Join(root, "tmp", "x"), []byte("in the sandbox's /tmp\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req := StartRequest{
+		Argv: []string{"/bin/sh", "-c", `cat "$1"; echo "$HOME"; echo "$2"; echo "$3"; echo "$4"; echo "$OTHER"`, "sh",
+			"/tmp/x", "/tmpfile", root + "/workspace", "/dev/shm/"},
+		Env: []string{"PATH=/usr/bin:/bin", "HOME=/workspace", "OTHER=/etc/hostname"},
+		Dir: "/workspace",
+	}
+	out, st := run(t, l, req)
+	want := "in the sandbox's /tmp\n" + root + "/workspace\n/tmpfile\n" + root + "/workspace\n" + root + "/dev/shm/\n/etc/hostname\n"
+	if got := out.stdout.String(); got != want || st.Code != 0 {
+		t.Errorf("stdout %q (status %+v, stderr %q), want %q", got, st, out.stderr.String(), want)
+	}
+}
+
 func TestLocalProcess(t *testing.T) {
 	l, root := startLocal(t)
 	out, st := run(t, l, sh("echo out; echo err >&2; pwd; exit 3"))

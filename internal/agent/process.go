@@ -47,6 +47,7 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 		return 0, refuse(KindInvalid, "start: a zygote cannot be started through a zygote")
 	}
 	req.Dir = a.hostPath(req.Dir)
+	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)
 	var z *zygote
 	path := req.Argv[0]
 	if req.Via != 0 {

@@ -46,16 +46,15 @@ func TestLocalZygote(t *testing.T) {
 		{"print('hello from a fork')", "hello from a fork\n", 0},
 		{"import sys; print('again'); sys.exit(3)", "again\n", 3},
 	} {
-		// Programs see the host's file system: the code's path in argv is
-		// the host's.
+		// The code's sandbox path in argv (/tmp/.corral/...) is taken
+		// under the root, where the file is.
 		plan := r.Plan(c.code)
 		file := filepath.Join(root, plan.Files[0].Path)
 		os.MkdirAll(filepath.Dir(file), 0o755)
 		if err := os.WriteFile(file, plan.Files[0].Content, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		argv := append(plan.Run.Argv[:len(plan.Run.Argv)-1:len(plan.Run.Argv)-1], file)
-		out, st := run(t, l, StartRequest{Argv: argv, Env: env, Dir: "/workspace", StatusFD: true, Via: z.ID()})
+		out, st := run(t, l, StartRequest{Argv: plan.Run.Argv, Env: env, Dir: "/workspace", StatusFD: true, Via: z.ID()})
 		if out.stdout.String() != c.out || st.Code != c.exit {
 			t.Errorf("run %d: stdout %q, status %+v, stderr %q; want %q, exit %d", i, out.stdout.String(), st, out.stderr.String(), c.out, c.exit)
 		}

@@ -1,0 +1,171 @@
+// Package fake is a runtime for tests that need sandboxes but not their
+// isolation: a sandbox is a directory and Corral's real agent running as an
+// ordinary process in local mode (agent.StartLocal), so the engine, the
+// pool, sessions and the node run executions through the real agent
+// protocol without root, namespaces, cgroups or runc. Nothing is limited:
+// limits are recorded, not applied, and programs run as the current user
+// on the host. Never use it to run anything untrusted.
+package fake
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/runtime"
+)
+
+// Runtime makes fake sandboxes under a directory. It is safe for
+// concurrent use.
+type Runtime struct {
+	tier  runtime.Tier
+	dir   string
+	agent string    // the binary started as "agent local ROOT"
+	log   io.Writer // the agents' stderr; nil discards it
+
+	mu      sync.Mutex
+	created int
+	live    map[string]*Sandbox
+}
+
+// New returns a runtime of tier whose sandboxes live under dir and whose
+// agents are agentBinary started with the arguments "local ROOT" (the
+// corral-agent binary, or a test binary whose TestMain calls agent.Main
+// for them).
+func New(tier runtime.Tier, dir, agentBinary string, log io.Writer) *Runtime {
+	return &Runtime{tier: tier, dir: dir, agent: agentBinary, log: log, live: map[string]*Sandbox{}}
+}
+
+// Tier implements runtime.Runtime.
+func (r *Runtime) Tier() runtime.Tier { return r.tier }
+
+// Created counts the sandboxes made so far.
+func (r *Runtime) Created() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.created
+}
+
+// Live lists the sandboxes not yet destroyed.
+func (r *Runtime) Live() []*Sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Sandbox, 0, len(r.live))
+	for _, s := range r.live {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Create implements runtime.Runtime: a directory with the sandbox's
+// writable places, and its agent.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	s := &Sandbox{rt: r, id: "fake-" + hex.EncodeToString(b[:])}
+	s.root = filepath.Join(r.dir, s.id)
+	if spec.Workspace != "" {
+		// A session's workspace outlives its sandboxes: the sandbox's
+		// whole directory, next to where the disk image would be.
+		s.root, s.keep = spec.Workspace+".fake", true
+	}
+	s.limits.Store(&spec.Limits)
+	for _, d := range []string{"workspace", "tmp", "dev/shm", runtime.EgressPath} {
+		if err := os.MkdirAll(filepath.Join(s.root, d), 0o755); err != nil {
+			return nil, fmt.Errorf("create fake sandbox: %w", err)
+		}
+	}
+	a, err := agent.StartLocal(ctx, r.agent, s.root, r.log)
+	if err != nil {
+		if !s.keep {
+			os.RemoveAll(s.root)
+		}
+		return nil, fmt.Errorf("create fake sandbox: %w", err)
+	}
+	s.agent = a
+	r.mu.Lock()
+	r.created++
+	r.live[s.id] = s
+	r.mu.Unlock()
+	return s, nil
+}
+
+// Reap implements runtime.Runtime: a fake sandbox dies with its process.
+func (r *Runtime) Reap(context.Context) (int, error) { return 0, nil }
+
+// Sandbox is a fake sandbox.
+type Sandbox struct {
+	rt     *Runtime
+	id     string
+	root   string
+	agent  *agent.Local
+	keep   bool // the root is a session's: it outlives the sandbox
+	limits atomic.Pointer[runtime.Limits]
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+// ID implements runtime.Sandbox.
+func (s *Sandbox) ID() string { return s.id }
+
+// Agent implements runtime.Sandbox.
+func (s *Sandbox) Agent() *agent.Client { return s.agent.Client }
+
+// Limits returns the limits last given (they are not applied).
+func (s *Sandbox) Limits() runtime.Limits { return *s.limits.Load() }
+
+// Stats implements runtime.Sandbox: a fake sandbox has no kernel
+// accounting, so no limit is ever seen hit.
+func (s *Sandbox) Stats(context.Context) (runtime.Stats, error) { return runtime.Stats{}, nil }
+
+// ResetStats implements runtime.Sandbox.
+func (s *Sandbox) ResetStats(context.Context) error { return nil }
+
+// Update implements runtime.Sandbox: the limits are recorded.
+func (s *Sandbox) Update(_ context.Context, l runtime.Limits) error {
+	s.limits.Store(&l)
+	return nil
+}
+
+// Kill implements runtime.Sandbox: the agent ends, and every process it
+// started with it.
+func (s *Sandbox) Kill(context.Context) error {
+	_ = s.agent.Close() // its exit status is the kill's doing
+	return nil
+}
+
+// Destroy implements runtime.Sandbox.
+func (s *Sandbox) Destroy(context.Context) error {
+	s.destroyOnce.Do(func() {
+		_ = s.agent.Close()
+		if !s.keep {
+			s.destroyErr = os.RemoveAll(s.root)
+		}
+		s.rt.mu.Lock()
+		delete(s.rt.live, s.id)
+		s.rt.mu.Unlock()
+	})
+	return s.destroyErr
+}
+
+// WorkspaceDir implements runtime.HostWorkspace.
+func (s *Sandbox) WorkspaceDir() string { return filepath.Join(s.root, "workspace") }
+
+// EgressDir implements runtime.EgressPort.
+func (s *Sandbox) EgressDir() string { return filepath.Join(s.root, runtime.EgressPath) }
+
+// Interface guards.
+var (
+	_ runtime.Runtime       = (*Runtime)(nil)
+	_ runtime.Sandbox       = (*Sandbox)(nil)
+	_ runtime.HostWorkspace = (*Sandbox)(nil)
+	_ runtime.EgressPort    = (*Sandbox)(nil)
+)

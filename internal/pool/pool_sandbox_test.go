@@ -32,13 +32,6 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
 var tiers = []runtime.Tier{runtime.TierContainer, runtime.TierGVisor}
 
 // fixture is an engine whose executions go through a pool of one class:

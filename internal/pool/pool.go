@@ -269,6 +269,17 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 			break
 		}
 		p.gauge(c)
+		select {
+		case <-mb.sb.Agent().Done():
+			// Its agent died while it waited (the host's OOM killer, a
+			// runtime that crashed): an execution in it could only fail,
+			// and an Update that changes nothing would not notice.
+			p.log.Debug("pooled sandbox is dead: replaced", "sandbox", mb.sb.ID())
+			p.replaced(c, "error")
+			p.destroy(c, mb)
+			continue
+		default:
+		}
 		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
 			below := errors.Is(err, runtime.ErrLimitBelowUsage)
 			if below && mb.owner == "" {

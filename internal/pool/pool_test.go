@@ -420,6 +420,29 @@ func TestReadySandboxThatFailsIsReplaced(t *testing.T) {
 	}
 }
 
+// TestDeadReadySandboxIsReplaced: a ready sandbox whose agent died while
+// it waited (the host's OOM killer, a runtime crash) is not lent: its
+// execution could only fail. It is destroyed and counted as replaced.
+func TestDeadReadySandboxIsReplaced(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2})
+	u.waitIdle(1)
+	dead := u.p.IdleSandboxes("")[0]
+	if err := dead.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	<-dead.Agent().Done()
+	l := u.acquire("a")
+	if l.Sandbox.ID() == dead.ID() {
+		t.Fatalf("the claim got the sandbox whose agent is dead")
+	}
+	if n := u.count(u.m.PoolReplaced, "error"); n != 1 {
+		t.Errorf("corral_pool_replaced_total{reason=error} = %v, want 1", n)
+	}
+	if u.live(dead.ID()) {
+		t.Errorf("the dead sandbox is not destroyed")
+	}
+}
+
 // TestClaimOverUsage: a tenant's ready sandbox that holds more memory than
 // the claim's limit leaves room for (Headroom) is replaced, for that
 // reason. A claim tighter than what even a fresh sandbox holds is served

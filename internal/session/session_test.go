@@ -750,3 +750,38 @@ func TestCloseKeepsWorkspaces(t *testing.T) {
 		t.Errorf("after a restart the session's file holds %q", out)
 	}
 }
+
+// TestExpiredFilesAreNotRevived: a file operation on a session past its
+// TTL, before the reaper has run, finds no session and removes it; it
+// neither touches the old files nor slides the TTL back to life.
+func TestExpiredFilesAreNotRevived(t *testing.T) {
+	ctx := t.Context()
+	for name, op := range map[string]func(m *Manager) error{
+		"remove":   func(m *Manager) error { return m.Remove(ctx, "t", "s", "state.txt") },
+		"list":     func(m *Manager) error { _, err := m.List(ctx, "t", "s", ""); return err },
+		"download": func(m *Manager) error { return m.Download(ctx, "t", "s", "state.txt", io.Discard) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			u := newUnit(t)
+			if _, _, err := u.m.Touch(ctx, "t", "s", Options{TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			if err := u.m.Upload(ctx, "t", "s", "state.txt", strings.NewReader("turn 1")); err != nil {
+				t.Fatal(err)
+			}
+			u.clock.advance(2 * time.Minute)
+			if err := op(u.m); !errors.Is(err, ErrNotFound) {
+				t.Errorf("%s on an expired session: %v, want ErrNotFound", name, err)
+			}
+			if _, err := u.m.Get("t", "s"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Get after %s: %v, want ErrNotFound", name, err)
+			}
+			if _, err := os.Stat(u.sessionDir("s")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the expired session's files are still there: %v", err)
+			}
+			if n := u.liveCount(); n != 0 {
+				t.Errorf("%d sandboxes live", n)
+			}
+		})
+	}
+}

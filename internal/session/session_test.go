@@ -785,3 +785,38 @@ func TestExpiredFilesAreNotRevived(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxOnTheSessionsDisk: a session's sandbox is made on the
+// session's own disk, of the session's quota; the kept one takes each
+// claim's limits.
+func TestSandboxOnTheSessionsDisk(t *testing.T) {
+	u := newUnit(t)
+	if _, _, err := u.m.Touch(t.Context(), "t", "s", Options{DiskMB: 64}); err != nil {
+		t.Fatal(err)
+	}
+	c := u.claim(runtime.TierContainer)
+	l, err := u.m.Acquirer("t", "s").Acquire(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := l.Sandbox.(*fake.Sandbox)
+	if got := sb.Limits(); got.DiskBytes != 64<<20 || got.MemoryBytes != c.Spec.Limits.MemoryBytes {
+		t.Errorf("the session's sandbox has limits %+v; want a 64 MiB disk and the claim's memory", got)
+	}
+	if ws := sb.WorkspaceDir(); !strings.HasPrefix(ws, u.sessionDir("s")+string(filepath.Separator)) {
+		t.Errorf("the sandbox's workspace %s is not on the session's disk in %s", ws, u.sessionDir("s"))
+	}
+	l.Release(true)
+	c.Spec.Limits.MemoryBytes, c.Spec.Limits.CPUCores = 256<<20, 0.25
+	l, err = u.m.Acquirer("t", "s").Acquire(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(true)
+	if l.Sandbox.ID() != sb.ID() {
+		t.Fatalf("the second claim got %s, not the kept %s", l.Sandbox.ID(), sb.ID())
+	}
+	if got := sb.Limits(); got.MemoryBytes != 256<<20 || got.CPUCores != 0.25 || got.DiskBytes != 64<<20 {
+		t.Errorf("the kept sandbox has limits %+v; want the second claim's, on the same disk", got)
+	}
+}

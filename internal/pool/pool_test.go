@@ -609,6 +609,9 @@ func TestWaitsForItsOwnSandbox(t *testing.T) {
 			}
 			other.Release(false)
 			waits := u.waits()
+			if waits != 0 {
+				t.Errorf("%d claims waited; tenant b's must not wait for tenant a's sandbox", waits)
+			}
 
 			got := make(chan *fleet.Lease, 1)
 			go func() {

@@ -91,7 +91,7 @@ func New() *Metrics {
 	m.PoolReplaced = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "corral_pool_replaced_total",
 		Help: "Ready sandboxes a claim took but could not use, destroyed while the claim went on to another ready one or a cold start, by reason " +
-			"(limit_below_usage: it holds more memory than the claim's limit leaves room for; error: it could not be measured or updated).",
+			"(limit_below_usage: it holds more memory than the claim's limit leaves room for; error: it was dead, or could not be measured or updated).",
 	}, []string{"tier", "image", "reason"})
 	m.PoolWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "corral_pool_return_wait_seconds",

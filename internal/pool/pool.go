@@ -86,6 +86,9 @@ type Pool struct {
 	cfg   Config
 	m     *metrics.Metrics
 	log   *slog.Logger
+	// now is the clock that ages idle sandboxes and misses (time.Now; a
+	// test's own, to expire them without waiting).
+	now func() time.Time
 
 	// cmu guards classes, which grow when a tier arrives (AddTier), and
 	// closed. A classes slice is never modified once published, so a
@@ -131,7 +134,11 @@ type member struct {
 // class that cannot be served here (its image or tier is missing) is left
 // out and reported in skipped; AddTier starts a tier's classes later.
 func New(ctx context.Context, fl *fleet.Fleet, e Interpreters, cfg Config, m *metrics.Metrics, log *slog.Logger) (_ *Pool, skipped []error) {
-	p := &Pool{fleet: fl, e: e, cfg: cfg, m: m, log: log}
+	return newPool(ctx, fl, e, cfg, m, log, time.Now)
+}
+
+func newPool(ctx context.Context, fl *fleet.Fleet, e Interpreters, cfg Config, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (_ *Pool, skipped []error) {
+	p := &Pool{fleet: fl, e: e, cfg: cfg, m: m, log: log, now: now}
 	if p.cfg.MaxUses < 1 {
 		p.cfg.MaxUses = 1
 	}
@@ -262,6 +269,17 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 			break
 		}
 		p.gauge(c)
+		select {
+		case <-mb.sb.Agent().Done():
+			// Its agent died while it waited (the host's OOM killer, a
+			// runtime that crashed): an execution in it could only fail,
+			// and an Update that changes nothing would not notice.
+			p.log.Debug("pooled sandbox is dead: replaced", "sandbox", mb.sb.ID())
+			p.replaced(c, "error")
+			p.destroy(c, mb)
+			continue
+		default:
+		}
 		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
 			below := errors.Is(err, runtime.ErrLimitBelowUsage)
 			if below && mb.owner == "" {
@@ -297,7 +315,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 	// A claim too tight for any ready sandbox says nothing of demand:
 	// more of them would not have served it.
 	if !tight {
-		c.missed()
+		c.missed(p.now())
 	}
 	p.claimed(c, "miss", start)
 	if deadline != nil {
@@ -399,9 +417,9 @@ func (c *class) putBack(mb *member) {
 }
 
 // missed grows the class's target: demand is above what it keeps.
-func (c *class) missed() {
+func (c *class) missed(now time.Time) {
 	c.mu.Lock()
-	c.lastMiss = time.Now()
+	c.lastMiss = now
 	if c.target < c.warm.MaxIdle {
 		c.target++
 	}
@@ -515,7 +533,7 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 			p.destroy(c, mb)
 			return
 		}
-		mb.idleAt = time.Now()
+		mb.idleAt = p.now()
 		var added bool
 		if awaited {
 			added = c.returned(tenant, mb)
@@ -615,7 +633,7 @@ func (p *Pool) fill(c *class) {
 			c.mu.Lock()
 			c.creating--
 			if err == nil {
-				mb.idleAt = time.Now()
+				mb.idleAt = p.now()
 				c.idle = append([]*member{mb}, c.idle...) // fresh ones are taken after a tenant's own
 			}
 			c.mu.Unlock()
@@ -646,7 +664,7 @@ func (p *Pool) fill(c *class) {
 // expire destroys sandboxes idle for too long and lets the target follow
 // demand down.
 func (p *Pool) expire(c *class) {
-	now := time.Now()
+	now := p.now()
 	var doomed []*member
 	c.mu.Lock()
 	if c.target > c.warm.MinIdle && now.Sub(c.lastMiss) > p.cfg.IdleTimeout {

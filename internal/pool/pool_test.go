@@ -1,38 +1,38 @@
 package pool_test
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/corralhq/corral/internal/agent"
-	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/metrics"
-	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/pool"
 	"github.com/corralhq/corral/internal/runtime"
-	"github.com/corralhq/corral/internal/runtime/runtimetest"
+	"github.com/corralhq/corral/internal/runtime/fake"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain serves as the agent of the fake sandboxes the unit tests use
+// (testenv.FakeEngine); pool_sandbox_test.go runs real ones as root.
+func TestMain(m *testing.M) {
+	testenv.AgentMain()
+	testenv.Main(m)
+}
 
 type testLog struct{ t *testing.T }
 
@@ -41,611 +41,837 @@ func (l testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-var tiers = []runtime.Tier{runtime.TierContainer, runtime.TierGVisor}
+// wait is how long a unit test waits for the pool to reach a state: long
+// enough for a loaded machine, never a measure of speed.
+const wait = 30 * time.Second
 
-// fixture is an engine whose executions go through a pool of one class:
-// python on the host image, with a zygote.
-type fixture struct {
-	t    *testing.T
-	e    *engine.Engine
-	p    *pool.Pool
-	m    *metrics.Metrics
-	tier runtime.Tier
+// clock is the pool's clock in unit tests: it moves only when told.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	return c
 }
 
-func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int, engineConfig ...func(*engine.Config)) *fixture {
-	e := testenv.Engine(t, engineConfig...)
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// unit is a pool of one class over fake sandboxes (no root): python on the
+// host image, on the container tier unless the class says otherwise.
+type unit struct {
+	t     *testing.T
+	f     *testenv.Fake
+	p     *pool.Pool
+	m     *metrics.Metrics
+	clock *clock
+	warm  pool.Warm
+	rt    *fake.Runtime // the class's tier's
+	spec  runtime.Spec  // the class's
+	img   images.Image
+}
+
+func newUnit(t *testing.T, w pool.Warm, mutate ...func(*pool.Config)) *unit {
+	t.Helper()
+	// No language caches: warming one would make sandboxes of its own.
+	f := testenv.FakeEngine(t, func(c *engine.Config) { c.CacheDir = "" })
+	return newUnitOn(t, f, w, mutate...)
+}
+
+func newUnitOn(t *testing.T, f *testenv.Fake, w pool.Warm, mutate ...func(*pool.Config)) *unit {
+	t.Helper()
+	if w.Tier == "" {
+		w.Tier = runtime.TierContainer
+	}
+	if w.Language == "" {
+		w.Language = "python"
+	}
+	w.Image = images.HostName
 	cfg := pool.DefaultConfig()
-	cfg.MaxUses = maxUses
-	cfg.Warm = []pool.Warm{{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}}
-	m := metrics.New()
-	p, skipped := pool.New(context.Background(), e.Fleet(), e, cfg, m, slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	cfg.Warm = []pool.Warm{w}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	u := &unit{t: t, f: f, m: metrics.New(), clock: newClock(), warm: w, rt: f.Runtimes[w.Tier]}
+	var err error
+	u.spec, u.img, err = f.WarmSpec(t.Context(), w.Tier, w.Language, images.HostName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, skipped := pool.NewAt(context.Background(), f.Fleet, f, cfg, u.m,
+		slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})), u.clock.now)
 	if len(skipped) > 0 {
 		t.Fatal(skipped)
 	}
-	t.Cleanup(p.Close) // before the engine's Close (cleanups run last-in first)
-	f := &fixture{t: t, e: e, p: p, m: m, tier: tier}
-	f.waitIdle(1)
-	return f
+	t.Cleanup(p.Close) // before the engine's and the fleet's
+	u.p = p
+	return u
 }
 
-// waitIdle waits until the pool holds at least n ready sandboxes.
-func (f *fixture) waitIdle(n int) {
-	f.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); f.p.Idle()[0] < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("pool holds %d ready sandboxes, want %d", f.p.Idle()[0], n)
-		}
+// claim is what an execution of tenant asks for: the class's spec, with
+// the limits mutate sets.
+func (u *unit) claim(tenant string, mutate ...func(*runtime.Spec)) fleet.Claim {
+	spec := u.spec
+	for _, m := range mutate {
+		m(&spec)
+	}
+	return fleet.Claim{Tier: u.warm.Tier, Spec: spec, Tenant: tenant, Image: u.img}
+}
+
+// memory sets a claim's memory limit.
+func memory(mb int64) func(*runtime.Spec) {
+	return func(s *runtime.Spec) { s.Limits.MemoryBytes = mb << 20 }
+}
+
+func (u *unit) acquire(tenant string, mutate ...func(*runtime.Spec)) *fleet.Lease {
+	u.t.Helper()
+	l, err := u.p.Acquire(u.t.Context(), u.claim(tenant, mutate...))
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return l
+}
+
+// waitIdle waits until the pool holds exactly n ready sandboxes.
+func (u *unit) waitIdle(n int) {
+	u.t.Helper()
+	if !testenv.Eventually(u.t, wait, func() bool { return u.p.Idle()[0] == n }) {
+		u.t.Fatalf("the pool holds %d ready sandboxes, want %d", u.p.Idle()[0], n)
 	}
 }
 
-// waitReset waits until none of the pool's used sandboxes is still being
-// reset: each has been destroyed or is ready again.
-func (f *fixture) waitReset() {
-	f.t.Helper()
-	g := f.m.PoolReset.WithLabelValues(string(f.tier), images.HostName)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var m dto.Metric
-		if err := g.Write(&m); err != nil {
-			f.t.Fatal(err)
-		}
-		if m.GetGauge().GetValue() == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%v sandboxes still being reset after a minute", m.GetGauge().GetValue())
-		}
+// waitOwned waits until tenant's ready sandboxes are exactly ids.
+func (u *unit) waitOwned(tenant string, ids ...string) {
+	u.t.Helper()
+	if !testenv.Eventually(u.t, wait, func() bool { return slices.Equal(idsOf(u.p.IdleSandboxes(tenant)), ids) }) {
+		u.t.Fatalf("tenant %q has ready sandboxes %v, want %v", tenant, idsOf(u.p.IdleSandboxes(tenant)), ids)
 	}
 }
 
-// count reads a counter of f's class whose last label is label.
-func (f *fixture) count(c *prometheus.CounterVec, label string) float64 {
-	f.t.Helper()
+// waitReset waits until no used sandbox is on its way back to idle: each
+// is ready again or destroyed.
+func (u *unit) waitReset() {
+	u.t.Helper()
+	g := u.m.PoolReset.WithLabelValues(string(u.warm.Tier), images.HostName)
+	if !testenv.Eventually(u.t, wait, func() bool { return gauge(u.t, g) == 0 }) {
+		u.t.Fatalf("%v sandboxes still being reset", gauge(u.t, g))
+	}
+}
+
+// count reads a counter of the class whose last label is label.
+func (u *unit) count(c *prometheus.CounterVec, label string) float64 {
+	u.t.Helper()
 	var m dto.Metric
-	if err := c.WithLabelValues(string(f.tier), images.HostName, label).Write(&m); err != nil {
-		f.t.Fatal(err)
+	if err := c.WithLabelValues(string(u.warm.Tier), images.HostName, label).Write(&m); err != nil {
+		u.t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
 }
 
-// waits counts the claims of f's tier that waited for a reset.
-func (f *fixture) waits() uint64 {
-	f.t.Helper()
+// waits counts the claims that waited for a sandbox being reset.
+func (u *unit) waits() uint64 {
+	u.t.Helper()
 	var m dto.Metric
-	if err := f.m.PoolWait.WithLabelValues(string(f.tier)).(prometheus.Metric).Write(&m); err != nil {
-		f.t.Fatal(err)
+	if err := u.m.PoolWait.WithLabelValues(string(u.warm.Tier)).(prometheus.Metric).Write(&m); err != nil {
+		u.t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
 }
 
-func (f *fixture) run(tenant, code string, mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
-	f.t.Helper()
-	return f.runJob(tenant, code, nil, mutate...)
-}
-
-// runJob is run with a last change to the prepared job (nil: none).
-func (f *fixture) runJob(tenant, code string, change func(*engine.Job), mutate ...func(*sandbox.ExecuteRequest)) sandbox.Result {
-	f.t.Helper()
-	req := sandbox.ExecuteRequest{Language: "python", Code: code, Isolation: sandbox.Isolation(f.tier)}
-	for _, m := range mutate {
-		m(&req)
-	}
-	job, err := f.e.Prepare(req)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	job.Tenant = tenant
-	if change != nil {
-		change(job)
-	}
-	if job.Lease == nil {
-		if err := f.e.Acquire(context.Background(), job, f.p); err != nil {
-			return f.e.Failed(context.Background(), job, err)
-		}
-	}
-	return f.e.Run(context.Background(), job, nil)
-}
-
-// marker says which sandbox an execution ran in: its agent's start time
-// (unique on runc) and the kernel's boot id (unique per gVisor sandbox).
-const marker = `
-def _sandbox():
-    with open('/proc/1/stat') as f:
-        start = f.read().rsplit(')', 1)[1].split()[19]
-    with open('/proc/sys/kernel/random/boot_id') as f:
-        return start + '/' + f.read().strip()
-`
-
-// pollute changes everything an execution could leave to the next one.
-const pollute = marker + `
-import os, sys, signal, json, random, subprocess, string, decimal
-GLOBAL_LEAK = 1
-string.corral_leak = 1            # a module's state
-import email.mime.text            # a module nobody imports
-os.environ['CORRAL_LEAK'] = '1'   # the environment
-os.chdir('/tmp')                  # the working directory
-os.umask(0o077)
-open('/tmp/leak', 'w').write('x')
-open('/workspace/leak', 'w').write('x')
-os.makedirs('/workspace/output/deep', exist_ok=True)
-open('/dev/shm/leak', 'w').write('x')
-fd = os.open('/workspace/leak', os.O_RDONLY)
-os.set_inheritable(fd, True)      # an inheritable descriptor
-signal.signal(signal.SIGUSR1, lambda *a: None)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
-subprocess.run(['ipcmk', '-M', '4096'], check=True, capture_output=True)
-subprocess.run(['ipcmk', '-S', '1'], check=True, capture_output=True)
-subprocess.run(['ipcmk', '-Q'], check=True, capture_output=True)
-# A daemon that outlives the execution.
-subprocess.Popen(['sleep', '600'], start_new_session=True)
-print(json.dumps({'sandbox': _sandbox(), 'random': random.random()}))
-`
-
-// inspect reports what a fresh interpreter in a fresh sandbox would show.
-const inspect = marker + `
-import os, sys, signal, json, random, subprocess
-def ipcs(kind):
-    out = subprocess.run(['ipcs', kind], capture_output=True, text=True).stdout
-    return [l for l in out.splitlines() if l[:2] == '0x']
-procs = []
-for p in os.listdir('/proc'):
-    if p.isdigit():
-        try:
-            procs.append(open('/proc/%s/cmdline' % p).read().replace('\0', ' ').strip())
-        except OSError:
-            pass
-print(json.dumps({
-    'sandbox': _sandbox(),
-    'random': random.random(),
-    'global': 'GLOBAL_LEAK' in globals(),
-    'module_state': hasattr(sys.modules.get('string'), 'corral_leak'),
-    'module_loaded': 'email.mime.text' in sys.modules,
-    'env': os.environ.get('CORRAL_LEAK'),
-    'cwd': os.getcwd(),
-    'umask': os.umask(0o022),
-    'tmp': os.listdir('/tmp'),
-    'workspace': sorted(os.listdir('/workspace')),
-    'shm': os.listdir('/dev/shm'),
-    'fds': sorted(int(x) for x in os.listdir('/proc/self/fd')),
-    'sigusr1': signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL,
-    'sigterm': signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
-    'sigint': signal.getsignal(signal.SIGINT) is signal.default_int_handler,
-    'blocked': sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
-    'ipc': ipcs('-m') + ipcs('-s') + ipcs('-q'),
-    'sleepers': [p for p in procs if p.startswith('sleep')],
-    'argv': sys.argv,
-    'main': __name__,
-}))
-`
-
-type observed struct {
-	Sandbox      string   `json:"sandbox"`
-	Random       float64  `json:"random"`
-	Global       bool     `json:"global"`
-	ModuleState  bool     `json:"module_state"`
-	ModuleLoaded bool     `json:"module_loaded"`
-	Env          *string  `json:"env"`
-	Cwd          string   `json:"cwd"`
-	Umask        int      `json:"umask"`
-	Tmp          []string `json:"tmp"`
-	Workspace    []string `json:"workspace"`
-	Shm          []string `json:"shm"`
-	FDs          []int    `json:"fds"`
-	SigUSR1      bool     `json:"sigusr1"`
-	SigTERM      bool     `json:"sigterm"`
-	SigINT       bool     `json:"sigint"`
-	Blocked      []int    `json:"blocked"`
-	IPC          []string `json:"ipc"`
-	Sleepers     []string `json:"sleepers"`
-	Argv         []string `json:"argv"`
-	Main         string   `json:"main"`
-}
-
-func decode[T any](t *testing.T, r sandbox.Result) T {
+func gauge(t *testing.T, g prometheus.Gauge) float64 {
 	t.Helper()
-	var v T
-	if r.Status != sandbox.StatusSuccess {
-		t.Fatalf("execution %s: %+v\nstdout: %s\nstderr: %s", r.Status, r.Error, r.Stdout, r.Stderr)
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(r.Stdout), &v); err != nil {
-		t.Fatalf("decode %q: %v", r.Stdout, err)
-	}
-	return v
+	return m.GetGauge().GetValue()
 }
 
-// TestNothingLeaks runs a program that changes everything it can, then, in
-// the same pooled sandbox, one that looks for every change: it must see a
-// fresh interpreter in a fresh sandbox. With and without the zygote, on
-// both tiers.
-func TestNothingLeaks(t *testing.T) {
-	for _, tier := range tiers {
-		for _, zygote := range []bool{true, false} {
-			name := string(tier) + "/plain"
-			if zygote {
-				name = string(tier) + "/zygote"
-			}
-			t.Run(name, func(t *testing.T) {
-				f := newFixture(t, tier, zygote, 100)
-				// The baseline: what an execution in a sandbox of its own,
-				// without a zygote, sees (another disk size is not pooled).
-				fresh := decode[observed](t, f.run("other", inspect, func(r *sandbox.ExecuteRequest) { r.Limits.DiskMB = 64 }))
-				first := decode[struct {
-					Sandbox string  `json:"sandbox"`
-					Random  float64 `json:"random"`
-				}](t, f.run("a", pollute))
-				f.waitIdle(2) // the used sandbox is back, reset
-				got := decode[observed](t, f.run("a", inspect))
-				if got.Sandbox != first.Sandbox {
-					t.Fatalf("the second execution ran in another sandbox (%s, not %s): nothing was reused", got.Sandbox, first.Sandbox)
-				}
-				if got.Random == first.Random {
-					t.Errorf("random.random() repeated %v: the generator state leaked", got.Random)
-				}
-				want := fresh
-				want.Sandbox, want.Random = got.Sandbox, got.Random
-				gotJSON, _ := json.Marshal(got)
-				wantJSON, _ := json.Marshal(want)
-				if string(gotJSON) != string(wantJSON) {
-					t.Errorf("state leaked into the next execution:\n got  %s\n want %s", gotJSON, wantJSON)
-				}
-				if fresh.Global || fresh.ModuleState || fresh.ModuleLoaded || fresh.Env != nil || fresh.Cwd != "/workspace" ||
-					!slices.Equal(fresh.Tmp, []string{".corral"}) || len(fresh.Shm) > 0 || len(fresh.IPC) > 0 || len(fresh.Sleepers) > 0 ||
-					!fresh.SigUSR1 || !fresh.SigTERM || !fresh.SigINT || len(fresh.Blocked) > 0 || fresh.Umask != 0o022 || fresh.Main != "__main__" {
-					t.Errorf("a first execution does not look fresh: %+v", fresh)
-				}
-			})
+// live reports whether the sandbox is not destroyed.
+func (u *unit) live(id string) bool {
+	return slices.ContainsFunc(u.rt.Live(), func(s *fake.Sandbox) bool { return s.ID() == id })
+}
+
+// holdCreates holds the refill's creates (those of the class's own spec;
+// a cold claim here asks for another memory limit) until the returned
+// func is called, or the test ends. It counts the creates it saw.
+func (u *unit) holdCreates() (release func(), creates *atomic.Int32) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	u.t.Cleanup(release) // before the pool's Close, which waits for the refill
+	creates = &atomic.Int32{}
+	class := u.spec.Limits.MemoryBytes
+	u.rt.SetHook(func(c fake.Call) error {
+		if c.Op == "create" && c.Spec.Limits.MemoryBytes == class {
+			creates.Add(1)
+			<-gate
+		}
+		return nil
+	})
+	return release, creates
+}
+
+func idsOf(sbs []runtime.Sandbox) []string {
+	out := []string{}
+	for _, sb := range sbs {
+		out = append(out, sb.ID())
+	}
+	return out
+}
+
+func fakeOf(t *testing.T, sb runtime.Sandbox) *fake.Sandbox {
+	t.Helper()
+	s, ok := sb.(*fake.Sandbox)
+	if !ok {
+		t.Fatalf("sandbox %s is a %T, not a fake one", sb.ID(), sb)
+	}
+	return s
+}
+
+// TestFillsAndServesWarm: the pool makes MinIdle sandboxes with their
+// zygote, no more; a claim is served by one of them with the claim's own
+// limits (the disk size is the class's), and the pool makes another.
+func TestFillsAndServesWarm(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 2, MaxIdle: 3, Zygote: true})
+	u.waitIdle(2)
+	fresh := idsOf(u.p.IdleSandboxes(""))
+	if n := u.rt.Created(); n != 2 {
+		t.Errorf("%d sandboxes made to keep 2 ready", n)
+	}
+	for _, id := range fresh {
+		if h, ok := u.f.Fleet.Holder(id); !ok || h != fleet.HolderPool {
+			t.Errorf("ready sandbox %s is held by %q (known %v), want the pool", id, h, ok)
 		}
 	}
+	l := u.acquire("a", memory(256), func(s *runtime.Spec) { s.Limits.CPUCores = 0.5 })
+	if !slices.Contains(fresh, l.Sandbox.ID()) {
+		t.Fatalf("the claim got sandbox %s, not one of the ready %v", l.Sandbox.ID(), fresh)
+	}
+	if l.Session || l.Zygote == nil || l.Zygote.Language != "python" {
+		t.Errorf("lease: session %v, zygote %+v; want a pooled sandbox with its python zygote", l.Session, l.Zygote)
+	}
+	want := u.spec.Limits
+	want.MemoryBytes, want.CPUCores = 256<<20, 0.5
+	if got := fakeOf(t, l.Sandbox).Limits(); got != want {
+		t.Errorf("the lent sandbox's limits are %+v, want the claim's %+v", got, want)
+	}
+	if h, m := u.count(u.m.PoolClaims, "hit"), u.count(u.m.PoolClaims, "miss"); h != 1 || m != 0 {
+		t.Errorf("%v hits, %v misses; want 1 hit", h, m)
+	}
+	u.waitIdle(2) // refilled
+	if n := u.rt.Created(); n != 3 {
+		t.Errorf("%d sandboxes made, want 3: two, and one to replace the one lent", n)
+	}
+	l.Release(true)
+	u.waitOwned("a", l.Sandbox.ID())
 }
 
-// TestExitsLikeTheInterpreter: a program that leaves a file unclosed, a zip
-// archive unfinished and an object with a finalizer gets from a zygote's
-// child what the interpreter's exit gives it in a process of its own: the
-// data written, the archive finished, the finalizer run.
-func TestExitsLikeTheInterpreter(t *testing.T) {
-	const program = `
-import json, os, zipfile
-os.makedirs('/workspace/output')
-class Finalized:
-    def __del__(self, open=open):  # at exit, builtins may be gone
-        open('/workspace/output/finalizer.txt', 'w').write('finalizer ran')
-kept = Finalized()
-f = open('/workspace/output/unclosed.txt', 'w')
-f.write('unclosed data')
-z = zipfile.ZipFile('/workspace/output/archive.zip', 'w')
-z.writestr('inner.txt', 'zipped data')
-json.corral_file = open('/workspace/output/elsewhere.txt', 'w')
-json.corral_file.write('held by a module')
-print('done')
-`
-	want := map[string]string{
-		"finalizer.txt": "finalizer ran",
-		"unclosed.txt":  "unclosed data",
-		"elsewhere.txt": "held by a module",
-		"archive.zip":   "zipped data", // inner.txt of the archive
+// TestResetEmptiesTheSandbox: a sandbox comes back to its tenant with
+// /workspace and /tmp emptied, and serves that tenant again.
+func TestResetEmptiesTheSandbox(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2})
+	u.waitIdle(1)
+	l := u.acquire("a")
+	ws := fakeOf(t, l.Sandbox).WorkspaceDir()
+	tmp := filepath.Join(filepath.Dir(ws), "tmp")
+	for _, p := range []string{filepath.Join(ws, "deep", "leak"), filepath.Join(ws, "leak"), filepath.Join(tmp, "leak")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for _, zygote := range []bool{true, false} {
-		t.Run(fmt.Sprintf("zygote=%v", zygote), func(t *testing.T) {
-			f := newFixture(t, runtime.TierContainer, zygote, 100)
-			store, err := local.New(t.TempDir(), "http://127.0.0.1:1", nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { store.Close() })
-			res := f.runJob("a", program, func(j *engine.Job) {
-				j.Artifacts, j.ArtifactPrefix = node.BlobArtifacts{Store: store}, "out/"
+	l.Release(true)
+	u.waitOwned("a", l.Sandbox.ID())
+	for _, d := range []string{ws, tmp} {
+		names, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatalf("%s after the reset: %v", d, err)
+		}
+		if len(names) != 0 {
+			t.Errorf("%s holds %v after the reset", d, names)
+		}
+	}
+	again := u.acquire("a")
+	if again.Sandbox.ID() != l.Sandbox.ID() {
+		t.Errorf("tenant a got sandbox %s, not its own %s", again.Sandbox.ID(), l.Sandbox.ID())
+	}
+	if h := u.count(u.m.PoolClaims, "hit"); h != 2 {
+		t.Errorf("%v hits, want 2", h)
+	}
+	again.Release(true)
+}
+
+// TestTenantsNeverShare: a sandbox one tenant used never serves another;
+// each gets its own back.
+func TestTenantsNeverShare(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 3})
+	u.waitIdle(1)
+	la := u.acquire("a")
+	a := la.Sandbox.ID()
+	la.Release(true)
+	u.waitOwned("a", a)
+	// A fresh one for b: a cold start would grow the class, and a full
+	// class destroys a sandbox that comes back.
+	u.waitIdle(2)
+	var b string
+	for i := range 3 {
+		lb := u.acquire("b")
+		if lb.Sandbox.ID() == a {
+			t.Fatalf("tenant b got the sandbox tenant a used (%s)", a)
+		}
+		if i == 0 {
+			b = lb.Sandbox.ID()
+		} else if lb.Sandbox.ID() != b {
+			t.Errorf("tenant b's claim %d got sandbox %s, not its own %s", i, lb.Sandbox.ID(), b)
+		}
+		lb.Release(true)
+		u.waitOwned("b", b)
+	}
+	if again := u.acquire("a"); again.Sandbox.ID() != a {
+		t.Errorf("tenant a got sandbox %s, not its own %s", again.Sandbox.ID(), a)
+	}
+}
+
+// TestUncleanReleaseDestroys: a sandbox whose execution did not end clean
+// (killed, timed out) is destroyed, never reused.
+func TestUncleanReleaseDestroys(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2})
+	u.waitIdle(1)
+	l := u.acquire("a")
+	id := l.Sandbox.ID()
+	l.Release(false)
+	if u.live(id) {
+		t.Errorf("sandbox %s released unclean is not destroyed", id)
+	}
+	if h, ok := u.f.Fleet.Holder(id); ok {
+		t.Errorf("sandbox %s released unclean is still in the fleet, held by %q", id, h)
+	}
+	if again := u.acquire("a"); again.Sandbox.ID() == id {
+		t.Errorf("the sandbox released unclean served again")
+	}
+}
+
+// TestMaxUsesDestroys: a sandbox serves MaxUses executions, then is destroyed.
+func TestMaxUsesDestroys(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2}, func(c *pool.Config) { c.MaxUses = 2 })
+	u.waitIdle(1)
+	l := u.acquire("a")
+	id := l.Sandbox.ID()
+	l.Release(true)
+	u.waitOwned("a", id)
+	l = u.acquire("a")
+	if l.Sandbox.ID() != id {
+		t.Fatalf("the second claim got %s, not the tenant's %s", l.Sandbox.ID(), id)
+	}
+	l.Release(true)
+	if u.live(id) {
+		t.Errorf("sandbox %s is not destroyed after its MaxUses executions", id)
+	}
+	if l = u.acquire("a"); l.Sandbox.ID() == id {
+		t.Errorf("sandbox %s served a third execution with MaxUses 2", id)
+	}
+}
+
+// TestBrokenSandboxIsNotReused: a sandbox whose reset fails (its agent
+// is gone) is destroyed; the tenant's next claim gets another.
+func TestBrokenSandboxIsNotReused(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2})
+	u.waitIdle(1)
+	l := u.acquire("a")
+	id := l.Sandbox.ID()
+	if err := l.Sandbox.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l.Release(true) // the execution believed it ended clean
+	u.waitReset()
+	if u.live(id) || len(u.p.IdleSandboxes("a")) != 0 {
+		t.Errorf("sandbox %s, whose reset failed, was kept (live %v, tenant's ready %v)", id, u.live(id), idsOf(u.p.IdleSandboxes("a")))
+	}
+	if again := u.acquire("a"); again.Sandbox.ID() == id {
+		t.Errorf("the broken sandbox served again")
+	}
+}
+
+// TestReadySandboxThatFailsIsReplaced: a ready sandbox that cannot take a
+// claim's limits is destroyed and counted as replaced; the claim is served
+// by another sandbox.
+func TestReadySandboxThatFailsIsReplaced(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2})
+	u.waitIdle(1)
+	bad := u.p.IdleSandboxes("")[0].ID()
+	u.rt.SetHook(func(c fake.Call) error {
+		if c.Op == "update" && c.Sandbox.ID() == bad {
+			return errors.New("cgroup gone")
+		}
+		return nil
+	})
+	l := u.acquire("a")
+	if l.Sandbox.ID() == bad {
+		t.Fatalf("the claim got the sandbox whose update failed")
+	}
+	if n := u.count(u.m.PoolReplaced, "error"); n != 1 {
+		t.Errorf("corral_pool_replaced_total{reason=error} = %v, want 1", n)
+	}
+	if u.live(bad) {
+		t.Errorf("the sandbox whose update failed is not destroyed")
+	}
+}
+
+// TestDeadReadySandboxIsReplaced: a ready sandbox whose agent died while
+// it waited (the host's OOM killer, a runtime crash) is not lent: its
+// execution could only fail. It is destroyed and counted as replaced.
+func TestDeadReadySandboxIsReplaced(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2})
+	u.waitIdle(1)
+	dead := u.p.IdleSandboxes("")[0]
+	if err := dead.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	<-dead.Agent().Done()
+	l := u.acquire("a")
+	if l.Sandbox.ID() == dead.ID() {
+		t.Fatalf("the claim got the sandbox whose agent is dead")
+	}
+	if n := u.count(u.m.PoolReplaced, "error"); n != 1 {
+		t.Errorf("corral_pool_replaced_total{reason=error} = %v, want 1", n)
+	}
+	if u.live(dead.ID()) {
+		t.Errorf("the dead sandbox is not destroyed")
+	}
+}
+
+// TestClaimOverUsage: a tenant's ready sandbox that holds more memory than
+// the claim's limit leaves room for (Headroom) is replaced, for that
+// reason. A claim tighter than what even a fresh sandbox holds is served
+// cold and leaves the fresh ones alone.
+func TestClaimOverUsage(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 3})
+	u.waitIdle(1)
+	l := u.acquire("a")
+	used := l.Sandbox.ID()
+	l.Release(true)
+	u.waitOwned("a", used)
+	u.waitIdle(2) // and a fresh one, so that the claim is not a miss
+	fakeOf(t, l.Sandbox).SetMemoryUsage(400 << 20)
+	l = u.acquire("a", memory(384))
+	if l.Sandbox.ID() == used {
+		t.Fatalf("a claim for 384 MiB got the sandbox that holds 400 MiB")
+	}
+	if n := u.count(u.m.PoolReplaced, "limit_below_usage"); n != 1 {
+		t.Errorf("corral_pool_replaced_total{reason=limit_below_usage} = %v, want 1", n)
+	}
+	if n := u.count(u.m.PoolReplaced, "error"); n != 0 {
+		t.Errorf("corral_pool_replaced_total{reason=error} = %v, want 0", n)
+	}
+	if u.live(used) {
+		t.Errorf("the replaced sandbox %s is not destroyed", used)
+	}
+	l.Release(false)
+
+	u.waitIdle(1)
+	fresh := idsOf(u.p.IdleSandboxes(""))
+	misses := u.count(u.m.PoolClaims, "miss")
+	// Under the 32 MiB headroom even a sandbox that holds nothing is too
+	// tight: no ready one can serve it.
+	l = u.acquire("b", memory(24))
+	if slices.Contains(fresh, l.Sandbox.ID()) {
+		t.Errorf("a claim for 24 MiB got a fresh sandbox")
+	}
+	if n := u.count(u.m.PoolClaims, "miss"); n != misses+1 {
+		t.Errorf("a claim for 24 MiB was not a cold start (%v misses)", n-misses)
+	}
+	if n := u.count(u.m.PoolReplaced, "limit_below_usage"); n != 1 {
+		t.Errorf("a claim for 24 MiB replaced %v ready sandboxes", n-1)
+	}
+	// (The refill may add one while the claim holds the fresh one.)
+	for _, id := range fresh {
+		if !slices.Contains(idsOf(u.p.IdleSandboxes("")), id) {
+			t.Errorf("fresh sandbox %s is gone after a claim for 24 MiB", id)
+		}
+	}
+	if got := fakeOf(t, l.Sandbox).Limits().MemoryBytes; got != 24<<20 {
+		t.Errorf("the cold sandbox has %d MiB, want the claim's 24", got>>20)
+	}
+}
+
+// TestGrowsWithMisses: claims that find nothing ready raise the number of
+// sandboxes kept, up to MaxIdle; a sandbox coming back to a full class is
+// destroyed.
+func TestGrowsWithMisses(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 0, MaxIdle: 2})
+	release, creates := u.holdCreates()
+	var leases []*fleet.Lease
+	for _, tenant := range []string{"a", "b", "c"} {
+		leases = append(leases, u.acquire(tenant, memory(256)))
+	}
+	if n := u.count(u.m.PoolClaims, "miss"); n != 3 {
+		t.Fatalf("%v misses, want 3", n)
+	}
+	if n := u.p.Idle()[0]; n != 0 {
+		t.Fatalf("%d ready while the refill is held", n)
+	}
+	release()
+	u.waitIdle(2)
+	if n := creates.Load(); n != 2 {
+		t.Errorf("the refill made %d sandboxes, want MaxIdle 2", n)
+	}
+	for _, l := range leases {
+		l.Release(true)
+	}
+	u.waitReset()
+	for _, l := range leases {
+		if u.live(l.Sandbox.ID()) {
+			t.Errorf("sandbox %s came back to a full class and was kept", l.Sandbox.ID())
+		}
+	}
+	if n := u.p.Idle()[0]; n != 2 {
+		t.Errorf("%d ready, want 2", n)
+	}
+}
+
+// TestShrinksWhenIdle: once claims stop missing for IdleTimeout, the pool
+// keeps MinIdle fresh sandboxes again, and a tenant's sandbox idle that
+// long is destroyed; before that, nothing is.
+func TestShrinksWhenIdle(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 4}, func(c *pool.Config) { c.IdleTimeout = time.Minute })
+	u.waitIdle(1)
+	release, _ := u.holdCreates()
+	la := u.acquire("a") // takes the fresh one
+	lb := u.acquire("b", memory(256))
+	lc := u.acquire("c", memory(256))
+	release()
+	u.waitIdle(3) // MinIdle and two misses
+	la.Release(true)
+	u.waitOwned("a", la.Sandbox.ID())
+	u.waitIdle(4)
+	lb.Release(false)
+	lc.Release(false)
+
+	u.clock.advance(59 * time.Second)
+	u.p.Expire()
+	if n := u.p.Idle()[0]; n != 4 {
+		t.Fatalf("%d ready before IdleTimeout, want all 4", n)
+	}
+	u.clock.advance(2 * time.Second)
+	u.p.Expire()
+	if n := len(u.p.IdleSandboxes("")); n != 1 {
+		t.Errorf("%d fresh sandboxes ready after IdleTimeout, want MinIdle 1", n)
+	}
+	if u.live(la.Sandbox.ID()) || len(u.p.IdleSandboxes("a")) != 0 {
+		t.Errorf("tenant a's sandbox, idle for IdleTimeout, is still there")
+	}
+	if n := len(u.rt.Live()); n != 1 {
+		t.Errorf("%d sandboxes live, want the one kept ready", n)
+	}
+}
+
+// TestWaitsForItsOwnSandbox: a tenant's claim that finds nothing ready
+// while one of its sandboxes is being reset waits for it, up to
+// ReturnWait, then starts cold; other tenants never wait for it, and a
+// cancelled claim stops waiting.
+func TestWaitsForItsOwnSandbox(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		returnWait time.Duration
+	}{{"back", time.Minute}, {"cold", time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newUnit(t, pool.Warm{MinIdle: 0, MaxIdle: 2}, func(c *pool.Config) { c.ReturnWait = tc.returnWait })
+			u.holdCreates() // nothing fresh: the tenant's own or a cold one
+			l := u.acquire("a", memory(256))
+			x := l.Sandbox.ID()
+			entered, hold := make(chan struct{}), make(chan struct{})
+			var enter, once sync.Once
+			letGo := func() { once.Do(func() { close(hold) }) }
+			t.Cleanup(letGo)
+			u.rt.SetHook(func(c fake.Call) error {
+				if c.Op == "stats" && c.Sandbox.ID() == x { // the reset's first step
+					enter.Do(func() { close(entered) })
+					<-hold
+				}
+				return nil
 			})
-			if res.Status != sandbox.StatusSuccess {
-				t.Fatalf("execution %s: %+v\nstderr: %s", res.Status, res.Error, res.Stderr)
-			}
-			for name, text := range want {
-				rc, _, err := store.Get(t.Context(), "out/"+name)
-				if err != nil {
-					t.Errorf("%s: %v", name, err)
-					continue
-				}
-				b, err := io.ReadAll(rc)
-				rc.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if name == "archive.zip" {
-					zr, zerr := zip.NewReader(bytes.NewReader(b), int64(len(b)))
-					if zerr != nil {
-						t.Errorf("%s is not a finished archive (%d bytes): %v", name, len(b), zerr)
-						continue
-					}
-					inner, zerr := zr.Open("inner.txt")
-					if zerr != nil {
-						t.Errorf("%s: %v", name, zerr)
-						continue
-					}
-					b, zerr = io.ReadAll(inner)
-					inner.Close()
-					if zerr != nil {
-						t.Errorf("%s: read inner.txt: %v", name, zerr)
-						continue
-					}
-				}
-				if string(b) != text {
-					t.Errorf("%s holds %q, want %q", name, b, text)
+			l.Release(true)
+			<-entered
+
+			if tc.name == "back" {
+				ctx, cancel := context.WithCancel(t.Context())
+				cancel()
+				if _, err := u.p.Acquire(ctx, u.claim("a", memory(256))); !errors.Is(err, context.Canceled) {
+					t.Errorf("a cancelled claim waiting for its sandbox: %v", err)
 				}
 			}
+			other := u.acquire("b", memory(256))
+			if other.Sandbox.ID() == x {
+				t.Fatalf("tenant b got tenant a's sandbox")
+			}
+			other.Release(false)
+			waits := u.waits()
+			if waits != 0 {
+				t.Errorf("%d claims waited; tenant b's must not wait for tenant a's sandbox", waits)
+			}
+
+			got := make(chan *fleet.Lease, 1)
+			go func() {
+				l, err := u.p.Acquire(t.Context(), u.claim("a", memory(256)))
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			if tc.name == "back" {
+				letGo()
+			}
+			again := <-got
+			if again == nil {
+				return
+			}
+			defer again.Release(false)
+			// The claim may come after the reset ends (then it needs no
+			// wait): only a held reset proves that it waits.
+			if n := u.waits() - waits; tc.name == "cold" && n != 1 {
+				t.Errorf("%d claims of tenant a waited, want 1", n)
+			}
+			if n := u.count(u.m.PoolClaims, "miss"); tc.name == "back" && n != 2 {
+				t.Errorf("%v misses, want 2 (tenant a's first claim and tenant b's): the claim did not wait", n)
+			}
+			if tc.name == "back" && again.Sandbox.ID() != x {
+				t.Errorf("the claim that waited got %s, not the tenant's %s", again.Sandbox.ID(), x)
+			}
+			if tc.name == "cold" && again.Sandbox.ID() == x {
+				t.Errorf("the claim got the sandbox still being reset")
+			}
+			letGo()
 		})
 	}
 }
 
-// TestTenantsDoNotShare checks that a sandbox one tenant used never serves
-// another.
-func TestTenantsDoNotShare(t *testing.T) {
-	f := newFixture(t, runtime.TierContainer, true, 100)
-	a := decode[observed](t, f.run("a", inspect))
-	f.waitIdle(2)
-	for range 3 {
-		b := decode[observed](t, f.run("b", inspect))
-		if b.Sandbox == a.Sandbox {
-			t.Fatalf("tenant b ran in the sandbox tenant a used (%s)", a.Sandbox)
-		}
-		f.waitIdle(2)
+// TestCloseDestroysEverything: Close destroys the ready sandboxes, and a
+// sandbox lent before it is destroyed when it comes back.
+func TestCloseDestroysEverything(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 2, MaxIdle: 2})
+	u.waitIdle(2)
+	l := u.acquire("a")
+	u.p.Close()
+	if live := u.rt.Live(); len(live) != 1 || live[0].ID() != l.Sandbox.ID() {
+		t.Errorf("after Close, live: %d sandboxes; want only the one lent", len(live))
 	}
-	again := decode[observed](t, f.run("a", inspect))
-	if again.Sandbox != a.Sandbox {
-		t.Errorf("tenant a did not get its own sandbox back")
+	l.Release(true)
+	if n := len(u.rt.Live()); n != 0 {
+		t.Errorf("%d sandboxes left after the lent one came back", n)
+	}
+	if n := u.p.Idle()[0]; n != 0 {
+		t.Errorf("%d ready after Close", n)
 	}
 }
 
-// TestTamperedSandboxIsReplaced: an execution that kills, stops or changes
-// the limits of the zygote, or that hits a limit, leaves a sandbox that is
-// destroyed, not reused; the tenant's next execution is unaffected.
-func TestTamperedSandboxIsReplaced(t *testing.T) {
-	const findZygote = `
-import os, signal
-def zygote():
-    for p in os.listdir('/proc'):
-        if p.isdigit():
-            try:
-                if '_corral_zygote' in open('/proc/%s/cmdline' % p).read():
-                    return int(p)
-            except OSError:
-                pass
-    raise SystemExit('no zygote')
-`
-	for _, tier := range tiers {
-		for _, c := range []struct {
-			name, code string
-			mutate     func(*sandbox.ExecuteRequest)
-			status     sandbox.Status
-		}{
-			{"kill", findZygote + "os.kill(zygote(), signal.SIGKILL)", nil, sandbox.StatusSuccess},
-			{"stop", findZygote + "os.kill(zygote(), signal.SIGSTOP)", nil, sandbox.StatusSuccess},
-			{"rlimit", findZygote + "import resource\nresource.prlimit(zygote(), resource.RLIMIT_NOFILE, (64, 64))", nil, sandbox.StatusSuccess},
-			{"nice", findZygote + "os.setpriority(os.PRIO_PROCESS, zygote(), 19)", nil, sandbox.StatusSuccess},
-			// The default memory limit: on gVisor a lower one also lowers
-			// the task limit, fixed at creation, and is not served warm.
-			{"oom", "b = bytearray(800 << 20)\nb[::4096] = b'x' * len(b[::4096])", nil, sandbox.StatusFailed},
-		} {
-			t.Run(string(tier)+"/"+c.name, func(t *testing.T) {
-				f := newFixture(t, tier, true, 100)
-				before := decode[observed](t, f.run("a", inspect))
-				f.waitIdle(2)
-				mutate := []func(*sandbox.ExecuteRequest){}
-				if c.mutate != nil {
-					mutate = append(mutate, c.mutate)
-				}
-				r := f.run("a", c.code+"\n"+marker+"\nprint(_sandbox())", mutate...)
-				if r.Status != c.status {
-					t.Fatalf("tampering: %s %+v\n%s", r.Status, r.Error, r.Stderr)
-				}
-				t.Logf("tampering: %s %+v stdout %q", r.Status, r.Error, r.Stdout)
-				if c.status == sandbox.StatusSuccess && strings.TrimSpace(r.Stdout) != before.Sandbox {
-					t.Fatalf("tampering ran in sandbox %q, not the tenant's %s", r.Stdout, before.Sandbox)
-				}
-				f.waitReset() // the release decides in the background
-				f.waitIdle(1)
-				after := decode[observed](t, f.run("a", inspect))
-				if after.Sandbox == before.Sandbox {
-					t.Errorf("the tampered sandbox %s served again", before.Sandbox)
-				}
-			})
+// TestColdClaimsThePoolCannotServe: a claim for another disk size, a
+// session's workspace or another tier gets a sandbox of its own,
+// destroyed after its execution; the ready ones are left alone.
+func TestColdClaimsThePoolCannotServe(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 1})
+	u.waitIdle(1)
+	fresh := idsOf(u.p.IdleSandboxes(""))
+	for name, change := range map[string]func(*fleet.Claim){
+		"disk":      func(c *fleet.Claim) { c.Spec.Limits.DiskBytes = 64 << 20 },
+		"workspace": func(c *fleet.Claim) { c.Spec.Workspace = filepath.Join(t.TempDir(), "disk.img") },
+		"tier":      func(c *fleet.Claim) { c.Tier = runtime.TierGVisor },
+	} {
+		cl := u.claim("a")
+		change(&cl)
+		l, err := u.p.Acquire(t.Context(), cl)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		id := l.Sandbox.ID()
+		if h, _ := u.f.Fleet.Holder(id); h != fleet.HolderExecution {
+			t.Errorf("%s: the sandbox is held by %q, want an execution's fresh one", name, h)
+		}
+		l.Release(true)
+		if _, ok := u.f.Fleet.Holder(id); ok {
+			t.Errorf("%s: the sandbox is still in the fleet after its execution", name)
 		}
 	}
-}
-
-// TestMaxUses: with max_uses 1 every execution gets a sandbox nobody used.
-func TestMaxUses(t *testing.T) {
-	f := newFixture(t, runtime.TierContainer, true, 1)
-	seen := map[string]bool{}
-	for range 4 {
-		o := decode[observed](t, f.run("a", inspect))
-		if seen[o.Sandbox] {
-			t.Fatalf("sandbox %s served twice with max_uses 1", o.Sandbox)
-		}
-		seen[o.Sandbox] = true
-		f.waitIdle(1)
+	if h, m := u.count(u.m.PoolClaims, "hit"), u.count(u.m.PoolClaims, "miss"); h+m != 0 {
+		t.Errorf("%v hits and %v misses counted for claims of no class", h, m)
+	}
+	if got := idsOf(u.p.IdleSandboxes("")); !slices.Equal(got, fresh) {
+		t.Errorf("ready sandboxes %v, before %v", got, fresh)
 	}
 }
 
-// TestBackToBackWaitsForReset: a tenant whose next request comes while
-// its sandbox is still being reset, with no fresh one ready (the refill is
-// still creating the one the first request took), waits for its own
-// sandbox rather than starting cold. The wait is measured
-// (corral_pool_return_wait_seconds): a run without one proves nothing.
-func TestBackToBackWaitsForReset(t *testing.T) {
-	f := newFixture(t, runtime.TierContainer, true, 100)
-	// Quick, so the refill has no time to make a fresh sandbox (a quarter
-	// of a second and more here), and leaving files, so the reset (which
-	// empties /workspace) is still busy when the next claim comes.
-	const program = marker + `
-for i in range(2000):
-    open('/workspace/f%d' % i, 'w').close()
-print(_sandbox())
-`
-	ran := func() string {
-		t.Helper()
-		r := f.run("a", program)
-		if r.Status != sandbox.StatusSuccess {
-			t.Fatalf("execution %s: %+v\n%s", r.Status, r.Error, r.Stderr)
-		}
-		return strings.TrimSpace(r.Stdout)
+// TestColdSandboxStartsItsZygote: a sandbox made cold for a claim of a
+// class with a zygote starts the zygote after its first execution, back
+// at the class's limits, so that its tenant's next execution forks.
+func TestColdSandboxStartsItsZygote(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 0, MaxIdle: 2, Zygote: true})
+	u.holdCreates()
+	l := u.acquire("a", memory(256))
+	if l.Zygote != nil {
+		t.Fatalf("a cold sandbox came with a zygote: its claim would have waited for it")
 	}
-	first := ran()
-	second := ran()
-	if n := f.waits(); n != 1 {
-		t.Fatalf("%d claims waited for a reset, want the second one", n)
+	l.Release(true)
+	u.waitOwned("a", l.Sandbox.ID())
+	if got := fakeOf(t, l.Sandbox).Limits(); got != u.spec.Limits {
+		t.Errorf("the ready sandbox's limits are %+v, want the class's %+v", got, u.spec.Limits)
 	}
-	if second != first {
-		t.Errorf("the claim that waited ran in sandbox %s, not the tenant's %s", second, first)
-	}
-	for range 4 {
-		ran()
-	}
-	if n := f.count(f.m.PoolClaims, "miss"); n != 0 {
-		t.Errorf("%v of 6 back-to-back claims were cold starts", n)
+	again := u.acquire("a", memory(256))
+	if again.Sandbox.ID() != l.Sandbox.ID() || again.Zygote == nil {
+		t.Errorf("tenant a got %s with zygote %+v; want its %s with one", again.Sandbox.ID(), again.Zygote, l.Sandbox.ID())
 	}
 }
 
-// TestClaimAppliesLimits: a pooled sandbox gets the request's limits; a
-// request the pool cannot serve exactly (another disk size) is a cold
-// start that still works.
-func TestClaimAppliesLimits(t *testing.T) {
-	for _, tier := range tiers {
-		t.Run(string(tier), func(t *testing.T) {
-			f := newFixture(t, tier, true, 100)
-			r := f.run("a", "b = bytearray(300 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('ok')", func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 128 })
-			if r.Error == nil || r.Error.Type != sandbox.ErrOOM {
-				t.Fatalf("300 MB under a 128 MB limit: %s %+v", r.Status, r.Error)
-			}
-			r = f.run("a", "b = bytearray(300 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('ok')", func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 1024 })
-			if r.Status != sandbox.StatusSuccess || r.Stdout != "ok\n" {
-				t.Fatalf("300 MB under a 1024 MB limit: %s %+v %s", r.Status, r.Error, r.Stderr)
-			}
-			r = f.run("a", "print('cold')", func(r *sandbox.ExecuteRequest) { r.Limits.DiskMB = 64 })
-			if r.Status != sandbox.StatusSuccess || r.Stdout != "cold\n" {
-				t.Fatalf("cold start: %s %+v %s", r.Status, r.Error, r.Stderr)
-			}
-		})
+// TestClassWithoutAZygote: a class whose zygote cannot start (bash has
+// none) keeps nothing ready and leaves no sandbox behind; its claims are
+// served cold, and their sandboxes are not kept without the zygote.
+func TestClassWithoutAZygote(t *testing.T) {
+	u := newUnit(t, pool.Warm{Language: "bash", MinIdle: 1, MaxIdle: 1, Zygote: true})
+	if !testenv.Eventually(t, wait, func() bool { return u.rt.Created() > 0 && len(u.rt.Live()) == 0 }) {
+		t.Fatalf("made %d sandboxes, %d live; want them tried and destroyed", u.rt.Created(), len(u.rt.Live()))
+	}
+	l := u.acquire("a")
+	if l.Zygote != nil {
+		t.Errorf("a bash sandbox with a zygote")
+	}
+	id := l.Sandbox.ID()
+	l.Release(true)
+	u.waitReset()
+	if u.live(id) {
+		t.Errorf("the cold sandbox was kept without its zygote")
+	}
+	if n := u.p.Idle()[0]; n != 0 {
+		t.Errorf("%d ready", n)
 	}
 }
 
-// TestAddTier: a gvisor class left out because the engine had no gVisor
-// runtime starts when the tier arrives, and executions then use it.
-func TestAddTier(t *testing.T) {
+// TestSkipsClassesItCannotServe: a class of an unknown language or image
+// is left out and reported; the others start.
+func TestSkipsClassesItCannotServe(t *testing.T) {
+	f := testenv.FakeEngine(t, func(c *engine.Config) { c.CacheDir = "" })
+	cfg := pool.DefaultConfig()
+	cfg.Warm = []pool.Warm{
+		{Tier: runtime.TierContainer, Language: "cobol", MinIdle: 1},
+		{Tier: runtime.TierContainer, Image: "no-such-image", MinIdle: 1},
+		{Tier: runtime.TierContainer, Image: images.HostName, MinIdle: 1},
+	}
+	p, skipped := pool.New(t.Context(), f.Fleet, f, cfg, nil, slog.New(slog.DiscardHandler))
+	t.Cleanup(p.Close)
+	if len(skipped) != 2 || !strings.Contains(skipped[0].Error(), "cobol") || !strings.Contains(skipped[1].Error(), "no-such-image") {
+		t.Errorf("skipped %v; want the cobol and no-such-image classes", skipped)
+	}
+	if !testenv.Eventually(t, wait, func() bool { return slices.Equal(p.Idle(), []int{1}) }) {
+		t.Errorf("classes hold %v ready, want one class with 1", p.Idle())
+	}
+}
+
+// TestAddTierStartsClass: a class left out because the fleet had no runtime for its
+// tier starts when the tier arrives, once.
+func TestAddTierStartsClass(t *testing.T) {
 	dir := t.TempDir()
-	var container, gvisor []runtime.Runtime
-	for _, rt := range testenv.Runtimes(t, dir) {
-		if rt.Tier() == runtime.TierGVisor {
-			gvisor = append(gvisor, rt)
-		} else {
-			container = append(container, rt)
-		}
-	}
-	cfg := engine.DefaultConfig()
-	cfg.CacheDir = testenv.CacheDir()
-	cfg.UID, cfg.GID = 1000, 1000
-	store := images.NewStore(filepath.Join(dir, "images"), 1000, 1000)
-	fl := fleet.New(fleet.Config{}, container, store, nil)
+	container := fake.New(runtime.TierContainer, filepath.Join(dir, "container"), os.Args[0], testLog{t})
+	gvisor := fake.New(runtime.TierGVisor, filepath.Join(dir, "gvisor"), os.Args[0], testLog{t})
+	store := images.NewStore(filepath.Join(dir, "images"), os.Getuid(), os.Getgid())
+	fl := fleet.New(fleet.Config{}, []runtime.Runtime{container}, store, nil)
 	t.Cleanup(fl.Close)
+	cfg := engine.DefaultConfig()
+	cfg.UID, cfg.GID = os.Getuid(), os.Getgid()
 	e, err := engine.New(cfg, fl, store, filepath.Join(dir, "engine"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
+	f := &testenv.Fake{Engine: e, Fleet: fl, Runtimes: map[runtime.Tier]*fake.Runtime{runtime.TierContainer: container, runtime.TierGVisor: gvisor}}
+
 	pc := pool.DefaultConfig()
-	pc.Warm = []pool.Warm{{Image: images.HostName, Tier: runtime.TierGVisor, Language: "python", MinIdle: 1, MaxIdle: 1}}
-	m := metrics.New()
-	p, skipped := pool.New(t.Context(), fl, e, pc, m, slog.New(slog.NewTextHandler(testLog{t}, nil)))
+	pc.Warm = []pool.Warm{{Image: images.HostName, Tier: runtime.TierGVisor, MinIdle: 1, MaxIdle: 1}}
+	p, skipped := pool.New(t.Context(), fl, e, pc, nil, slog.New(slog.DiscardHandler))
 	t.Cleanup(p.Close)
 	if len(skipped) != 1 || len(p.Idle()) != 0 {
 		t.Fatalf("without the tier: skipped %v, classes %v; want the class left out", skipped, p.Idle())
 	}
-	if err := fl.AddRuntime(gvisor[0]); err != nil {
+	if err := fl.AddRuntime(gvisor); err != nil {
 		t.Fatal(err)
 	}
-	if skipped := p.AddTier(t.Context(), runtime.TierGVisor); len(skipped) != 0 {
-		t.Fatal(skipped)
+	for range 2 {
+		if skipped := p.AddTier(t.Context(), runtime.TierGVisor); len(skipped) != 0 {
+			t.Fatal(skipped)
+		}
 	}
-	if skipped := p.AddTier(t.Context(), runtime.TierGVisor); len(skipped) != 0 || len(p.Idle()) != 1 {
-		t.Fatalf("a second AddTier: skipped %v, classes %v; want one class", skipped, p.Idle())
+	if !testenv.Eventually(t, wait, func() bool { return slices.Equal(p.Idle(), []int{1}) }) {
+		t.Fatalf("classes hold %v ready, want one gvisor class with 1", p.Idle())
 	}
-	f := &fixture{t: t, e: e, p: p, m: m, tier: runtime.TierGVisor}
-	f.waitIdle(1)
-	res := f.run("alpha", "print(6 * 7)")
-	if res.Status != sandbox.StatusSuccess || res.Tier != "gvisor" || res.Stdout != "42\n" {
-		t.Fatalf("execution on the added tier: %s on %s: %q %+v", res.Status, res.Tier, res.Stdout, res.Error)
-	}
-	var hits dto.Metric
-	if err := m.PoolClaims.WithLabelValues(string(runtime.TierGVisor), images.HostName, "hit").Write(&hits); err != nil {
+	ready := idsOf(p.IdleSandboxes(""))
+	spec, img, err := f.WarmSpec(t.Context(), runtime.TierGVisor, "python", images.HostName)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := hits.GetCounter().GetValue(); n != 1 {
-		t.Errorf("%v pool hits on gvisor, want 1", n)
+	l, err := p.Acquire(t.Context(), fleet.Claim{Tier: runtime.TierGVisor, Spec: spec, Tenant: "a", Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(false)
+	if !slices.Contains(ready, l.Sandbox.ID()) {
+		t.Errorf("a gvisor claim got %s, not the ready %v", l.Sandbox.ID(), ready)
+	}
+	if n := container.Created(); n != 0 {
+		t.Errorf("%d container sandboxes made for a gvisor class", n)
 	}
 }
 
-// TestClaimOverUsageIsReplaced: a tenant's ready sandbox that holds more
-// memory than its next claim's limit leaves room for is destroyed, counted
-// as replaced for that reason, and the execution runs elsewhere. In
-// production that is gVisor right after a big program, while the Sentry
-// hands its memory back to the host (about 1 GB/s); here a live process
-// holds the memory, so the test does not race the Sentry. A claim tighter
-// than what even a fresh sandbox holds is served cold, with its own limits,
-// and leaves the fresh ones alone.
-func TestClaimOverUsageIsReplaced(t *testing.T) {
-	for _, tier := range tiers {
-		t.Run(string(tier), func(t *testing.T) {
-			// On gVisor the task limit, fixed at creation, follows the memory
-			// limit below 6 MB a task; with 64 tasks, claims from 384 MB up
-			// match the class's 512 MB.
-			f := newFixture(t, tier, true, 100, func(c *engine.Config) { c.Pids = 64 })
-			first := decode[observed](t, f.run("a", inspect))
-			f.waitIdle(2)
-			used := f.p.IdleSandboxes("a")
-			if len(used) != 1 {
-				t.Fatalf("tenant a has %d ready sandboxes, want 1", len(used))
-			}
-			h := runtimetest.HoldMemory(t, used[0], 400)
-			claims := f.count(f.m.PoolClaims, "hit") + f.count(f.m.PoolClaims, "miss")
-			r := f.run("a", inspect, func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 384 })
-			got := decode[observed](t, r)
-			if got.Sandbox == first.Sandbox {
-				t.Fatalf("a claim for 384 MB ran in the sandbox that holds 400 MB")
-			}
-			if n := f.count(f.m.PoolReplaced, "limit_below_usage"); n != 1 {
-				t.Errorf("corral_pool_replaced_total{reason=limit_below_usage} = %v, want 1", n)
-			}
-			if n := f.count(f.m.PoolReplaced, "error"); n != 0 {
-				t.Errorf("corral_pool_replaced_total{reason=error} = %v, want 0", n)
-			}
-			if n := f.count(f.m.PoolClaims, "hit") + f.count(f.m.PoolClaims, "miss"); n != claims+1 {
-				t.Errorf("%v claims counted for one execution", n-claims)
-			}
-			if _, err := h.Wait(t, time.Minute); !errors.Is(err, agent.ErrLost) {
-				t.Errorf("the replaced sandbox's holder: %v, want it lost with its sandbox", err)
-			}
-			if holder, ok := f.e.Fleet().Holder(used[0].ID()); ok {
-				t.Errorf("the replaced sandbox %s is still in the fleet, held by %q", used[0].ID(), holder)
-			}
+// sandboxSink records which sandbox an execution ran in.
+type sandboxSink struct{ id string }
 
-			if tier != runtime.TierContainer {
-				return // a tighter limit lowers gVisor's task limit: not this class
-			}
-			f.waitIdle(2)
-			fresh := len(f.p.IdleSandboxes(""))
-			misses := f.count(f.m.PoolClaims, "miss")
-			r = f.run("b", "print('ok')", func(r *sandbox.ExecuteRequest) { r.Limits.MemoryMB = 24 })
-			if r.Status != sandbox.StatusSuccess || r.Stdout != "ok\n" {
-				t.Fatalf("a claim for 24 MB: %s %+v %s", r.Status, r.Error, r.Stderr)
-			}
-			if n := f.count(f.m.PoolClaims, "miss"); n != misses+1 {
-				t.Errorf("a claim for 24 MB was not a cold start (%v misses)", n-misses)
-			}
-			if n := f.count(f.m.PoolReplaced, "limit_below_usage"); n != 1 {
-				t.Errorf("a claim for 24 MB replaced %v ready sandboxes", n-1)
-			}
-			if n := len(f.p.IdleSandboxes("")); n < fresh {
-				t.Errorf("%d fresh sandboxes ready after a claim for 24 MB, %d before", n, fresh)
-			}
-		})
+func (s *sandboxSink) Stdout([]byte)     {}
+func (s *sandboxSink) Stderr([]byte)     {}
+func (s *sandboxSink) Sandbox(id string) { s.id = id }
+
+// TestExecutionsThroughThePool: the engine's executions take their
+// sandbox from the pool and give it back; the tenant's next execution runs
+// in the same sandbox, forked by its zygote, and finds nothing of the
+// last one.
+func TestExecutionsThroughThePool(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 2, Zygote: true})
+	u.waitIdle(1)
+	fresh := idsOf(u.p.IdleSandboxes(""))
+	run := func(code string) (sandbox.Result, string) {
+		t.Helper()
+		job, err := u.f.Prepare(sandbox.ExecuteRequest{Language: "python", Code: code, Isolation: sandbox.Isolation(runtime.TierContainer)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		job.Tenant = "a"
+		if err := u.f.Acquire(t.Context(), job, u.p); err != nil {
+			t.Fatal(err)
+		}
+		var sink sandboxSink
+		res := u.f.Run(t.Context(), job, &sink)
+		if res.Status != sandbox.StatusSuccess {
+			t.Fatalf("execution %s: %+v\n%s", res.Status, res.Error, res.Stderr)
+		}
+		return res, sink.id
+	}
+	_, first := run(`
+import os
+os.makedirs('output/deep')
+open('leak', 'w').write('x')
+open(os.path.join(os.environ['TMPDIR'], 'leak'), 'w').write('x')
+print('ok')`)
+	if !slices.Contains(fresh, first) {
+		t.Errorf("the first execution ran in %s, not the ready %v", first, fresh)
+	}
+	u.waitOwned("a", first)
+	res, second := run(`
+import os
+print(sorted(os.listdir('.')), 'leak' in os.listdir(os.environ['TMPDIR']))`)
+	if second != first {
+		t.Errorf("the second execution ran in %s, not the tenant's %s", second, first)
+	}
+	if res.Stdout != "[] False\n" {
+		t.Errorf("the second execution saw %q of the first", res.Stdout)
+	}
+	if h := u.count(u.m.PoolClaims, "hit"); h != 2 {
+		t.Errorf("%v hits, want 2", h)
 	}
 }

@@ -553,6 +553,18 @@ func (m *Manager) withSandbox(ctx context.Context, tenant, id string, f func(c *
 		return err
 	}
 	defer func() { <-e.lock }()
+	m.mu.Lock()
+	expired := m.now().After(e.info.ExpiresAt)
+	m.mu.Unlock()
+	if expired {
+		// Gone even before the reaper removes it (see Touch): using its
+		// files would slide its TTL and bring it back.
+		m.log.Info("session expired", "session", e.key)
+		if err := m.remove(e); err != nil {
+			return err
+		}
+		return ErrNotFound
+	}
 	c, err := m.fileSpec(ctx)
 	if err != nil {
 		return err

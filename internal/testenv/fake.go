@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/corralhq/corral/internal/agent"
@@ -21,6 +22,12 @@ import (
 func AgentMain() {
 	if len(os.Args) == 3 && os.Args[1] == "local" {
 		os.Exit(agent.Main(os.Args[1:]))
+	}
+	// A test binary built with -race sleeps a second as it exits (the race
+	// detector's atexit_sleep_ms), and every fake sandbox's teardown waits
+	// for its agent to exit: the agents this binary starts skip the sleep.
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
 	}
 }
 

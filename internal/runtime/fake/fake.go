@@ -30,9 +30,40 @@ type Runtime struct {
 	agent string    // the binary started as "agent local ROOT"
 	log   io.Writer // the agents' stderr; nil discards it
 
+	hook atomic.Pointer[func(Call) error]
+
 	mu      sync.Mutex
 	created int
 	live    map[string]*Sandbox
+}
+
+// Call is an operation of the runtime that a hook (SetHook) sees before
+// it happens: Create (Sandbox nil, Spec the sandbox's), or a sandbox's
+// Stats, ResetStats or Update (Limits the new ones).
+type Call struct {
+	Op      string // "create", "stats", "reset-stats", "update"
+	Sandbox *Sandbox
+	Spec    runtime.Spec
+	Limits  runtime.Limits
+}
+
+// SetHook makes h run before every Call of the runtime; an error h
+// returns is the operation's, which then does nothing. Tests use it to
+// break a sandbox the way a real runtime can, or to hold an operation
+// until they let it go. nil removes the hook.
+func (r *Runtime) SetHook(h func(Call) error) {
+	if h == nil {
+		r.hook.Store(nil)
+		return
+	}
+	r.hook.Store(&h)
+}
+
+func (r *Runtime) call(c Call) error {
+	if h := r.hook.Load(); h != nil {
+		return (*h)(c)
+	}
+	return nil
 }
 
 // New returns a runtime of tier whose sandboxes live under dir and whose
@@ -67,6 +98,9 @@ func (r *Runtime) Live() []*Sandbox {
 // Create implements runtime.Runtime: a directory with the sandbox's
 // writable places, and its agent.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	if err := r.call(Call{Op: "create", Spec: spec}); err != nil {
+		return nil, err
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	s := &Sandbox{rt: r, id: "fake-" + hex.EncodeToString(b[:])}
@@ -100,6 +134,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 // Reap implements runtime.Runtime: a fake sandbox dies with its process.
 func (r *Runtime) Reap(context.Context) (int, error) { return 0, nil }
 
+// Fixed implements runtime.Fixer as runc does: a sandbox keeps only its
+// disk size from its creation, so a warm pool matches claims the way it
+// does in production.
+func (r *Runtime) Fixed(l runtime.Limits) runtime.Limits {
+	return runtime.Limits{DiskBytes: l.DiskBytes}
+}
+
 // Sandbox is a fake sandbox.
 type Sandbox struct {
 	rt     *Runtime
@@ -108,6 +149,7 @@ type Sandbox struct {
 	agent  *agent.Local
 	keep   bool // the root is a session's: it outlives the sandbox
 	limits atomic.Pointer[runtime.Limits]
+	memory atomic.Int64 // what MemoryUsage reports (SetMemoryUsage)
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -124,16 +166,36 @@ func (s *Sandbox) Limits() runtime.Limits { return *s.limits.Load() }
 
 // Stats implements runtime.Sandbox: a fake sandbox has no kernel
 // accounting, so no limit is ever seen hit.
-func (s *Sandbox) Stats(context.Context) (runtime.Stats, error) { return runtime.Stats{}, nil }
+func (s *Sandbox) Stats(context.Context) (runtime.Stats, error) {
+	if err := s.rt.call(Call{Op: "stats", Sandbox: s}); err != nil {
+		return runtime.Stats{}, err
+	}
+	return runtime.Stats{}, nil
+}
 
 // ResetStats implements runtime.Sandbox.
-func (s *Sandbox) ResetStats(context.Context) error { return nil }
+func (s *Sandbox) ResetStats(context.Context) error {
+	return s.rt.call(Call{Op: "reset-stats", Sandbox: s})
+}
 
-// Update implements runtime.Sandbox: the limits are recorded.
+// Update implements runtime.Sandbox: the limits are recorded; the disk
+// size stays what it was at creation (see Fixed).
 func (s *Sandbox) Update(_ context.Context, l runtime.Limits) error {
+	if err := s.rt.call(Call{Op: "update", Sandbox: s, Limits: l}); err != nil {
+		return err
+	}
+	l.DiskBytes = s.limits.Load().DiskBytes
 	s.limits.Store(&l)
 	return nil
 }
+
+// MemoryUsage reports what SetMemoryUsage set (0 at first): a fake
+// sandbox's processes are not accounted, so a test says what they hold.
+func (s *Sandbox) MemoryUsage() (int64, error) { return s.memory.Load(), nil }
+
+// SetMemoryUsage sets what MemoryUsage reports: a sandbox that holds n
+// bytes, as a program or a gVisor Sentry can leave one.
+func (s *Sandbox) SetMemoryUsage(n int64) { s.memory.Store(n) }
 
 // Kill implements runtime.Sandbox: the agent ends, and every process it
 // started with it.
@@ -168,4 +230,5 @@ var (
 	_ runtime.Sandbox       = (*Sandbox)(nil)
 	_ runtime.HostWorkspace = (*Sandbox)(nil)
 	_ runtime.EgressPort    = (*Sandbox)(nil)
+	_ runtime.Fixer         = (*Runtime)(nil)
 )

@@ -1,12 +1,14 @@
 package fake_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/runtime/fake"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -82,5 +84,51 @@ func TestSessionRootOutlives(t *testing.T) {
 		if err := sb.Destroy(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestHookAndLimits: a hook's error is the operation's and leaves the
+// sandbox as it was; Update keeps the disk size from creation (Fixed),
+// like runc.
+func TestHookAndLimits(t *testing.T) {
+	rt := fakeRuntime(t, t.TempDir())
+	broken := errors.New("broken")
+	rt.SetHook(func(c fake.Call) error {
+		if c.Op == "create" && c.Spec.Limits.Pids == 13 {
+			return broken
+		}
+		if c.Op == "update" && c.Limits.MemoryBytes == 1 {
+			return broken
+		}
+		return nil
+	})
+	if _, err := rt.Create(t.Context(), runtime.Spec{Limits: runtime.Limits{Pids: 13}}); !errors.Is(err, broken) {
+		t.Fatalf("Create under a failing hook: %v", err)
+	}
+	if rt.Created() != 0 {
+		t.Fatalf("a refused Create counted: %d", rt.Created())
+	}
+	created := runtime.Limits{MemoryBytes: 64 << 20, DiskBytes: 10 << 20}
+	sb, err := rt.Create(t.Context(), runtime.Spec{Limits: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	s := sb.(*fake.Sandbox)
+	if err := s.Update(t.Context(), runtime.Limits{MemoryBytes: 1}); !errors.Is(err, broken) || s.Limits() != created {
+		t.Errorf("Update under a failing hook: %v, limits %+v", err, s.Limits())
+	}
+	if err := s.Update(t.Context(), runtime.Limits{MemoryBytes: 32 << 20, DiskBytes: 99}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (runtime.Limits{MemoryBytes: 32 << 20, DiskBytes: 10 << 20}); s.Limits() != want {
+		t.Errorf("limits after Update %+v, want %+v", s.Limits(), want)
+	}
+	if got := rt.Fixed(runtime.Limits{MemoryBytes: 1, CPUCores: 2, Pids: 3, DiskBytes: 4}); got != (runtime.Limits{DiskBytes: 4}) {
+		t.Errorf("Fixed = %+v, want the disk size only", got)
+	}
+	s.SetMemoryUsage(5 << 20)
+	if n, err := s.MemoryUsage(); n != 5<<20 || err != nil {
+		t.Errorf("MemoryUsage = %d, %v", n, err)
 	}
 }

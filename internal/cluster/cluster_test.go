@@ -16,7 +16,7 @@ import (
 
 // TestBeatAndNodes: a beat announces the node, its address, start and the
 // time by its clock; the node list is read from the store at most every
-// half second.
+// half second, or every half heartbeat if that is shorter.
 func TestBeatAndNodes(t *testing.T) {
 	st, clk := openStore(t), newClock()
 	a, b := member(t, st, clk, "a"), member(t, st, clk, "b")
@@ -39,13 +39,28 @@ func TestBeatAndNodes(t *testing.T) {
 
 	c := member(t, st, clk, "c")
 	beat(t, c)
-	clk.add(nodesFresh - time.Microsecond)
+	clk.add(heartbeat/2 - time.Microsecond)
 	if ns, _ := a.Nodes(t.Context()); len(ns) != 2 {
-		t.Errorf("within %s of the last read: %v, want the 2 read then", nodesFresh, ids(ns))
+		t.Errorf("within half a heartbeat of the last read: %v, want the 2 read then", ids(ns))
 	}
 	clk.add(time.Microsecond)
 	if ns, _ := a.Nodes(t.Context()); len(ns) != 3 {
-		t.Errorf("%s after the last read: %v, want c too", nodesFresh, ids(ns))
+		t.Errorf("half a heartbeat after the last read: %v, want c too", ids(ns))
+	}
+	// With a slow heartbeat, a list serves for half a second at most.
+	slow := New(Config{ID: "s", Heartbeat: 2 * time.Second, LostAfter: 20 * time.Second}, st, testLog(t))
+	slow.now = clk.now
+	if _, err := slow.Nodes(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	beat(t, member(t, st, clk, "d"))
+	clk.add(nodesFresh - time.Microsecond)
+	if ns, _ := slow.Nodes(t.Context()); len(ns) != 3 {
+		t.Errorf("within %s of the last read: %v, want the 3 read then", nodesFresh, ids(ns))
+	}
+	clk.add(time.Microsecond)
+	if ns, _ := slow.Nodes(t.Context()); len(ns) != 4 {
+		t.Errorf("%s after the last read: %v, want d too", nodesFresh, ids(ns))
 	}
 
 	// A failed read is an error, and is not cached.
@@ -54,7 +69,7 @@ func TestBeatAndNodes(t *testing.T) {
 	if _, err := a.Nodes(t.Context()); !errors.Is(err, errDown) {
 		t.Errorf("nodes with the store down: %v", err)
 	}
-	if ns, err := a.Nodes(t.Context()); err != nil || len(ns) != 3 {
+	if ns, err := a.Nodes(t.Context()); err != nil || len(ns) != 4 {
 		t.Errorf("nodes after the store is back: %v, %v", ids(ns), err)
 	}
 }
@@ -301,5 +316,30 @@ func TestSessionOwnerStoreDown(t *testing.T) {
 	}
 	if _, err := b.SessionOwner(t.Context(), "acme", "s2", false); !errors.Is(err, ErrNoSession) {
 		t.Errorf("a failed hold claimed s2: %v", err)
+	}
+}
+
+// TestSessionOwnerBeating: an owner that beats every Heartbeat is always
+// found, never "not answering", however the others' cached node list
+// lines up with its beats. A list cached for longer than the silence it
+// is judged by would make a node that beats on time look silent (with a
+// heartbeat of 100 ms, two missed beats are 250 ms: less than the half
+// second a list used to be kept).
+func TestSessionOwnerBeating(t *testing.T) {
+	st, clk := openStore(t), newClock()
+	a, b := member(t, st, clk, "a"), member(t, st, clk, "b")
+	beat(t, a, b)
+	if _, err := a.SessionOwner(t.Context(), "acme", "s1", true); err != nil {
+		t.Fatal(err)
+	}
+	const step = 10 * time.Millisecond
+	for i := 1; i <= 200; i++ {
+		clk.add(step)
+		if i%int(heartbeat/step) == 0 {
+			beat(t, a)
+		}
+		if o, err := b.SessionOwner(t.Context(), "acme", "s1", false); err != nil || o.Node.ID != "a" {
+			t.Fatalf("%s after a's first beat, a beating every %s: %+v, %v", time.Duration(i)*step, heartbeat, o, err)
+		}
 	}
 }

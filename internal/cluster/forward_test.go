@@ -181,9 +181,12 @@ func TestForwardUnreachable(t *testing.T) {
 // TestForwardCallerLeft: a caller that leaves before the owner answers is
 // nobody's failure: fail is not called.
 func TestForwardCallerLeft(t *testing.T) {
-	entered := make(chan struct{})
+	entered := make(chan struct{}, 1)
 	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
 		<-r.Context().Done() // the forward was abandoned
 	}))
 	t.Cleanup(owner.Close)
@@ -199,7 +202,11 @@ func TestForwardCallerLeft(t *testing.T) {
 		}
 		errc <- err
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(patience):
+		t.Fatal("the forward did not reach the owner")
+	}
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("caller's request: %v", err)

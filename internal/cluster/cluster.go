@@ -66,8 +66,15 @@ type Cluster struct {
 	nodesRead time.Time
 }
 
-// nodesFresh is how long a read of the node list serves lookups.
+// nodesFresh is how long a read of the node list serves lookups, at most
+// (see listFresh).
 const nodesFresh = 500 * time.Millisecond
+
+// listFresh is how long a read of the node list serves lookups: half a
+// second, or half a heartbeat if that is shorter. SessionOwner judges a
+// node's silence from the list, so a list kept longer than two missed
+// beats would make a node that beats on time look silent.
+func (c *Cluster) listFresh() time.Duration { return min(nodesFresh, c.cfg.Heartbeat/2) }
 
 // New returns the cluster as node cfg.ID sees it; Run announces the node.
 func New(cfg Config, st store.Store, log *slog.Logger) *Cluster {
@@ -130,10 +137,11 @@ func (c *Cluster) steady() bool {
 	return !c.steadySince.IsZero() && c.now().Sub(c.steadySince) >= c.cfg.LostAfter
 }
 
-// Nodes lists the nodes, read from the store at most every half second.
+// Nodes lists the nodes, read from the store at most every half second
+// (every half heartbeat, if that is shorter).
 func (c *Cluster) Nodes(ctx context.Context) ([]store.Node, error) {
 	c.mu.Lock()
-	if !c.nodesRead.IsZero() && c.now().Sub(c.nodesRead) < nodesFresh {
+	if !c.nodesRead.IsZero() && c.now().Sub(c.nodesRead) < c.listFresh() {
 		ns := c.nodes
 		c.mu.Unlock()
 		return ns, nil

@@ -7,7 +7,7 @@ BIN := bin/corral
 # The agent inside every sandbox is this same binary: it must be static.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps run test test-go test-sdk leakcheck lint bench clean image test-image test-helm
+.PHONY: all build deps run test test-unit test-go test-sdk leakcheck lint bench clean image test-image test-helm
 
 all: build
 
@@ -29,7 +29,12 @@ run:
 # Root-only tests fail instead of skipping here (CORRAL_TEST_STRICT). Packages
 # run one at a time (-p 1): several start CPU-bound sandboxes, and timing
 # checks such as "a 1 s timeout is answered within 1.5 s" need the cores.
-test: deps build lint test-go test-sdk test-helm leakcheck
+test: deps build lint test-unit test-go test-sdk test-helm leakcheck
+
+# The unit tests of node, cluster, session, pool, notify and the agent, as
+# the user nobody: no root, runtime or database server (scripts/test-unit.sh).
+test-unit:
+	./scripts/test-unit.sh
 
 test-go:
 	CORRAL_TEST_STRICT=1 $(GO) test -p 1 -count=1 -timeout 25m ./...

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -206,11 +205,6 @@ func (n *Node) signArtifacts(ctx context.Context, tenant string, rec *sandbox.Re
 
 // key names an execution in the shared state: ids are unique per tenant.
 func key(tenant, id string) string { return tenant + "/" + id }
-
-func splitKey(k string) (tenant, id string) {
-	tenant, id, _ = strings.Cut(k, "/")
-	return tenant, id
-}
 
 // Submission is the outcome of Submit.
 type Submission struct {

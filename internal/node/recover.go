@@ -120,7 +120,7 @@ func (n *Node) markLost(ctx context.Context, ex *store.Execution, why string) {
 	switch err := n.finish(ctx, ex, rec, sandbox.StatusRunning); {
 	case err == nil:
 		n.metrics.Orphans.Inc()
-		n.log.Warn("execution lost", "execution_id", ex.ID, "tenant", ex.Tenant, "node", ex.Node, "why", why)
+		n.log.Warn("execution lost", "execution_id", ex.ID, "tenant", ex.Tenant, "ran_on", ex.Node, "why", why)
 	case errors.Is(err, store.ErrStale):
 		// It finished after all.
 	default:

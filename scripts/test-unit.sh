@@ -4,6 +4,7 @@
 # need no root, runc, runsc or database server. A package's root-only tests
 # sit apart in *_sandbox_test.go files; they skip here (and run in
 # make test-go, as root). Any other skip fails, as does a run over 60 s.
+# Coverage counts the fake sandboxes' agents too (scripts/as-nobody).
 set -eu
 cd "$(dirname "$0")/.."
 pkgs="./internal/node ./internal/cluster ./internal/session ./internal/pool ./internal/notify ./internal/agent ./internal/runtime/fake"
@@ -12,13 +13,14 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
 status=0
-go test -count=1 -json -exec "$PWD/scripts/as-nobody" $pkgs >"$log" || status=$?
+go test -count=1 -cover -json -exec "$PWD/scripts/as-nobody" $pkgs >"$log" || status=$?
 took=$(($(date +%s) - start))
 /usr/bin/python3 - "$log" "$took" "$status" <<'PY'
 import json, sys, collections
 log, took, status = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 out = collections.defaultdict(str)
 passed, skipped, failed = collections.Counter(), [], []
+cover = {}
 for line in open(log):
     try:
         ev = json.loads(line)
@@ -28,6 +30,8 @@ for line in open(log):
     key = (ev.get("Package", ""), ev.get("Test", ""))
     if ev["Action"] == "output":
         out[key] += ev["Output"]
+        if not ev.get("Test") and ev["Output"].startswith("coverage:"):
+            cover[key[0]] = ev["Output"].split()[1]
     elif ev.get("Test") and "/" not in ev["Test"]:
         if ev["Action"] == "pass":
             passed[key[0]] += 1
@@ -41,7 +45,7 @@ for k in failed:
 for k in bad:
     print("skipped as non-root, outside a *_sandbox_test.go file: %s %s\n%s" % (k[0], k[1], out[k]))
 for p in sorted(passed):
-    print("%-50s %4d tests passed" % (p, passed[p]))
+    print("%-50s %4d tests passed, coverage %s" % (p, passed[p], cover.get(p, "?")))
 print("%d unit tests as nobody in %d s; %d root-only tests skipped; %d failed" % (sum(passed.values()), took, len(skipped) - len(bad), len(failed)))
 if failed or bad or status != 0:
     sys.exit(1)

@@ -19,7 +19,7 @@ took=$(($(date +%s) - start))
 import json, sys, collections
 log, took, status = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 out = collections.defaultdict(str)
-passed, skipped, failed = collections.Counter(), [], []
+result = {}
 cover = {}
 for line in open(log):
     try:
@@ -32,16 +32,26 @@ for line in open(log):
         out[key] += ev["Output"]
         if not ev.get("Test") and ev["Output"].startswith("coverage:"):
             cover[key[0]] = ev["Output"].split()[1]
-    elif ev.get("Test") and "/" not in ev["Test"]:
-        if ev["Action"] == "pass":
-            passed[key[0]] += 1
-        elif ev["Action"] == "skip":
-            skipped.append(key)
-        elif ev["Action"] == "fail":
-            failed.append(key)
+    elif ev.get("Test") and ev["Action"] in ("pass", "skip", "fail"):
+        result[key] = ev["Action"]
+# Count leaf tests: a test whose subtests all skip passes itself, so it
+# would count as a pass.
+parents = {(p, t.rsplit("/", 1)[0]) for p, t in result if "/" in t}
+passed, skipped, failed = collections.Counter(), [], []
+for k, r in sorted(result.items()):
+    if r == "fail" and "/" not in k[1]:
+        failed.append(k)
+    if k in parents:
+        continue
+    if r == "pass":
+        passed[k[0]] += 1
+    elif r == "skip":
+        skipped.append(k)
 bad = [k for k in skipped if "_sandbox_test.go" not in out[k]]
 for k in failed:
-    print(out[k], end="")
+    for o in sorted(out):
+        if o[0] == k[0] and (o[1] == k[1] or o[1].startswith(k[1] + "/")):
+            print(out[o], end="")
 for k in bad:
     print("skipped as non-root, outside a *_sandbox_test.go file: %s %s\n%s" % (k[0], k[1], out[k]))
 for p in sorted(passed):

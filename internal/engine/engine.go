@@ -611,6 +611,10 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 	case <-p.Done():
 	case <-timer.C:
 		r.timedOut = true
+		// The periodic probes can all miss on a loaded host (each has
+		// probeTimeout); a program that ran out its time gets one more,
+		// patient look before the sandbox goes.
+		watch.checkWithin(e, sb, lastProbeTimeout)
 		e.kill(sb)
 	case <-ctx.Done():
 		e.kill(sb)
@@ -652,8 +656,15 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 	return r, nil
 }
 
-// probeInterval is how often a running program's process count is checked.
-const probeInterval = 500 * time.Millisecond
+// probeInterval is how often a running program's process count is checked;
+// probeTimeout bounds one such check, lastProbeTimeout the one made at a
+// program's deadline. gVisor answers from inside the sandbox, which a fork
+// bomb keeps busy.
+const (
+	probeInterval    = 500 * time.Millisecond
+	probeTimeout     = 2 * time.Second
+	lastProbeTimeout = 5 * time.Second
+)
 
 // watchLimit polls, until done, whether the sandbox is full of processes;
 // the flag stays set once seen. It matters where the kernel keeps no count
@@ -672,7 +683,7 @@ func (e *Engine) watchLimit(sb runtime.Sandbox, done <-chan struct{}) *limitWatc
 			case <-done:
 				return
 			case <-t.C:
-				if w.check(e, sb) {
+				if w.checkWithin(e, sb, probeTimeout) {
 					return
 				}
 			}
@@ -687,12 +698,13 @@ type limitWatch struct {
 	seen, limit atomic.Int64 // set before full
 }
 
-// check probes once unless the sandbox was already seen full.
-func (w *limitWatch) check(e *Engine, sb runtime.Sandbox) bool {
+// checkWithin probes once, for at most timeout, unless the sandbox was
+// already seen full.
+func (w *limitWatch) checkWithin(e *Engine, sb runtime.Sandbox, timeout time.Duration) bool {
 	if w.full.Load() {
 		return true
 	}
-	full, n, limit := e.atLimit(sb)
+	full, n, limit := e.atLimit(sb, timeout)
 	if full {
 		w.seen.Store(n)
 		w.limit.Store(limit)
@@ -704,16 +716,17 @@ func (w *limitWatch) check(e *Engine, sb runtime.Sandbox) bool {
 // atLimit reports whether the sandbox runs as many processes as it may,
 // within a margin: a fork bomb oscillates just below the limit as children
 // die and are replaced. It returns what it saw: n of limit.
-func (e *Engine) atLimit(sb runtime.Sandbox) (full bool, n, limit int64) {
+func (e *Engine) atLimit(sb runtime.Sandbox, timeout time.Duration) (full bool, n, limit int64) {
 	p, ok := sb.(runtime.LimitProber)
 	if !ok {
 		return false, 0, 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	t0 := time.Now()
 	n, limit, err := p.Processes(ctx)
 	if err != nil {
-		e.log.Debug("probe process count", "sandbox", sb.ID(), "err", err)
+		e.log.Debug("probe process count", "sandbox", sb.ID(), "took", time.Since(t0), "err", err)
 		return false, 0, 0
 	}
 	return limit > 0 && n >= limit*9/10, n, limit

@@ -184,34 +184,46 @@ func (a *Agent) addDir(w *watch, fd int, p string, emit bool) error {
 	if !w.recursive {
 		return nil
 	}
-	names, err := readNames(fd, maxWatchQueue+1)
-	if err != nil || len(names) > maxWatchQueue {
-		w.lost()
-	}
 	deep := strings.Count(p[len(w.root):], "/") >= maxWatchDepth
-	for _, name := range names {
-		cp := p + "/" + name
-		if emit {
-			w.push(cp, OpCreate)
-		}
-		var st unix.Stat_t
-		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			continue
-		}
-		if deep {
-			w.lost()
-			continue
-		}
-		sub, err := stepDir(fd, name, cp, unix.O_RDONLY)
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := unix.ReadDirent(fd, buf)
 		if err != nil {
-			if !errors.Is(err, unix.ENOENT) && kindOf(err) != KindSymlink {
-				w.lost()
-			}
-			continue
+			w.lost()
 		}
-		_ = a.addDir(w, sub, cp, emit)
+		if n <= 0 {
+			return nil
+		}
+		_, _, names := unix.ParseDirent(buf[:n], -1, nil)
+		for _, name := range names {
+			a.addEntry(w, fd, p, name, emit, deep)
+		}
 	}
-	return nil
+}
+
+// addEntry reports name, found in w's directory p (open at fd), as created
+// if emit, and watches it if it is a directory. s.mu is held.
+func (a *Agent) addEntry(w *watch, fd int, p, name string, emit, deep bool) {
+	cp := p + "/" + name
+	if emit {
+		w.push(cp, OpCreate)
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	if deep {
+		w.lost()
+		return
+	}
+	sub, err := stepDir(fd, name, cp, unix.O_RDONLY)
+	if err != nil {
+		if !errors.Is(err, unix.ENOENT) && kindOf(err) != KindSymlink {
+			w.lost()
+		}
+		return
+	}
+	_ = a.addDir(w, sub, cp, emit)
 }
 
 // ref records that descriptor wd stands for directory p in w.

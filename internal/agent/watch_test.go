@@ -229,7 +229,7 @@ func TestLocalWatchRefused(t *testing.T) {
 
 // TestLocalWatchOverflow: events past the bounds are reported as an
 // overflow, never dropped in silence: a consumer too slow for them, and a
-// tree with more directories than a watch follows.
+// tree deeper than a watch follows.
 func TestLocalWatchOverflow(t *testing.T) {
 	l, root := startLocal(t)
 	ev := newEvents()
@@ -244,23 +244,44 @@ func TestLocalWatchOverflow(t *testing.T) {
 	}
 	defer stop()
 	n := maxWatchBacklog + 500
-	do(t, l, fmt.Sprintf("i=0; while [ $i -lt %d ]; do : > f$i; i=$((i+1)); done", n))
-	// The first event holds fn while the rest pile up.
+	// Writes to two files in turn: no two events in a row are equal.
+	do(t, l, fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo >> a; echo >> b; i=$((i+2)); done", n))
+	// The first event holds fn while the rest pile up, until the host's
+	// backlog or the agent's queue has overflowed.
+	for deadline := time.Now().Add(20 * time.Second); !overflowed(l.Client); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no overflow while fn was held")
+		}
+	}
 	close(release)
 	before := ev.waitFor(t, OpOverflow, "/workspace")
 	if len(before) >= n {
 		t.Errorf("%d events before the overflow, of %d", len(before), n)
 	}
 
-	// More directories than a watch follows: an overflow at once.
+	// Directories deeper than a watch follows: an overflow at once.
 	deep := filepath.Join(root, "tmp", "deep")
-	for i := range maxWatchDirs + 1 {
-		if err := os.MkdirAll(filepath.Join(deep, fmt.Sprint(i/100), fmt.Sprint(i%100)), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(filepath.Join(deep, strings.Repeat("/d", maxWatchDepth+1)), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	ev2, _ := startWatch(t, l, "/tmp/deep", true)
 	ev2.waitFor(t, OpOverflow, "/tmp/deep")
+}
+
+// overflowed reports whether a watch of c has dropped events or holds the
+// agent's report that it did.
+func overflowed(c *Client) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.watches {
+		w.mu.Lock()
+		over := w.overflow || slices.ContainsFunc(w.queue, func(e WatchEvent) bool { return e.Op == OpOverflow })
+		w.mu.Unlock()
+		if over {
+			return true
+		}
+	}
+	return false
 }
 
 // TestWatchQueue: the agent's queue for the host is bounded; a full one

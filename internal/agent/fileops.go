@@ -21,8 +21,9 @@ import (
 // wherever it points, and the last component is never followed: a link
 // there is described, moved or refused, never gone through. That is the
 // rule the host applies to artifacts (openat2 with RESOLVE_NO_SYMLINKS),
-// made of system calls that gVisor and every kernel have. As for every file
-// operation, the agent acts as the sandbox's user.
+// made of system calls that gVisor and every kernel have (every step is an
+// O_PATH open: see stepDir). As for every file operation, the agent acts as
+// the sandbox's user.
 
 // confine splits p, an absolute and clean path, into the writable root it
 // lies under and its components below that root. rootOK admits the root
@@ -49,20 +50,32 @@ const dirFlags = unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NO
 // stepDir opens the directory name in the directory dir with flags
 // (unix.O_PATH to pass through it, unix.O_RDONLY to read it); p names it in
 // errors. A symbolic link is KindSymlink.
+//
+// The step itself is always O_PATH: gVisor follows a link named by
+// O_RDONLY|O_DIRECTORY|O_NOFOLLOW (Linux does not), but not one named with
+// O_PATH. A directory to read is then opened again as "." from there.
 func stepDir(dir int, name, p string, flags int) (int, error) {
-	fd, err := unix.Openat(dir, name, flags|dirFlags, 0)
-	if err == nil {
+	fd, err := unix.Openat(dir, name, unix.O_PATH|dirFlags, 0)
+	if err != nil {
+		// O_NOFOLLOW|O_DIRECTORY on a link is ENOTDIR or ELOOP,
+		// depending on the kernel.
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			var st unix.Stat_t
+			if unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				return -1, refuse(KindSymlink, "%s is a symbolic link, not followed", p)
+			}
+		}
+		return -1, fmt.Errorf("open %s: %w", p, err)
+	}
+	if flags == unix.O_PATH {
 		return fd, nil
 	}
-	// O_NOFOLLOW|O_DIRECTORY on a link is ENOTDIR or ELOOP, depending on
-	// the kernel.
-	if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
-		var st unix.Stat_t
-		if unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return -1, refuse(KindSymlink, "%s is a symbolic link, not followed", p)
-		}
+	rd, err := unix.Openat(fd, ".", flags|dirFlags, 0)
+	unix.Close(fd)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", p, err)
 	}
-	return -1, fmt.Errorf("open %s: %w", p, err)
+	return rd, nil
 }
 
 // walkDir opens the directory at the sandbox path made of root (one of

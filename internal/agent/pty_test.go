@@ -154,6 +154,10 @@ func TestLocalPTYRefused(t *testing.T) {
 	if err := p.Signal(ctx, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// Its end kills what else runs: wait for it.
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// With a status pipe beside the terminal.
 	req := ptyReq("echo compile_error >&3; echo out", PTYSize{})
 	req.StatusFD = true

@@ -112,8 +112,13 @@ func TestLocalWatch(t *testing.T) {
 			t.Errorf("no create %s in %v", p, got)
 		}
 	}
-	do(t, l, "touch n1/n2/n3/g; mv n1 m1; touch m1/n2/h; mv m1/n2 ../tmp/; touch ../tmp/n2/i; touch marker3")
+	// Each step waits for its marker: what is made in a directory moved in
+	// before the agent watches it has no event (the scan finds what is
+	// still there).
+	do(t, l, "touch n1/n2/n3/g; mv n1 m1; touch marker3")
 	got = deep.waitFor(t, OpCreate, "/workspace/marker3")
+	do(t, l, "touch m1/n2/h; mv m1/n2 ../tmp/; touch ../tmp/n2/i; touch marker4")
+	got = append(got, deep.waitFor(t, OpCreate, "/workspace/marker4")...)
 	for _, e := range []WatchEvent{{"/workspace/n1/n2/n3/g", OpCreate}, {"/workspace/n1", OpRename},
 		{"/workspace/m1", OpCreate}, {"/workspace/m1/n2/h", OpCreate}, {"/workspace/m1/n2", OpRename}} {
 		if !slices.Contains(got, e) {
@@ -243,7 +248,9 @@ func TestLocalWatchOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	n := maxWatchBacklog + 500
+	// fn holds one batch (at most a backlog's worth) while the backlog
+	// fills behind it.
+	n := 2*maxWatchBacklog + 500
 	// Writes to two files in turn: no two events in a row are equal.
 	do(t, l, fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo >> a; echo >> b; i=$((i+2)); done", n))
 	// The first event holds fn while the rest pile up, until the host's

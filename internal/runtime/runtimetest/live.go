@@ -152,10 +152,19 @@ func live(t *testing.T, rt runtime.Runtime, env Env) {
 				}
 			})
 		}
-		if st, out := Exec(t, sb, "sh", "-c", "mkdir -p sub/deeper && echo x > sub/deeper/file && mv sub/deeper/file sub/moved && touch /tmp/t && touch marker"); st.Code != 0 {
-			t.Fatalf("%+v %s", st, out.ErrString())
+		// A tree made at once, then (once the agent watches it: what is
+		// made in a directory before it is watched is found by a scan,
+		// not seen happen) changes in it.
+		var got []agent.WatchEvent
+		for _, step := range []struct{ script, marker string }{
+			{"mkdir -p sub/deeper && touch ready", "/workspace/ready"},
+			{"echo x > sub/deeper/file && mv sub/deeper/file sub/moved && touch /tmp/t && touch marker", "/workspace/marker"},
+		} {
+			if st, out := Exec(t, sb, "sh", "-c", step.script); st.Code != 0 {
+				t.Fatalf("%s: %+v %s", step.script, st, out.ErrString())
+			}
+			got = deep.waitFor(t, agent.WatchEvent{Path: step.marker, Op: agent.OpCreate})
 		}
-		got := deep.waitFor(t, agent.WatchEvent{Path: "/workspace/marker", Op: agent.OpCreate})
 		for _, e := range []agent.WatchEvent{
 			{Path: "/workspace/sub", Op: agent.OpCreate}, {Path: "/workspace/sub/deeper", Op: agent.OpCreate},
 			{Path: "/workspace/sub/deeper/file", Op: agent.OpCreate}, {Path: "/workspace/sub/deeper/file", Op: agent.OpRename},

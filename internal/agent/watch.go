@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -194,22 +195,53 @@ func (a *Agent) addDir(w *watch, fd int, p string, emit bool) error {
 		if n <= 0 {
 			return nil
 		}
-		_, _, names := unix.ParseDirent(buf[:n], -1, nil)
-		for _, name := range names {
-			a.addEntry(w, fd, p, name, emit, deep)
+		for b := buf[:n]; len(b) > 0; {
+			name, typ, rest := nextDirent(b)
+			b = rest
+			if name != "" {
+				a.addEntry(w, fd, p, name, typ, emit, deep)
+			}
 		}
 	}
 }
 
+// nextDirent parses the first linux_dirent64 record of b: its name ("" for
+// "." and ".."), its type, and the records after it.
+func nextDirent(b []byte) (string, byte, []byte) {
+	const nameAt = 19 // d_ino, d_off, d_reclen, d_type
+	if len(b) < nameAt {
+		return "", 0, nil
+	}
+	n := int(binary.NativeEndian.Uint16(b[16:18]))
+	if n < nameAt || n > len(b) {
+		return "", 0, nil
+	}
+	name := b[nameAt:n]
+	if i := bytes.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	if s := string(name); s != "." && s != ".." && binary.NativeEndian.Uint64(b) != 0 {
+		return s, b[18], b[n:]
+	}
+	return "", 0, b[n:]
+}
+
 // addEntry reports name, found in w's directory p (open at fd), as created
-// if emit, and watches it if it is a directory. s.mu is held.
-func (a *Agent) addEntry(w *watch, fd int, p, name string, emit, deep bool) {
+// if emit, and watches it if it is a directory (typ is its d_type). s.mu is
+// held.
+func (a *Agent) addEntry(w *watch, fd int, p, name string, typ byte, emit, deep bool) {
 	cp := p + "/" + name
 	if emit {
 		w.push(cp, OpCreate)
 	}
-	var st unix.Stat_t
-	if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	switch typ {
+	case unix.DT_DIR:
+	case unix.DT_UNKNOWN: // the file system does not say
+		var st unix.Stat_t
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return
+		}
+	default:
 		return
 	}
 	if deep {

@@ -111,6 +111,7 @@ func (a *Agent) list(dir string) ([]Entry, error) {
 			e.Type, e.Dir = "dir", true
 		case fi.Mode()&os.ModeSymlink != 0:
 			e.Type = "symlink"
+			e.SymlinkTarget, _ = os.Readlink(a.hostPath(e.Path))
 		case fi.Mode().IsRegular():
 			e.Type = "file"
 		}

@@ -26,9 +26,11 @@ import (
 // environment or file descriptors through /proc.
 //
 // This file is its start-up; dispatch.go reads the host's frames,
-// process.go runs processes, files.go places and reads files, forward.go
-// relays TCP to the host, zygote.go talks to zygotes, reset.go returns a
-// pooled sandbox to a clean state.
+// process.go runs processes, pty.go gives them terminals, files.go places
+// and reads files, fileops.go stats, lists, makes and moves them, watch.go
+// reports changes in directories, forward.go relays TCP to the host,
+// zygote.go talks to zygotes, reset.go returns a pooled sandbox to a clean
+// state.
 type Agent struct {
 	in  io.Reader
 	log *slog.Logger
@@ -52,6 +54,8 @@ type Agent struct {
 	// zygote.go); they are spared like persistent processes until used.
 	spares map[int]bool
 	files  map[uint32]*os.File
+	// watches are the host's directory watches (watch.go).
+	watches watchSet
 	// baseline is the agent's scheduling and resource limits at start,
 	// which every process inherits; a reset checks they are unchanged.
 	baseline integrity

@@ -40,6 +40,7 @@ type Client struct {
 	nextID  uint32
 	waiters map[uint32]*call
 	procs   map[uint32]*Process
+	watches map[uint32]*clientWatch
 }
 
 type call struct {
@@ -60,6 +61,7 @@ func NewClient(r io.Reader, w io.Writer, closer io.Closer) *Client {
 		done:    make(chan struct{}),
 		waiters: map[uint32]*call{},
 		procs:   map[uint32]*Process{},
+		watches: map[uint32]*clientWatch{},
 	}
 	go c.readLoop()
 	return c
@@ -136,12 +138,15 @@ func (c *Client) readLoop() {
 	defer func() {
 		c.mu.Lock()
 		c.err = err
-		procs := c.procs
-		c.procs = map[uint32]*Process{}
+		procs, watches := c.procs, c.watches
+		c.procs, c.watches = map[uint32]*Process{}, map[uint32]*clientWatch{}
 		c.mu.Unlock()
 		close(c.done)
 		for _, p := range procs {
 			p.end(ExitStatus{}, c.lostErr())
+		}
+		for _, w := range watches {
+			w.finish(c.lostErr())
 		}
 	}()
 	var buf []byte
@@ -199,6 +204,10 @@ func (c *Client) readLoop() {
 				if _, werr := k.data.Write(f.payload); werr != nil && k.werr == nil {
 					k.werr = werr
 				}
+			}
+		case msgWatchEvents, msgWatchEnd:
+			if err = c.watchFrame(f); err != nil {
+				return
 			}
 		case msgStarted, msgOK, msgError:
 			c.mu.Lock()
@@ -310,7 +319,8 @@ func (p *Process) Wait(ctx context.Context) (ExitStatus, error) {
 
 // Signal sends sig to the process's group.
 func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
-	return p.c.signal(ctx, signalRequest{Signal: int(sig)}, p.id)
+	b, _ := json.Marshal(signalRequest{Signal: int(sig)})
+	return p.c.procCall(ctx, msgSignal, p.id, b)
 }
 
 // WriteStdin sends bytes to the process's stdin (started with Stdin true).
@@ -333,7 +343,8 @@ func (p *Process) CloseStdin() error { return p.c.send(msgCloseStdin, p.id, nil)
 func (c *Client) KillAll(ctx context.Context, sig syscall.Signal) error {
 	id, _ := c.newCall()
 	c.forgetCall(id)
-	return c.signal(ctx, signalRequest{Signal: int(sig), All: true}, id)
+	b, _ := json.Marshal(signalRequest{Signal: int(sig), All: true})
+	return c.procCall(ctx, msgSignal, id, b)
 }
 
 func (c *Client) forgetCall(id uint32) {
@@ -342,19 +353,19 @@ func (c *Client) forgetCall(id uint32) {
 	c.mu.Unlock()
 }
 
-func (c *Client) signal(ctx context.Context, req signalRequest, procID uint32) error {
-	b, _ := json.Marshal(req)
-	// Signals reuse the process's id so the agent finds it; the reply is
-	// matched by a waiter under the same id.
+// procCall sends a request about a process (a signal, a resize): it
+// reuses the process's id so the agent finds it, and the reply is matched
+// by a waiter under the same id.
+func (c *Client) procCall(ctx context.Context, typ byte, procID uint32, b []byte) error {
 	k := &call{done: make(chan struct{})}
 	c.mu.Lock()
 	if _, busy := c.waiters[procID]; busy {
 		c.mu.Unlock()
-		return c.send(msgSignal, procID, b) // fire and forget
+		return c.send(typ, procID, b) // fire and forget
 	}
 	c.waiters[procID] = k
 	c.mu.Unlock()
-	if err := c.send(msgSignal, procID, b); err != nil {
+	if err := c.send(typ, procID, b); err != nil {
 		c.forgetCall(procID)
 		return err
 	}
@@ -435,7 +446,16 @@ func (c *Client) Reset(ctx context.Context, req ResetRequest) error {
 }
 
 func (c *Client) pathCall(ctx context.Context, typ byte, path string, data io.Writer) ([]byte, error) {
-	b, _ := json.Marshal(pathRequest{Path: path})
+	return c.request(ctx, typ, pathRequest{Path: path}, data)
+}
+
+// request sends a request with req as its JSON payload and waits for the
+// answer; data receives the msgFileData frames that come first.
+func (c *Client) request(ctx context.Context, typ byte, req any, data io.Writer) ([]byte, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
 	id, k := c.newCall()
 	k.data = data
 	if err := c.send(typ, id, b); err != nil {
@@ -456,17 +476,14 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) error {
 	return err
 }
 
-// List lists a directory of the sandbox (under /workspace or /tmp).
+// List lists a directory of the sandbox (/workspace, or one under
+// /workspace or /tmp), at most MaxListEntries entries.
 func (c *Client) List(ctx context.Context, path string) ([]Entry, error) {
-	payload, err := c.pathCall(ctx, msgList, path, nil)
-	if err != nil {
+	var l entryLines
+	if _, err := c.pathCall(ctx, msgList, path, &l); err != nil {
 		return nil, err
 	}
-	var out []Entry
-	if err := json.Unmarshal(payload, &out); err != nil {
-		return nil, fmt.Errorf("decode listing: %w: %w", ErrProtocol, err)
-	}
-	return out, nil
+	return l.result()
 }
 
 // Remove removes a file or directory tree of the sandbox.

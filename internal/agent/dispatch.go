@@ -27,6 +27,13 @@ var handlers = map[byte]func(*Agent, frame){
 	msgFileRead:   (*Agent).onFileRead,
 	msgList:       (*Agent).onList,
 	msgRemove:     (*Agent).onRemove,
+	msgResize:     (*Agent).onResize,
+	msgStat:       (*Agent).onStat,
+	msgListDepth:  (*Agent).onListDepth,
+	msgMkdir:      (*Agent).onMkdir,
+	msgMove:       (*Agent).onMove,
+	msgWatch:      (*Agent).onWatch,
+	msgUnwatch:    (*Agent).onUnwatch,
 }
 
 func (a *Agent) handle(f frame) {
@@ -78,7 +85,11 @@ func (a *Agent) onStdin(f frame) {
 		return
 	}
 	if f.typ == msgCloseStdin {
-		p.stdin.Close()
+		if p.pty != nil {
+			p.typeEOF()
+		} else {
+			p.stdin.Close()
+		}
 		return
 	}
 	// A program that stops reading its stdin must not stall the agent.
@@ -190,7 +201,14 @@ func (a *Agent) onList(f frame) {
 		a.fail(f.id, err)
 		return
 	}
-	a.sendJSON(msgOK, f.id, entries)
+	// Streamed: MaxListEntries entries do not fit in one frame.
+	l := a.newLister(f.id)
+	for _, e := range entries {
+		if err = l.add(e); err != nil {
+			break
+		}
+	}
+	l.done(err)
 }
 
 func (a *Agent) onRemove(f frame) {

@@ -26,7 +26,8 @@ const (
 	// a FIFO, a device).
 	KindNotRegular Kind = "not_regular"
 	// KindSymlink: a file to write is a symbolic link, which the agent
-	// does not write through.
+	// does not write through; or a path for a live file operation (stat,
+	// listing to a depth, mkdir, move, watch) passes through one.
 	KindSymlink Kind = "symlink_refused"
 	// KindZygote: the zygote a request needs is gone, did not answer in
 	// time, or could not fork.
@@ -34,6 +35,9 @@ const (
 	// KindDirty: a reset found a change it cannot undo (the limits every
 	// process inherits).
 	KindDirty Kind = "dirty"
+	// KindLimit: the request would pass one of the agent's caps (watches
+	// at once).
+	KindLimit Kind = "limit"
 	// KindInternal: anything else; the message says what.
 	KindInternal Kind = "internal"
 )

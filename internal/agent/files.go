@@ -105,12 +105,13 @@ func (a *Agent) list(dir string) ([]Entry, error) {
 	}
 	out := make([]Entry, 0, len(infos))
 	for _, fi := range infos {
-		e := Entry{Name: fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UTC(), Type: "other"}
+		e := Entry{Name: fi.Name(), Path: dir + "/" + fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UTC(), Type: "other"}
 		switch {
 		case fi.IsDir():
 			e.Type, e.Dir = "dir", true
 		case fi.Mode()&os.ModeSymlink != 0:
 			e.Type = "symlink"
+			e.SymlinkTarget, _ = os.Readlink(a.hostPath(e.Path))
 		case fi.Mode().IsRegular():
 			e.Type = "file"
 		}

@@ -289,7 +289,7 @@ func TestLocalFiles(t *testing.T) {
 		t.Fatalf("list /workspace: %+v %v", entries, err)
 	}
 	entries, err = l.List(ctx, "/workspace/a")
-	if err != nil || len(entries) != 1 || entries[0].Name != "b.txt" || entries[0].Size != 5 || entries[0].Type != "file" {
+	if err != nil || len(entries) != 1 || entries[0].Name != "b.txt" || entries[0].Path != "/workspace/a/b.txt" || entries[0].Size != 5 || entries[0].Type != "file" {
 		t.Fatalf("list /workspace/a: %+v %v", entries, err)
 	}
 
@@ -328,6 +328,10 @@ func TestLocalFiles(t *testing.T) {
 	}
 	if b, _ := os.ReadFile("/etc/passwd"); len(b) == 0 {
 		t.Error("the link's target was emptied")
+	}
+	entries, err = l.List(ctx, "/workspace")
+	if i := slices.IndexFunc(entries, func(e Entry) bool { return e.Name == "link" }); err != nil || i < 0 || entries[i].Type != "symlink" || entries[i].SymlinkTarget != "/etc/passwd" {
+		t.Errorf("a link listed: %+v %v", entries, err)
 	}
 
 	if err := l.Remove(ctx, "/workspace/a"); err != nil {

@@ -22,6 +22,9 @@ type proc struct {
 	readers    sync.WaitGroup
 	exited     chan struct{}
 	status     ExitStatus
+	// pty is the master of the process's terminal (it is stdin too), or
+	// nil (pty.go).
+	pty *os.File
 }
 
 func (a *Agent) byID(id uint32) *proc {
@@ -46,6 +49,9 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	if req.Via != 0 && req.Zygote {
 		return 0, refuse(KindInvalid, "start: a zygote cannot be started through a zygote")
 	}
+	if req.PTY != nil && (req.Via != 0 || req.Zygote) {
+		return 0, refuse(KindInvalid, "start: a terminal is for a process of the agent's own, not a zygote's")
+	}
 	req.Dir = a.hostPath(req.Dir)
 	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)
 	var z *zygote
@@ -61,7 +67,13 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 		}
 	}
 	p := &proc{id: id, persistent: req.Persistent || req.Zygote, exited: make(chan struct{})}
-	io, err := a.stdio(p, req.Stdin, req.StatusFD && !req.Zygote)
+	var io *procIO
+	var err error
+	if req.PTY != nil {
+		io, err = a.ptyStdio(p, *req.PTY, req.StatusFD)
+	} else {
+		io, err = a.stdio(p, req.Stdin, req.StatusFD && !req.Zygote)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -105,7 +117,9 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 		Dir:   req.Dir,
 		Env:   req.Env,
 		Files: files,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		// With a terminal, fd 0 (the slave) becomes the new session's
+		// controlling terminal.
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: req.PTY != nil, Ctty: 0},
 	})
 	if err == nil {
 		p.pid = pid

@@ -25,8 +25,9 @@ import (
 // Version is bumped when the protocol changes incompatibly. The agent and
 // the host ship together (the agent is bound into each sandbox from the
 // host's own installation), so the host speaks one version only. 2: error
-// frames carry a Kind.
-const Version = 2
+// frames carry a Kind. 3: listings stream as lines of JSON in msgFileData
+// frames; terminals, stat, mkdir, move and watches.
+const Version = 3
 
 // MaxPayload caps one frame's payload in either direction.
 const MaxPayload = 1 << 20
@@ -44,9 +45,22 @@ const (
 	msgFileEnd    byte = 7  // end of file; answered by msgOK or msgError
 	msgReset      byte = 8  // JSON ResetRequest; answered by msgOK or msgError
 	msgFileRead   byte = 9  // JSON pathRequest; answered by msgFileData frames then msgOK, or msgError
-	msgList       byte = 10 // JSON pathRequest; answered by msgOK with JSON []Entry, or msgError
+	msgList       byte = 10 // JSON pathRequest; answered like msgListDepth
 	msgRemove     byte = 11 // JSON pathRequest; answered by msgOK or msgError
 	msgForward    byte = 12 // JSON ForwardRequest; answered by msgOK or msgError
+	msgResize     byte = 13 // JSON PTYSize, under a process's id; answered by msgOK or msgError
+	msgStat       byte = 14 // JSON pathRequest; answered by msgOK with JSON Entry, or msgError
+	// msgListDepth: JSON listRequest; answered by msgFileData frames holding
+	// one JSON Entry per line (a frame ends at a line's end), then msgOK; or
+	// msgError.
+	msgListDepth byte = 15
+	msgMkdir     byte = 16 // JSON mkdirRequest; answered by msgOK or msgError
+	msgMove      byte = 17 // JSON moveRequest; answered by msgOK or msgError
+	// msgWatch: JSON watchRequest; answered by msgOK once the directory is
+	// watched (or msgError), then msgWatchEvents frames under the same id
+	// until msgWatchEnd.
+	msgWatch   byte = 18
+	msgUnwatch byte = 19 // under a watch's id: stop it; answered by msgWatchEnd
 )
 
 // Frame types sent by the agent.
@@ -59,6 +73,11 @@ const (
 	msgExit    byte = 69 // JSON ExitStatus; last frame for a process
 	msgError   byte = 70 // JSON errorReply (errors.go): a Kind and a message; the request failed
 	msgOK      byte = 71 // the request succeeded
+	// msgWatchEvents: JSON []WatchEvent, under a watch's id.
+	msgWatchEvents byte = 72
+	// msgWatchEnd: JSON errorReply, under a watch's id: its last frame. An
+	// empty kind: the host stopped it; else why the agent ended it.
+	msgWatchEnd byte = 73
 )
 
 // ErrProtocol reports a malformed frame.
@@ -95,6 +114,20 @@ type StartRequest struct {
 	// started under this id: the zygote forks and the child runs Argv its
 	// way (for python, Argv is the script and its arguments).
 	Via uint32 `json:"via,omitempty"`
+	// PTY, when set, runs the process on a new pseudo-terminal of this
+	// size: its stdin, stdout and stderr are the terminal, and it leads a
+	// session of its own with the terminal as its controlling tty. Its
+	// output (echo included) comes as stdout; stdin frames are typed at
+	// the terminal, msgCloseStdin types the terminal's end-of-file
+	// character (^D), and msgResize changes the size (the process gets
+	// SIGWINCH). Stdin is implied; Zygote and Via are refused with it.
+	PTY *PTYSize `json:"pty,omitempty"`
+}
+
+// PTYSize is a terminal's size in characters. Zero means the usual 80×24.
+type PTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
 }
 
 type startedReply struct {
@@ -194,19 +227,74 @@ type pathRequest struct {
 	Path string `json:"path"`
 }
 
-// Entry is a file or directory listed by List.
+// Entry is a file or directory listed by List or ListDepth, or described by
+// Stat. A symbolic link is described, never followed.
 type Entry struct {
-	Name    string    `json:"name"`
+	Name string `json:"name"`
+	// Path is the entry's absolute path in the sandbox.
+	Path    string    `json:"path"`
 	Dir     bool      `json:"dir,omitempty"`
 	Size    int64     `json:"size"`
 	Mode    uint32    `json:"mode"`
 	ModTime time.Time `json:"mod_time"`
 	// Type is "file", "dir", "symlink" or "other".
 	Type string `json:"type"`
+	// SymlinkTarget is what a symbolic link holds, as it holds it.
+	SymlinkTarget string `json:"symlink_target,omitempty"`
 }
 
-// MaxListEntries caps one List answer.
+// MaxListEntries caps one List or ListDepth answer: a listing cut there
+// holds exactly MaxListEntries entries.
 const MaxListEntries = 10000
+
+// MaxListDepth is the deepest ListDepth goes.
+const MaxListDepth = 64
+
+type listRequest struct {
+	Path  string `json:"path"`
+	Depth int    `json:"depth"`
+}
+
+type mkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+type moveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+type watchRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// WatchEvent is a change in a watched directory. Path is absolute, in the
+// sandbox. For a rename, the old path comes as OpRename and the new one as
+// OpCreate; a directory's own events come from its parent, but for the
+// watched directory's OpChmod.
+type WatchEvent struct {
+	Path string `json:"path"`
+	Op   string `json:"op"`
+}
+
+// WatchEvent ops. The first five are changes; the last two describe the
+// watch itself and name its directory.
+const (
+	OpCreate = "create"
+	OpWrite  = "write"
+	OpRemove = "remove"
+	OpRename = "rename"
+	OpChmod  = "chmod"
+	// OpOverflow: events were lost (a queue filled), or some directories
+	// could not be watched (past a cap); a caller that must know the
+	// directory's state lists it again.
+	OpOverflow = "overflow"
+	// OpEnd: the watch ended by itself (its directory was removed or moved,
+	// or the sandbox is gone); nothing follows. stop says why.
+	OpEnd = "end"
+)
 
 type frame struct {
 	typ     byte

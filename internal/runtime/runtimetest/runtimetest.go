@@ -1,6 +1,7 @@
 // Package runtimetest is the conformance suite every runtime.Runtime passes:
 // processes and their output, exit codes and signals, files, the limits and
-// the kernel facts they produce, kill, update, and cleanup after a crash.
+// the kernel facts they produce, kill, update, and cleanup after a crash;
+// terminals, live file operations and watches (live.go).
 package runtimetest
 
 import (
@@ -116,6 +117,7 @@ func execReq(t *testing.T, sb runtime.Sandbox, req agent.StartRequest) (agent.Ex
 
 // Run runs the suite against rt.
 func Run(t *testing.T, rt runtime.Runtime, env Env) {
+	live(t, rt, env)
 	t.Run("OutputAndExit", func(t *testing.T) {
 		t.Parallel()
 		sb := create(t, rt, env, defaultLimits)

@@ -52,6 +52,9 @@ type Agent struct {
 	// zygote.go); they are spared like persistent processes until used.
 	spares map[int]bool
 	files  map[uint32]*os.File
+	// resume is the state of suspending (resume.go); only the goroutine
+	// that reads the control stream touches it.
+	resume resumeState
 	// baseline is the agent's scheduling and resource limits at start,
 	// which every process inherits; a reset checks they are unchanged.
 	baseline integrity

@@ -27,9 +27,12 @@ var handlers = map[byte]func(*Agent, frame){
 	msgFileRead:   (*Agent).onFileRead,
 	msgList:       (*Agent).onList,
 	msgRemove:     (*Agent).onRemove,
+	msgSuspend:    (*Agent).onSuspend,
+	msgResume:     (*Agent).onResume,
 }
 
 func (a *Agent) handle(f frame) {
+	a.resume.lastID = max(a.resume.lastID, f.id)
 	h := handlers[f.typ]
 	if h == nil {
 		a.fail(f.id, refuse(KindInvalid, "frame type %d: %v", f.typ, ErrProtocol))

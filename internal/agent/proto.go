@@ -47,11 +47,13 @@ const (
 	msgList       byte = 10 // JSON pathRequest; answered by msgOK with JSON []Entry, or msgError
 	msgRemove     byte = 11 // JSON pathRequest; answered by msgOK or msgError
 	msgForward    byte = 12 // JSON ForwardRequest; answered by msgOK or msgError
+	msgSuspend    byte = 25 // the agent stops sending (resume.go); answered by msgOK
+	msgResume     byte = 26 // id 0; the agent sends again; answered by msgHello with Resume
 )
 
 // Frame types sent by the agent.
 const (
-	msgHello   byte = 64 // JSON Hello, once, first
+	msgHello   byte = 64 // JSON Hello, first (again, with Resume, to msgResume)
 	msgStarted byte = 65 // JSON startedReply
 	msgStdout  byte = 66 // raw bytes
 	msgStderr  byte = 67 // raw bytes
@@ -69,6 +71,8 @@ type Hello struct {
 	Version int `json:"version"`
 	PID     int `json:"pid"`
 	UID     int `json:"uid"`
+	// Resume is set in the hello that answers msgResume (resume.go).
+	Resume *ResumeState `json:"resume,omitempty"`
 }
 
 // StartRequest asks the agent to start a process.

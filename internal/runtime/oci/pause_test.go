@@ -99,6 +99,64 @@ func TestPauseFailureRunsOn(t *testing.T) {
 	out.await(t, "43\n")
 }
 
+// TestRestoreInAnotherRuntime: what Pause saved is all a restore needs: a
+// runtime with a state of its own (another corral process, after a
+// restart) restores the sandbox, and a process keeps its memory.
+func TestRestoreInAnotherRuntime(t *testing.T) {
+	f1 := newFixture(t, runtime.TierGVisor, t.TempDir())
+	f2 := newFixture(t, runtime.TierGVisor, t.TempDir())
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	spec := runtime.Spec{Rootfs: f1.env.Image.Rootfs, Mounts: f1.env.Image.Mounts,
+		Limits:    runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 64, DiskBytes: 64 << 20},
+		Workspace: filepath.Join(dir, "disk.img")}
+	sb, err := f1.rt.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &stdout{wrote: make(chan struct{}, 1)}
+	p, err := sb.Agent().Start(ctx, agent.StartRequest{Argv: []string{"python3", "-u", "-c", "import sys\nfor line in sys.stdin:\n    exec(line)\n"},
+		Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/workspace", Stdin: true, Persistent: true}, out)
+	if err != nil {
+		sb.Destroy(ctx)
+		t.Fatal(err)
+	}
+	if err := p.WriteStdin([]byte("x = 'kept'\nprint(x)\n")); err != nil {
+		t.Fatal(err)
+	}
+	out.await(t, "kept\n")
+	image := filepath.Join(dir, "paused")
+	if err := sb.(runtime.Pauser).Pause(ctx, image); err != nil {
+		sb.Destroy(ctx)
+		t.Fatal(err)
+	}
+	sb2, err := f2.rt.Restore(ctx, spec, image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb2.Destroy(context.Background()); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+		if left := f2.env.NoLeftovers(sb2.ID()); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	}()
+	if _, err := sb2.Agent().Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out2 := &stdout{wrote: make(chan struct{}, 1)}
+	p2, err := sb2.Agent().Attach(p.ID(), out2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.WriteStdin([]byte("print(x.upper())\n")); err != nil {
+		t.Fatal(err)
+	}
+	out2.await(t, "KEPT\n")
+}
+
 // BenchmarkPauseRestore pauses and restores one idle python sandbox b.N
 // times, each cycle on the image the last left, and reports what a cycle
 // takes: the whole Pause and Restore, the saved image's size, and the

@@ -25,12 +25,32 @@ import (
 //     that the new client numbers its requests above every id still in
 //     use, and then sends again.
 
-// resumeState is the agent's side of suspending.
+// resumeState is the agent's side of suspending. The goroutine that reads
+// the control stream alone touches suspended and lastID.
 type resumeState struct {
 	// suspended: the agent holds wmu (onSuspend) until onResume.
 	suspended bool
 	// lastID is the highest frame id the host has used.
 	lastID uint32
+	// reporting are processes that have ended and whose exit frame is
+	// not sent yet (it waits for wmu while the agent is suspended), by
+	// id: pids. Guarded by Agent.mu.
+	reporting map[uint32]int
+}
+
+// reporting records that p's exit is about to be sent; a.mu is held.
+func (a *Agent) reporting(p *proc) {
+	if a.resume.reporting == nil {
+		a.resume.reporting = map[uint32]int{}
+	}
+	a.resume.reporting[p.id] = p.pid
+}
+
+// reported records that p's exit was sent.
+func (a *Agent) reported(p *proc) {
+	a.mu.Lock()
+	delete(a.resume.reporting, p.id)
+	a.mu.Unlock()
 }
 
 func (a *Agent) onSuspend(f frame) {
@@ -60,15 +80,18 @@ func (a *Agent) onResume(f frame) {
 	}
 }
 
-// live lists the processes that run. One that ended while the agent was
-// suspended is not among them: its exit frame, waiting for the lock, goes
-// out after the hello under an id the new client does not know.
+// live lists the processes whose exit the host has not been sent: those
+// that run, and those that ended while the agent was suspended, whose exit
+// frame follows the hello.
 func (a *Agent) live() []LiveProcess {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]LiveProcess, 0, len(a.procs))
+	out := make([]LiveProcess, 0, len(a.procs)+len(a.resume.reporting))
 	for pid, p := range a.procs {
 		out = append(out, LiveProcess{ID: p.id, PID: pid, Persistent: p.persistent})
+	}
+	for id, pid := range a.resume.reporting {
+		out = append(out, LiveProcess{ID: id, PID: pid, Ended: true})
 	}
 	return out
 }

@@ -25,16 +25,19 @@ type ResumeState struct {
 	// LastID is the highest request id the agent has seen; a resumed
 	// client numbers its own above it.
 	LastID uint32 `json:"last_id"`
-	// Processes are those running, by the id of the request that started
-	// them (Process.ID).
+	// Processes are those whose end the host has not been told, by the id
+	// of the request that started them (Process.ID).
 	Processes []LiveProcess `json:"processes"`
 }
 
-// LiveProcess is a process a resumed agent runs.
+// LiveProcess is a process of a resumed agent whose end the host has not
+// been told: one that runs, or one that has ended (Ended), whose exit
+// follows.
 type LiveProcess struct {
 	ID         uint32 `json:"id"`
 	PID        int    `json:"pid"`
 	Persistent bool   `json:"persistent,omitempty"`
+	Ended      bool   `json:"ended,omitempty"`
 }
 
 // resumeID is the id of msgResume and of the hello that answers it: no

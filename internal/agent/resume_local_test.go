@@ -164,6 +164,19 @@ func (o *lineOutput) await(t *testing.T, want string) {
 	}
 }
 
+// awaitGone waits until process pid has ended and been reaped.
+func awaitGone(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still there", pid)
+		}
+	}
+}
+
 // awaitFile waits for path to exist.
 func awaitFile(t *testing.T, path string) {
 	t.Helper()
@@ -208,6 +221,13 @@ func TestResumeOnNewStream(t *testing.T) {
 		}
 	}
 	out1.await(t, "42\n")
+	// A silent process that ends while the agent is suspended: its exit
+	// waits, and the resumed client learns of it.
+	quiet, err := c1.Start(ctx, StartRequest{Argv: []string{"/bin/sh", "-c", `while [ ! -e "$1" ]; do sleep 0.01; done; exit 5`, "sh", "/tmp/end"},
+		Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/workspace"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c1.Suspend(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +239,10 @@ func TestResumeOnNewStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitFile(t, filepath.Join(root, "tmp", "go.done"))
+	if err := os.WriteFile(filepath.Join(root, "tmp", "end"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	awaitGone(t, quiet.PID)
 
 	c2 := NewResumedClient(r.switchTo())
 	t.Cleanup(func() { c2.Close() })
@@ -230,8 +254,11 @@ func TestResumeOnNewStream(t *testing.T) {
 		t.Fatal("the resumed hello has no state")
 	}
 	i := slices.IndexFunc(h.Resume.Processes, func(lp LiveProcess) bool { return lp.ID == p1.ID() })
-	if i < 0 || h.Resume.Processes[i].PID != p1.PID || len(h.Resume.Processes) != 1 {
-		t.Fatalf("resumed processes %+v, want only id %d pid %d", h.Resume.Processes, p1.ID(), p1.PID)
+	if i < 0 || h.Resume.Processes[i].PID != p1.PID || len(h.Resume.Processes) != 2 {
+		t.Fatalf("resumed processes %+v, want id %d pid %d and the quiet one", h.Resume.Processes, p1.ID(), p1.PID)
+	}
+	if !slices.ContainsFunc(h.Resume.Processes, func(lp LiveProcess) bool { return lp.ID == quiet.ID() && lp.PID == quiet.PID }) {
+		t.Fatalf("resumed processes %+v, want the ended one, id %d", h.Resume.Processes, quiet.ID())
 	}
 	if h.Resume.LastID < p1.ID() {
 		t.Errorf("last id %d, below the process's %d", h.Resume.LastID, p1.ID())
@@ -248,6 +275,13 @@ func TestResumeOnNewStream(t *testing.T) {
 	}
 	if _, err := c2.Attach(p1.ID(), out2); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("second attach: %v, want ErrNoProcess", err)
+	}
+	q2, err := c2.Attach(quiet.ID(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q2.Wait(ctx); err != nil || st.Code != 5 {
+		t.Errorf("the process that ended while suspended: %+v %v, want code 5", st, err)
 	}
 	out2.await(t, "during\n")
 	if err := p2.WriteStdin([]byte("print(x * 2)\n")); err != nil {

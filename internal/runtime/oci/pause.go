@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/runtime"
@@ -55,6 +56,11 @@ var checkpointFlags = []string{"--compression=none"}
 type gvisorSandbox struct {
 	*Sandbox
 	spec runtime.Spec
+
+	// pausing serialises Pause: a second one must not resume the agent
+	// under the first one's checkpoint.
+	pausing sync.Mutex
+	paused  bool
 }
 
 var _ runtime.Pauser = (*gvisorSandbox)(nil)
@@ -70,6 +76,11 @@ func (r *Runtime) wrap(s *Sandbox, spec runtime.Spec) runtime.Sandbox {
 
 // Pause implements runtime.Pauser.
 func (s *gvisorSandbox) Pause(ctx context.Context, dir string) error {
+	s.pausing.Lock()
+	defer s.pausing.Unlock()
+	if s.paused {
+		return fmt.Errorf("pause sandbox %s: paused already: %w", s.id, runtime.ErrNotPausable)
+	}
 	if !s.keep {
 		return fmt.Errorf("pause sandbox %s: it has no workspace image of its own: %w", s.id, runtime.ErrNotPausable)
 	}
@@ -99,6 +110,7 @@ func (s *gvisorSandbox) Pause(ctx context.Context, dir string) error {
 		}
 	}
 	// The sandbox has stopped: what is left of it goes, but its disk.
+	s.paused = true
 	derr := s.Destroy(context.WithoutCancel(ctx))
 	if err != nil {
 		return errors.Join(fmt.Errorf("pause sandbox %s: %w", s.id, err), derr, removeImage(dir))

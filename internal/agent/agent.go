@@ -56,6 +56,9 @@ type Agent struct {
 	files  map[uint32]*os.File
 	// watches are the host's directory watches (watch.go).
 	watches watchSet
+	// resume is the state of suspending (resume.go); only the goroutine
+	// that reads the control stream touches it.
+	resume resumeState
 	// baseline is the agent's scheduling and resource limits at start,
 	// which every process inherits; a reset checks they are unchanged.
 	baseline integrity

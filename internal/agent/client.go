@@ -31,6 +31,9 @@ type Client struct {
 
 	wmu sync.Mutex
 	w   io.Writer
+	// suspended: the agent sends nothing and may be sent nothing but
+	// msgResume (resume_client.go).
+	suspended bool
 
 	hello chan Hello
 	done  chan struct{} // closed when the read loop ends
@@ -41,6 +44,8 @@ type Client struct {
 	waiters map[uint32]*call
 	procs   map[uint32]*Process
 	watches map[uint32]*clientWatch
+	// held are a resumed agent's processes not attached yet, by id.
+	held map[uint32]*Process
 }
 
 type call struct {
@@ -104,6 +109,9 @@ func (c *Client) lostErr() error {
 func (c *Client) send(typ byte, id uint32, payload []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.suspended {
+		return ErrSuspended
+	}
 	if err := writeFrame(c.w, typ, id, payload); err != nil {
 		return fmt.Errorf("%w: %w", ErrLost, err)
 	}
@@ -172,6 +180,9 @@ func (c *Client) readLoop() {
 				return
 			}
 			gotHello = true
+			if h.Resume != nil {
+				c.resumed(h.Resume)
+			}
 			c.hello <- h
 			continue
 		}
@@ -209,7 +220,7 @@ func (c *Client) readLoop() {
 			if err = c.watchFrame(f); err != nil {
 				return
 			}
-		case msgStarted, msgOK, msgError:
+		case msgStarted, msgOK, msgError, msgHello: // a later hello answers Resume
 			c.mu.Lock()
 			k := c.waiters[f.id]
 			delete(c.waiters, f.id)

@@ -34,9 +34,12 @@ var handlers = map[byte]func(*Agent, frame){
 	msgMove:       (*Agent).onMove,
 	msgWatch:      (*Agent).onWatch,
 	msgUnwatch:    (*Agent).onUnwatch,
+	msgSuspend:    (*Agent).onSuspend,
+	msgResume:     (*Agent).onResume,
 }
 
 func (a *Agent) handle(f frame) {
+	a.resume.lastID = max(a.resume.lastID, f.id)
 	h := handlers[f.typ]
 	if h == nil {
 		a.fail(f.id, refuse(KindInvalid, "frame type %d: %v", f.typ, ErrProtocol))

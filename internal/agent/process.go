@@ -246,8 +246,10 @@ func (a *Agent) finish(p *proc) {
 	}
 	a.mu.Lock()
 	delete(a.procs, p.pid)
+	a.reporting(p) // resume.go
 	a.mu.Unlock()
 	a.sendJSON(msgExit, p.id, p.status)
+	a.reported(p)
 }
 
 // reap collects every exited child; the agent is the namespace's init, so

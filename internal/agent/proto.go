@@ -61,11 +61,13 @@ const (
 	// until msgWatchEnd.
 	msgWatch   byte = 18
 	msgUnwatch byte = 19 // under a watch's id: stop it; answered by msgWatchEnd
+	msgSuspend byte = 28 // the agent stops sending (resume.go); answered by msgOK
+	msgResume  byte = 29 // id 0; the agent sends again; answered by msgHello with Resume
 )
 
 // Frame types sent by the agent.
 const (
-	msgHello   byte = 64 // JSON Hello, once, first
+	msgHello   byte = 64 // JSON Hello, first (again, with Resume, to msgResume)
 	msgStarted byte = 65 // JSON startedReply
 	msgStdout  byte = 66 // raw bytes
 	msgStderr  byte = 67 // raw bytes
@@ -88,6 +90,8 @@ type Hello struct {
 	Version int `json:"version"`
 	PID     int `json:"pid"`
 	UID     int `json:"uid"`
+	// Resume is set in the hello that answers msgResume (resume.go).
+	Resume *ResumeState `json:"resume,omitempty"`
 }
 
 // StartRequest asks the agent to start a process.

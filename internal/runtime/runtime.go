@@ -166,6 +166,42 @@ type EgressPort interface {
 	EgressDir() string
 }
 
+// Pauser is a Sandbox that can be paused with its memory: its processes,
+// their memory and open files, and the agent with what it was doing, are
+// saved to a directory from which a Restorer brings them back. A sandbox
+// that is not a Pauser (runc's) is paused with its files only: Destroy
+// keeps the image of a sandbox made with Spec.Workspace, and Create with
+// the same Workspace resumes on it.
+type Pauser interface {
+	// Pause saves the sandbox to dir (created if missing; the image takes
+	// about the memory the sandbox uses) and destroys it, keeping its
+	// Workspace image, which the saved state refers to: the two go
+	// together until Restore. Only a sandbox made with Spec.Workspace can
+	// be paused (ErrNotPausable otherwise). After an error the sandbox
+	// runs on if it can; Destroy it either way when it is no longer
+	// wanted.
+	Pause(ctx context.Context, dir string) error
+}
+
+// Restorer is a Runtime that restores what its sandboxes' Pause saved.
+type Restorer interface {
+	// Restore starts a sandbox from the state Pause saved in dir. spec must
+	// be the paused sandbox's (the same Workspace image, root filesystem,
+	// mounts and overlays; limits may differ where Fixer allows), else
+	// ErrNoImage. The sandbox's agent is a resumed one: Ready's Hello
+	// lists the processes that run (agent.ResumeState), and Attach takes
+	// up their output. The saved state serves once: Restore removes it.
+	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
+}
+
+// ErrNotPausable reports a sandbox Pause cannot save (one without a
+// Workspace).
+var ErrNotPausable = errors.New("sandbox cannot be paused")
+
+// ErrNoImage reports a directory with no complete saved sandbox, or one
+// saved for another spec.
+var ErrNoImage = errors.New("no paused sandbox to restore")
+
 // EgressPath is where the sandbox sees its EgressDir.
 const EgressPath = "/.corral/run/egress"
 

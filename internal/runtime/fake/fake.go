@@ -35,6 +35,10 @@ type Runtime struct {
 	mu      sync.Mutex
 	created int
 	live    map[string]*Sandbox
+	// pausable: sandboxes are PausableSandboxes (pause.go); paused are
+	// the paused ones, by the token in their pause directory.
+	pausable bool
+	paused   map[string]*Sandbox
 }
 
 // Call is an operation of the runtime that a hook (SetHook) sees before
@@ -111,23 +115,34 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		s.root, s.keep = spec.Workspace+".fake", true
 	}
 	s.limits.Store(&spec.Limits)
+	s.spec = spec
 	for _, d := range []string{"workspace", "tmp", "dev/shm", runtime.EgressPath} {
 		if err := os.MkdirAll(filepath.Join(s.root, d), 0o755); err != nil {
 			return nil, fmt.Errorf("create fake sandbox: %w", err)
 		}
 	}
-	a, err := agent.StartLocal(ctx, r.agent, s.root, r.log)
+	r.mu.Lock()
+	pausable := r.pausable
+	r.mu.Unlock()
+	var err error
+	if pausable {
+		err = s.startLinked(ctx)
+	} else {
+		s.agent, err = agent.StartLocal(ctx, r.agent, s.root, r.log)
+	}
 	if err != nil {
 		if !s.keep {
 			os.RemoveAll(s.root)
 		}
 		return nil, fmt.Errorf("create fake sandbox: %w", err)
 	}
-	s.agent = a
 	r.mu.Lock()
 	r.created++
 	r.live[s.id] = s
 	r.mu.Unlock()
+	if pausable {
+		return PausableSandbox{s}, nil
+	}
 	return s, nil
 }
 
@@ -143,11 +158,16 @@ func (r *Runtime) Fixed(l runtime.Limits) runtime.Limits {
 
 // Sandbox is a fake sandbox.
 type Sandbox struct {
-	rt     *Runtime
-	id     string
-	root   string
-	agent  *agent.Local
-	keep   bool // the root is a session's: it outlives the sandbox
+	rt    *Runtime
+	id    string
+	root  string
+	agent *agent.Local
+	// link and client replace agent in a PausableSandbox (pause.go).
+	link   *link
+	client *agent.Client
+	spec   runtime.Spec
+	paused atomic.Bool // Pause handed the agent on: stop leaves it
+	keep   bool        // the root is a session's: it outlives the sandbox
 	limits atomic.Pointer[runtime.Limits]
 	memory atomic.Int64 // what MemoryUsage reports (SetMemoryUsage)
 
@@ -159,7 +179,12 @@ type Sandbox struct {
 func (s *Sandbox) ID() string { return s.id }
 
 // Agent implements runtime.Sandbox.
-func (s *Sandbox) Agent() *agent.Client { return s.agent.Client }
+func (s *Sandbox) Agent() *agent.Client {
+	if s.link != nil {
+		return s.client
+	}
+	return s.agent.Client
+}
 
 // Limits returns the limits last given (they are not applied).
 func (s *Sandbox) Limits() runtime.Limits { return *s.limits.Load() }
@@ -200,14 +225,27 @@ func (s *Sandbox) SetMemoryUsage(n int64) { s.memory.Store(n) }
 // Kill implements runtime.Sandbox: the agent ends, and every process it
 // started with it.
 func (s *Sandbox) Kill(context.Context) error {
-	_ = s.agent.Close() // its exit status is the kill's doing
+	_ = s.stop() // its exit status is the kill's doing
 	return nil
+}
+
+// stop ends the agent, and every process it started with it; a paused
+// sandbox's agent runs on for its restore.
+func (s *Sandbox) stop() error {
+	if s.paused.Load() {
+		return nil
+	}
+	if s.link != nil {
+		s.client.Close()
+		return s.link.close()
+	}
+	return s.agent.Close()
 }
 
 // Destroy implements runtime.Sandbox.
 func (s *Sandbox) Destroy(context.Context) error {
 	s.destroyOnce.Do(func() {
-		_ = s.agent.Close()
+		_ = s.stop()
 		if !s.keep {
 			s.destroyErr = os.RemoveAll(s.root)
 		}

@@ -190,8 +190,19 @@ func SandboxDirs(dataDir string) ([]string, error) {
 // the sandboxes it runs.
 func sandboxesDir(dataDir string) string { return filepath.Join(dataDir, "sandboxes") }
 
-// Create starts a sandbox and waits for its agent.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, err error) {
+// Create starts a sandbox and waits for its agent. A gVisor sandbox is also
+// a runtime.Pauser (pause.go).
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	s, err := r.create(ctx, spec, "")
+	if err != nil {
+		return nil, err
+	}
+	return r.wrap(s, spec), nil
+}
+
+// create starts a sandbox: a new one, or with image set, the one
+// checkpointed there (pause.go).
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (_ *Sandbox, err error) {
 	s := &Sandbox{rt: r, id: newID(), diag: &tail{max: 8 << 10}, initFD: -1}
 	s.dir = filepath.Join(r.sandboxes, s.id)
 	s.cgroup = "/" + r.cfg.CgroupParent + "/" + s.id
@@ -281,7 +292,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		return nil, fmt.Errorf("write config: %w", err)
 	}
 	s.limits.Store(&spec.Limits)
-	if err := s.start(ctx); err != nil {
+	if err := s.start(ctx, image); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
@@ -330,8 +341,9 @@ func (r *Runtime) command(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 // start runs the runtime detached with the control stream on the sandbox's
-// stdin and stdout.
-func (s *Sandbox) start(ctx context.Context) error {
+// stdin and stdout; with image set, it restores the sandbox checkpointed
+// there instead.
+func (s *Sandbox) start(ctx context.Context, image string) error {
 	toAgentR, toAgentW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("control pipe: %w", err)
@@ -352,9 +364,14 @@ func (s *Sandbox) start(ctx context.Context) error {
 	}
 	logPath := filepath.Join(s.dir, "runtime.log")
 	pidPath := filepath.Join(s.dir, "init.pid")
+	verb := "run"
 	cmd := s.rt.command(ctx, "--log", logPath, "--log-format", "json",
 		"run", "--detach", "--bundle", s.dir, "--pid-file", pidPath, s.id)
-	if s.rt.cfg.Tier == runtime.TierContainer {
+	if image != "" {
+		verb = "restore"
+		cmd = s.rt.command(ctx, "--log", logPath, "--log-format", "json",
+			"restore", "--detach", "--image-path", image, "--bundle", s.dir, "--pid-file", pidPath, s.id)
+	} else if s.rt.cfg.Tier == runtime.TierContainer {
 		// runc only: the keyring syscalls are denied anyway.
 		cmd.Args = append(cmd.Args[:len(cmd.Args)-1], "--no-new-keyring", s.id)
 	}
@@ -383,9 +400,13 @@ func (s *Sandbox) start(ctx context.Context) error {
 	closer := closers{toAgentW, fromAgentR}
 	if runErr != nil {
 		closer.Close()
-		return fmt.Errorf("%s run: %w%s", filepath.Base(s.rt.cfg.Binary), runErr, runtimeLogError(logPath))
+		return fmt.Errorf("%s %s: %w%s", filepath.Base(s.rt.cfg.Binary), verb, runErr, runtimeLogError(logPath))
 	}
-	s.client = agent.NewClient(fromAgentR, toAgentW, closer)
+	if image != "" {
+		s.client = agent.NewResumedClient(fromAgentR, toAgentW, closer)
+	} else {
+		s.client = agent.NewClient(fromAgentR, toAgentW, closer)
+	}
 	// runc writes the container's init there, runsc the sandbox process
 	// (the sentry): killing either ends every program of the sandbox.
 	if b, err := os.ReadFile(pidPath); err == nil {

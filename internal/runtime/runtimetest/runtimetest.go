@@ -118,6 +118,10 @@ func execReq(t *testing.T, sb runtime.Sandbox, req agent.StartRequest) (agent.Ex
 // Run runs the suite against rt.
 func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	live(t, rt, env)
+	t.Run("Pause", func(t *testing.T) {
+		t.Parallel()
+		Pause(t, rt, env)
+	})
 	t.Run("OutputAndExit", func(t *testing.T) {
 		t.Parallel()
 		sb := create(t, rt, env, defaultLimits)

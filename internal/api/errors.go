@@ -82,8 +82,26 @@ func asError(err error, log *slog.Logger) *Error {
 			"session "+se.Session+" is held by a node that is not answering; retry after the delay in Retry-After")
 		e.RetryAfter = 2
 		return e
+	case errors.Is(err, session.ErrNoProcess):
+		return errorf(http.StatusNotFound, "not_found", "", "no such process in the sandbox (ended processes stay listed for a while)")
 	case errors.Is(err, session.ErrNotFound):
-		return errorf(http.StatusNotFound, "not_found", "", "no such session")
+		return errorf(http.StatusNotFound, "not_found", "", "no such sandbox or session (it may have reached its timeout)")
+	case errors.Is(err, session.ErrExists):
+		return errorf(http.StatusConflict, "conflict", "sandbox_id", "a sandbox or session with this id exists; choose another id")
+	case errors.Is(err, session.ErrTooMany):
+		return errorf(http.StatusTooManyRequests, "too_many_processes", "",
+			"the sandbox runs as many processes as it may; wait for one to end or signal one")
+	case errors.Is(err, session.ErrNoStdin):
+		return errorf(http.StatusConflict, "no_stdin", "", "the process was started without stdin (start it with \"stdin\": true)")
+	case errors.Is(err, session.ErrEnded):
+		return errorf(http.StatusConflict, "process_ended", "", "the process has ended (or its stdin was closed)")
+	case errors.Is(err, session.ErrUnsupported):
+		return errorf(http.StatusNotImplemented, "not_implemented", "", "this server does not support this yet")
+	case errors.Is(err, agent.ErrLost):
+		e := errorf(http.StatusServiceUnavailable, "sandbox_restarting", "",
+			"the sandbox ended during the call; it is made again on its disk at the next call (its processes are lost); retry")
+		e.RetryAfter = 1
+		return e
 	case errors.Is(err, session.ErrInvalid):
 		// The session package words these for the caller (which field,
 		// which bound).

@@ -1,7 +1,7 @@
 // Package api is Corral's HTTP interface (/v1, docs/api.md): authentication
 // and tenants, request decoding and validation, JSON errors, executions
-// (submit, wait, get, list, cancel), Server-Sent Events, health and
-// metrics. It holds no execution logic: that is the node's.
+// (submit, wait, get, list, cancel), sessions and live sandboxes (their
+// processes and files), Server-Sent Events, health and metrics. It holds no execution logic: that is the node's.
 package api
 
 import (
@@ -91,6 +91,27 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/sessions/{id}/files/{path...}", s.withTenant(s.getFile))
 	route("PUT /v1/sessions/{id}/files/{path...}", s.withTenant(s.putFile))
 	route("DELETE /v1/sessions/{id}/files/{path...}", s.withTenant(s.deleteFile))
+	route("POST /v1/sandboxes", s.withTenant(s.createSandbox))
+	route("GET /v1/sandboxes", s.withTenant(s.listSandboxes))
+	route("GET /v1/sandboxes/{id}", s.withTenant(s.getSandbox))
+	route("DELETE /v1/sandboxes/{id}", s.withTenant(s.deleteSandbox))
+	route("POST /v1/sandboxes/{id}/timeout", s.withTenant(s.setSandboxTimeout))
+	route("POST /v1/sandboxes/{id}/processes", s.withTenant(s.startProcess))
+	route("GET /v1/sandboxes/{id}/processes", s.withTenant(s.listProcesses))
+	route("GET /v1/sandboxes/{id}/processes/{pid}", s.withTenant(s.getProcess))
+	route("GET /v1/sandboxes/{id}/processes/{pid}/events", s.withTenant(s.processEvents))
+	route("POST /v1/sandboxes/{id}/processes/{pid}/stdin", s.withTenant(s.processStdin))
+	route("POST /v1/sandboxes/{id}/processes/{pid}/stdin/close", s.withTenant(s.closeStdin))
+	route("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.withTenant(s.signalProcess))
+	route("POST /v1/sandboxes/{id}/processes/{pid}/resize", s.withTenant(s.resizeProcess))
+	route("GET /v1/sandboxes/{id}/files", s.withTenant(s.readSandboxFile))
+	route("PUT /v1/sandboxes/{id}/files", s.withTenant(s.writeSandboxFile))
+	route("DELETE /v1/sandboxes/{id}/files", s.withTenant(s.removeSandboxFile))
+	route("GET /v1/sandboxes/{id}/files/list", s.withTenant(s.listSandboxFiles))
+	route("GET /v1/sandboxes/{id}/files/stat", s.withTenant(s.statSandboxFile))
+	route("POST /v1/sandboxes/{id}/files/mkdir", s.withTenant(s.notYet("mkdir")))
+	route("POST /v1/sandboxes/{id}/files/move", s.withTenant(s.notYet("move")))
+	route("GET /v1/sandboxes/{id}/files/watch", s.withTenant(s.notYet("watch")))
 	if s.blobs != nil {
 		// Signed links carry their own authorisation: no API key.
 		route("GET /v1/blobs/{key...}", s.blobs.ServeHTTP)

@@ -247,3 +247,29 @@ func (c *Cluster) DropSession(ctx context.Context, tenant, id string) error {
 func (c *Cluster) ForgetSession(ctx context.Context, e *SessionError) error {
 	return c.store.ReleaseSession(ctx, e.Tenant, e.Session, e.Node)
 }
+
+// Sandbox is a live sandbox as the cluster lists it: its owner and the
+// description the owner published.
+type Sandbox struct {
+	ID, Node string
+	Info     []byte
+}
+
+// PublishSession records the description of a session this node holds,
+// for every node to list (session.Registry).
+func (c *Cluster) PublishSession(ctx context.Context, tenant, id string, info []byte) error {
+	return c.store.SetSessionInfo(ctx, tenant, id, c.cfg.ID, info)
+}
+
+// Sandboxes lists a tenant's published sessions on every node, by id.
+func (c *Cluster) Sandboxes(ctx context.Context, tenant string) ([]Sandbox, error) {
+	ss, err := c.store.ListSessions(ctx, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	out := make([]Sandbox, len(ss))
+	for i, s := range ss {
+		out[i] = Sandbox{ID: s.ID, Node: s.Node, Info: s.Info}
+	}
+	return out, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -109,4 +110,21 @@ func (g *egress) stop(job *Job) {
 	if job.Audit != nil {
 		job.Audit(attempts)
 	}
+}
+
+// ProxyEnv returns the variables that point a program's HTTP clients at
+// the egress proxy.
+func ProxyEnv() map[string]string { return maps.Clone(proxyEnv) }
+
+// SandboxEgress starts a proxy for allow (an allowlist Prepare narrowed,
+// Job.Egress) in sb's egress port, for the sandbox's whole life rather
+// than one execution's: a live sandbox's, whose processes reach the
+// network through it (with ProxyEnv). stop ends it.
+func (e *Engine) SandboxEgress(ctx context.Context, allow []string, sb runtime.Sandbox) (stop func(), err error) {
+	job := &Job{Egress: allow}
+	g, err := e.startEgress(ctx, job, sb)
+	if err != nil || g == nil {
+		return func() {}, err
+	}
+	return func() { g.stop(job) }, nil
 }

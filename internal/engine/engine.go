@@ -393,16 +393,20 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 		o.Sandbox(sb.ID())
 	}
 	client := sb.Agent()
-	if lease.Session {
+	if lease.Session && !lease.Live {
 		if err := client.Reset(ctx, agent.ResetRequest{Clear: []string{"/tmp"}}); err != nil {
 			return facts, fmt.Errorf("empty /tmp: %w", err)
 		}
 	}
-	g, err := e.startEgress(ctx, job, sb)
-	if err != nil {
-		return facts, err
+	var g *egress
+	if !lease.Live {
+		// A live sandbox has its own proxy for its whole life (lease.Env
+		// points at it when it has one).
+		if g, err = e.startEgress(ctx, job, sb); err != nil {
+			return facts, err
+		}
+		defer g.stop(job)
 	}
-	defer g.stop(job)
 	if err := inputs.place(ctx, client); err != nil {
 		return facts, err
 	}
@@ -427,9 +431,10 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 	if g != nil {
 		maps.Copy(env, proxyEnv)
 	}
+	maps.Copy(env, lease.Env)
 
 	if plan.Compile != nil {
-		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base}, env, nil, e.cfg.CompileTimeout, out)
+		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base, live: lease.Live}, env, nil, e.cfg.CompileTimeout, out)
 		placed = nil
 		if err != nil {
 			return facts, err
@@ -449,7 +454,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 	if err := sb.ResetStats(ctx); err != nil {
 		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
 	}
-	run := stepRun{Step: plan.Run, placed: placed, base: base}
+	run := stepRun{Step: plan.Run, placed: placed, base: base, live: lease.Live}
 	if z := lease.Zygote; z != nil && z.Language == job.Runner.Name() {
 		if zr, ok := job.Runner.(lang.Zygoter); ok && zr.Forkable(plan.Run, z.Env, stepEnv(env, plan.Run.Env, req.Env)) {
 			run.via = z.ID
@@ -529,6 +534,10 @@ func (e *Engine) baseEnv(img images.Image) map[string]string {
 	return env
 }
 
+// Env is the environment every program on img starts from: the base of
+// every execution's (a live sandbox's processes start from it too).
+func (e *Engine) Env(img images.Image) map[string]string { return e.baseEnv(img) }
+
 // stepEnv merges base, step and request variables (in that order of
 // precedence, lowest first) and sorts them.
 func stepEnv(base map[string]string, step []string, request map[string]string) []string {
@@ -571,6 +580,10 @@ type stepRun struct {
 	placed []func(context.Context) error
 	// base are the sandbox's counters before the execution.
 	base runtime.Stats
+	// live: the sandbox is a live sandbox's (fleet.Lease.Live). The step
+	// runs persistent, so its end reaps none of the sandbox's other
+	// processes, and at its deadline only its own process group is killed.
+	live bool
 }
 
 // step runs one process to its end, killing everything in the sandbox at
@@ -588,18 +601,23 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 	}
 	start := time.Now()
 	p, err := sb.Agent().Start(ctx, agent.StartRequest{
-		Argv:     s.Argv,
-		Env:      stepEnv(base, s.Env, reqEnv),
-		Dir:      dir,
-		StatusFD: s.StatusFD,
-		Via:      s.via,
+		Argv:       s.Argv,
+		Env:        stepEnv(base, s.Env, reqEnv),
+		Dir:        dir,
+		StatusFD:   s.StatusFD,
+		Via:        s.via,
+		Persistent: s.live,
 	}, out)
 	if err != nil {
 		return stepResult{}, err
 	}
+	kill := func() { e.kill(sb) }
+	if s.live {
+		kill = func() { e.killGroup(p) }
+	}
 	for _, wait := range s.placed {
 		if err := wait(ctx); err != nil {
-			e.kill(sb)
+			kill()
 			return stepResult{}, err
 		}
 	}
@@ -615,9 +633,9 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 		// probeTimeout); a program that ran out its time gets one more,
 		// patient look before the sandbox goes.
 		watch.checkWithin(e, sb, lastProbeTimeout)
-		e.kill(sb)
+		kill()
 	case <-ctx.Done():
-		e.kill(sb)
+		kill()
 	}
 	st, err := p.Wait(context.Background())
 	r.started, r.duration = start, time.Since(start)
@@ -740,6 +758,16 @@ func (e *Engine) kill(sb runtime.Sandbox) {
 	defer cancel()
 	if err := sb.Kill(ctx); err != nil {
 		e.log.Warn("kill sandbox", "sandbox", sb.ID(), "err", err)
+	}
+}
+
+// killGroup ends a step of a live sandbox at its deadline: its process
+// group, not the sandbox, whose other processes live on.
+func (e *Engine) killGroup(p *agent.Process) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Signal(ctx, syscall.SIGKILL); err != nil {
+		e.log.Warn("kill a live sandbox's execution", "err", err)
 	}
 }
 

@@ -162,3 +162,7 @@ func checkEnv(env map[string]string) error {
 	}
 	return nil
 }
+
+// CheckEnv checks variables a client gives a program (an *InputError
+// names the one at fault, under "env").
+func CheckEnv(env map[string]string) error { return checkEnv(env) }

@@ -36,6 +36,16 @@ type Lease struct {
 	// Zygote, if set, runs in the sandbox and can fork the execution's
 	// process (see lang.Zygoter).
 	Zygote *Zygote
+	// Live is true when the sandbox is a live sandbox's, where other
+	// processes run beside the execution: the execution resets nothing,
+	// reaps nothing it did not start, and at its deadline kills its own
+	// process group instead of the sandbox. The sandbox's limits and
+	// network are the sandbox's, not the execution's.
+	Live bool
+	// Env, if set, is added to the environment of the execution's
+	// processes, below the step's and the request's own variables (a live
+	// sandbox's variables and its egress proxy).
+	Env map[string]string
 	// release gives the sandbox back; clean says the execution ended with
 	// the sandbox intact (not killed), so it may serve again.
 	release func(clean bool)

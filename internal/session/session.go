@@ -55,14 +55,28 @@ type Config struct {
 	// FileLimits are the limits of the sandbox used for file operations
 	// when none is kept.
 	FileLimits runtime.Limits
+	// DefaultTimeout is a live sandbox's lifetime when its request gives
+	// none (MaxTTL bounds it).
+	DefaultTimeout time.Duration
+	// MaxPids bounds a live sandbox's processes and threads.
+	MaxPids int64
+	// MaxProcesses bounds the processes started through the API that run
+	// at once in one live sandbox; KeepEnded is how many ended ones stay
+	// listed (with their output) per sandbox.
+	MaxProcesses, KeepEnded int
+	// OutputBuffer is how much of each process's latest output is kept for
+	// clients that connect later.
+	OutputBuffer int64
 }
 
 // DefaultConfig: a 1 h sliding TTL (24 h at most), a 1 GiB disk (10 GiB at
-// most), 32 kept sandboxes.
+// most), 32 kept sandboxes; live sandboxes live 5 minutes unless told,
+// run 64 processes at most and keep 1 MiB of each one's output.
 func DefaultConfig(dir string) Config {
 	return Config{Dir: dir, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour, DefaultDiskMB: 1024, MaxDiskMB: 10240,
 		MaxIdle: 32, ReapInterval: 30 * time.Second,
-		FileLimits: runtime.Limits{MemoryBytes: 128 << 20, CPUCores: 0.5, Pids: 32}}
+		FileLimits:     runtime.Limits{MemoryBytes: 128 << 20, CPUCores: 0.5, Pids: 32},
+		DefaultTimeout: 5 * time.Minute, MaxPids: 4096, MaxProcesses: 64, KeepEnded: 64, OutputBuffer: 1 << 20}
 }
 
 // Info describes a session (the answer of GET /v1/sessions/{id}).
@@ -85,6 +99,9 @@ type Registry interface {
 	HoldSession(ctx context.Context, tenant, id string) (bool, error)
 	// DropSession gives up this node's hold on a session it removed.
 	DropSession(ctx context.Context, tenant, id string) error
+	// PublishSession records the description of a session this node
+	// holds (a live sandbox's), for every node to list.
+	PublishSession(ctx context.Context, tenant, id string, info []byte) error
 }
 
 // Manager keeps this node's sessions. It is safe for concurrent use.
@@ -108,8 +125,12 @@ type entry struct {
 	dir  string
 	lock chan struct{} // one holder at a time; a channel so waits honour ctx
 
+	// live is set for a live sandbox (live.go); it never changes.
+	live *liveState
+
 	// Guarded by Manager.mu:
 	info Info
+	spec *LiveSpec // a live sandbox's, with live
 	sb   runtime.Sandbox // kept clean sandbox, if any
 	sbOf string          // what sb was made for (see runtime.Key)
 	gone bool            // deleted or expired
@@ -132,10 +153,11 @@ func New(ctx context.Context, cfg Config, eng *engine.Engine, fl *fleet.Fleet, r
 			if err != nil {
 				continue
 			}
-			var info Info
-			if json.Unmarshal(b, &info) != nil {
+			var rec record
+			if json.Unmarshal(b, &rec) != nil {
 				continue
 			}
+			info := rec.Info
 			info.Tenant = t.Name()
 			mine, err := reg.HoldSession(ctx, info.Tenant, info.ID)
 			if err != nil {
@@ -150,6 +172,10 @@ func New(ctx context.Context, cfg Config, eng *engine.Engine, fl *fleet.Fleet, r
 				continue
 			}
 			e := m.newEntry(info)
+			if rec.Live != nil {
+				// Its sandbox is made again on its next use.
+				e.spec, e.live = rec.Live, newLiveState()
+			}
 			m.sessions[e.key] = e
 		}
 	}
@@ -231,18 +257,27 @@ func (m *Manager) Touch(ctx context.Context, tenant, id string, o Options) (Info
 		}
 	}
 	e.info.LastUsedAt = now
-	e.info.ExpiresAt = now.Add(time.Duration(e.info.TTLSeconds) * time.Second)
+	if e.live == nil || o.TTL != 0 {
+		// A live sandbox's timeout does not slide with use.
+		e.info.ExpiresAt = now.Add(time.Duration(e.info.TTLSeconds) * time.Second)
+	}
 	if err := m.saveLocked(e); err != nil {
 		return Info{}, false, err
 	}
 	return e.info, created, nil
 }
 
+// record is what session.json holds.
+type record struct {
+	Info
+	Live *LiveSpec `json:"live,omitempty"`
+}
+
 func (m *Manager) saveLocked(e *entry) error {
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {
 		return fmt.Errorf("create session dir: %w", err)
 	}
-	b, _ := json.Marshal(e.info)
+	b, _ := json.Marshal(record{Info: e.info, Live: e.spec})
 	tmp := filepath.Join(e.dir, "session.json.tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("save session: %w", err)
@@ -337,6 +372,11 @@ func (m *Manager) remove(e *entry) error {
 		// Before the files go: the disk must be detached first.
 		m.destroy(sb)
 	}
+	if ls := e.live; ls != nil {
+		ls.mu.Lock()
+		m.dropLocked(ls)
+		ls.mu.Unlock()
+	}
 	if err := os.RemoveAll(e.dir); err != nil {
 		return fmt.Errorf("remove session: %w", err)
 	}
@@ -424,6 +464,9 @@ func (a Acquirer) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, err
 	e, err := a.m.lookup(ctx, a.tenant, a.id)
 	if err != nil {
 		return nil, err
+	}
+	if e.live != nil {
+		return a.m.acquireLive(ctx, e)
 	}
 	sb, err := a.m.sandbox(ctx, e, c)
 	if err != nil {
@@ -528,8 +571,9 @@ func (m *Manager) destroy(sb runtime.Sandbox) {
 	}
 }
 
-// Close destroys every kept sandbox; the sessions' disks stay for the next
-// start.
+// Close destroys every kept sandbox and every live sandbox's sandbox (their
+// processes end); the sessions' disks stay for the next start, which makes
+// live sandboxes' sandboxes again on their next use.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	var kept []runtime.Sandbox
@@ -540,14 +584,34 @@ func (m *Manager) Close() {
 		e.sb, e.sbOf = nil, ""
 	}
 	m.idle = nil
+	var live []*liveState
+	for _, e := range m.sessions {
+		if e.live != nil {
+			live = append(live, e.live)
+		}
+	}
 	m.mu.Unlock()
 	for _, sb := range kept {
 		m.destroy(sb)
+	}
+	for _, ls := range live {
+		ls.mu.Lock()
+		m.dropLocked(ls)
+		ls.mu.Unlock()
 	}
 }
 
 // withSandbox runs f with a sandbox on the session's workspace.
 func (m *Manager) withSandbox(ctx context.Context, tenant, id string, f func(c *agent.Client) error) error {
+	if e, err := m.liveEntry(tenant, id); err == nil {
+		// A live sandbox's files are its held sandbox's, used beside
+		// whatever runs in it.
+		sb, err := m.held(ctx, e)
+		if err != nil {
+			return err
+		}
+		return f(sb.Agent())
+	}
 	e, err := m.lookup(ctx, tenant, id)
 	if err != nil {
 		return err

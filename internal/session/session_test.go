@@ -128,10 +128,23 @@ type fakeRegistry struct {
 	errs   map[string]error // the store is down for these
 	holds  []string
 	drops  []string
+	// published is the latest description of each session.
+	published map[string][]byte
 }
 
 func newRegistry() *fakeRegistry {
-	return &fakeRegistry{mine: map[string]bool{}, others: map[string]bool{}, errs: map[string]error{}}
+	return &fakeRegistry{mine: map[string]bool{}, others: map[string]bool{}, errs: map[string]error{}, published: map[string][]byte{}}
+}
+
+func (r *fakeRegistry) PublishSession(_ context.Context, tenant, id string, info []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := key(tenant, id)
+	if !r.mine[k] {
+		return errors.New("not this node's session")
+	}
+	r.published[k] = slices.Clone(info)
+	return nil
 }
 
 func (r *fakeRegistry) HoldSession(_ context.Context, tenant, id string) (bool, error) {
@@ -155,6 +168,7 @@ func (r *fakeRegistry) DropSession(_ context.Context, tenant, id string) error {
 	k := key(tenant, id)
 	r.drops = append(r.drops, k)
 	delete(r.mine, k)
+	delete(r.published, k)
 	return nil
 }
 

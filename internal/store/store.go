@@ -67,6 +67,16 @@ type SessionRef struct {
 	Tenant, ID string
 }
 
+// SessionInfo is a session as ListSessions returns it: its owner and the
+// description the owner published (SetSessionInfo).
+type SessionInfo struct {
+	Tenant, ID, Node string
+	Info             []byte
+}
+
+// MaxSessionInfo caps a session's published description, in bytes.
+const MaxSessionInfo = 16 << 10
+
 // Query filters and orders ListExecutions. Zero fields do not filter.
 type Query struct {
 	SessionID string
@@ -215,6 +225,13 @@ type Store interface {
 	ReleaseSession(ctx context.Context, tenant, id, node string) error
 	// NodeSessions lists the sessions node owns.
 	NodeSessions(ctx context.Context, node string) ([]SessionRef, error)
+	// SetSessionInfo stores the description of a session node owns (at
+	// most MaxSessionInfo bytes; ErrInvalid beyond); ErrNotFound when node
+	// does not own it.
+	SetSessionInfo(ctx context.Context, tenant, id, node string, info []byte) error
+	// ListSessions lists a tenant's sessions that have a description, by
+	// id.
+	ListSessions(ctx context.Context, tenant string) ([]SessionInfo, error)
 	// CountExecutions counts a tenant's executions ("" for all tenants).
 	CountExecutions(ctx context.Context, tenant string) (int64, error)
 	// ExecutionStats summarises a tenant's executions created in [since,

@@ -186,3 +186,40 @@ func (db *DB) NodeSessions(ctx context.Context, node string) (_ []store.SessionR
 	}
 	return out, nil
 }
+
+// SetSessionInfo implements store.Store.
+func (db *DB) SetSessionInfo(ctx context.Context, tenant, id, node string, info []byte) (err error) {
+	defer unavailable(&err)
+	args, err := sqlstore.SessionInfoArgs(tenant, id, node, info)
+	if err != nil {
+		return fmt.Errorf("describe session: %w", err)
+	}
+	tag, err := db.pool.Exec(ctx, sqlstore.SetSessionInfo, args...)
+	if err != nil {
+		return fmt.Errorf("describe session %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("describe session %s of node %s: %w", id, node, store.ErrNotFound)
+	}
+	return nil
+}
+
+// ListSessions implements store.Store.
+func (db *DB) ListSessions(ctx context.Context, tenant string) (_ []store.SessionInfo, err error) {
+	defer unavailable(&err)
+	if !sqlstore.Text(tenant) {
+		return nil, nil
+	}
+	rows, _ := db.pool.Query(ctx, sqlstore.ListSessions, tenant) // CollectRows reports the error
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.SessionInfo, error) {
+		var s store.SessionInfo
+		var info string
+		err := r.Scan(&s.Tenant, &s.ID, &s.Node, &info)
+		s.Info = []byte(info)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sessions of tenant %s: %w", tenant, err)
+	}
+	return out, nil
+}

@@ -177,3 +177,43 @@ func (db *DB) NodeSessions(ctx context.Context, node string) ([]store.SessionRef
 	}
 	return out, nil
 }
+
+// SetSessionInfo implements store.Store.
+func (db *DB) SetSessionInfo(ctx context.Context, tenant, id, node string, info []byte) error {
+	args, err := sqlstore.SessionInfoArgs(tenant, id, node, info)
+	if err != nil {
+		return fmt.Errorf("describe session: %w", err)
+	}
+	res, err := db.w.ExecContext(ctx, sqlstore.SetSessionInfo, args...)
+	if err != nil {
+		return fmt.Errorf("describe session %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("describe session %s: %w", id, err)
+	} else if n == 0 {
+		return fmt.Errorf("describe session %s of node %s: %w", id, node, store.ErrNotFound)
+	}
+	return nil
+}
+
+// ListSessions implements store.Store.
+func (db *DB) ListSessions(ctx context.Context, tenant string) ([]store.SessionInfo, error) {
+	if !sqlstore.Text(tenant) {
+		return nil, nil
+	}
+	var out []store.SessionInfo
+	err := db.each(ctx, sqlstore.ListSessions, []any{tenant}, func(scan func(dest ...any) error) error {
+		var s store.SessionInfo
+		var info string
+		if err := scan(&s.Tenant, &s.ID, &s.Node, &info); err != nil {
+			return err
+		}
+		s.Info = []byte(info)
+		out = append(out, s)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sessions of tenant %s: %w", tenant, err)
+	}
+	return out, nil
+}

@@ -499,7 +499,22 @@ ON CONFLICT (tenant, id) DO NOTHING`
 	SessionOwner   = `SELECT node FROM sessions WHERE tenant = $1 AND id = $2`
 	ReleaseSession = `DELETE FROM sessions WHERE tenant = $1 AND id = $2 AND node = $3`
 	NodeSessions   = `SELECT tenant, id FROM sessions WHERE node = $1 ORDER BY tenant, id`
+	// SetSessionInfo takes tenant, id, node, info.
+	SetSessionInfo = `UPDATE sessions SET info = $4 WHERE tenant = $1 AND id = $2 AND node = $3`
+	ListSessions   = `SELECT tenant, id, node, info FROM sessions WHERE tenant = $1 AND info <> '' ORDER BY id`
 )
+
+// SessionInfoArgs checks a session's description and returns the
+// arguments of SetSessionInfo.
+func SessionInfoArgs(tenant, id, node string, info []byte) ([]any, error) {
+	if len(info) > store.MaxSessionInfo {
+		return nil, fmt.Errorf("session %q: description of %d bytes, above %d: %w", id, len(info), store.MaxSessionInfo, store.ErrInvalid)
+	}
+	if err := checkText("session description", string(info)); err != nil {
+		return nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	return []any{tenant, id, node, string(info)}, nil
+}
 
 // SessionArgs checks a session's key and owner and returns the arguments
 // of ClaimSession.

@@ -306,6 +306,52 @@ func testSessions(t *testing.T, s store.Store) {
 	}
 }
 
+// testSessionInfo: only a session's owner publishes its description;
+// ListSessions returns a tenant's described sessions, by id, and nothing
+// of other tenants or of sessions without one; a released session is no
+// longer listed.
+func testSessionInfo(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for _, c := range [][3]string{{"acme", "b", "node-a"}, {"acme", "a", "node-b"}, {"acme", "plain", "node-a"}, {"globex", "c", "node-a"}} {
+		if _, err := s.ClaimSession(ctx, c[0], c[1], c[2], base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetSessionInfo(ctx, "acme", "b", "node-b", []byte(`{"x":1}`)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another node describes a session: %v, want ErrNotFound", err)
+	}
+	if err := s.SetSessionInfo(ctx, "acme", "missing", "node-a", []byte(`{}`)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("describe a missing session: %v, want ErrNotFound", err)
+	}
+	if err := s.SetSessionInfo(ctx, "acme", "b", "node-a", make([]byte, store.MaxSessionInfo+1)); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("an oversized description: %v, want ErrInvalid", err)
+	}
+	for _, c := range [][4]string{{"acme", "b", "node-a", `{"v":1}`}, {"acme", "b", "node-a", `{"v":2}`},
+		{"acme", "a", "node-b", `{"v":"a"}`}, {"globex", "c", "node-a", `{}`}} {
+		if err := s.SetSessionInfo(ctx, c[0], c[1], c[2], []byte(c[3])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ListSessions(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.SessionInfo{{Tenant: "acme", ID: "a", Node: "node-b", Info: []byte(`{"v":"a"}`)},
+		{Tenant: "acme", ID: "b", Node: "node-a", Info: []byte(`{"v":2}`)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ListSessions(acme) (-want +got):\n%s", diff)
+	}
+	if err := s.ReleaseSession(ctx, "acme", "b", "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ListSessions(ctx, "acme"); err != nil || len(got) != 1 || got[0].ID != "a" {
+		t.Errorf("after a release: %+v, %v; want a alone", got, err)
+	}
+	if got, err := s.ListSessions(ctx, "nobody"); err != nil || len(got) != 0 {
+		t.Errorf("a tenant without sessions: %+v, %v", got, err)
+	}
+}
+
 func testSessionsConcurrent(t *testing.T, s store.Store) {
 	const claimers = 8
 	owners := make([]string, claimers)

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Nodes", testNodes},
 		{"Sessions", testSessions},
 		{"SessionsConcurrent", testSessionsConcurrent},
+		{"SessionInfo", testSessionInfo},
 		{"Ping", func(t *testing.T, s store.Store) {
 			if err := s.Ping(t.Context()); err != nil {
 				t.Fatal(err)

@@ -1,0 +1,562 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Live sandboxes (/v1/sandboxes): sessions whose sandbox is held for their
+// whole life, with processes and files (internal/session, live.go). Every
+// call about one sandbox reaches the node that holds it (route).
+
+// maxSandboxBody caps the JSON body of a sandbox call.
+const maxSandboxBody = 256 << 10
+
+// decodeBody reads a JSON body into v; an empty body leaves v as it is.
+func decodeBody(r *http.Request, v any) *Error {
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
+	if err != nil {
+		return errorf(http.StatusBadRequest, "invalid_request", "", "the request body could not be read")
+	}
+	if len(raw) > maxSandboxBody {
+		return tooLarge(maxSandboxBody)
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	return nil
+}
+
+func (s *Server) sandboxesOn(w http.ResponseWriter) bool {
+	if s.sessions == nil {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "", "sandboxes are not enabled on this server"))
+		return false
+	}
+	return true
+}
+
+// sandboxRoute checks the path's sandbox id and sends the call to the
+// sandbox's node; it reports whether this node serves it.
+func (s *Server) sandboxRoute(w http.ResponseWriter, r *http.Request, t *Tenant, how int) (string, bool) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return "", false
+	}
+	return id, s.route(w, r, t, id, how)
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
+	if err != nil || len(raw) > maxSandboxBody {
+		writeError(w, tooLarge(maxSandboxBody))
+		return
+	}
+	var req sandbox.CreateSandboxRequest
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	if e := decodeBody(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if req.SandboxID != "" {
+		// A client-chosen id may be another node's already: that node
+		// answers (that it exists).
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+		if !s.route(w, r, t, req.SandboxID, 0) {
+			return
+		}
+	}
+	info, err := s.sessions.Create(r.Context(), t.Name, req)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.Header().Set("Location", "/v1/sandboxes/"+info.SandboxID)
+	writeJSON(w, http.StatusCreated, info)
+}
+
+// metadataFilter reads the metadata filters of GET /v1/sandboxes:
+// metadata.KEY=VALUE, or metadata=KEY=VALUE (E2B's form), all of which
+// must match.
+func metadataFilter(r *http.Request) (map[string]string, *Error) {
+	want := map[string]string{}
+	for k, vs := range r.URL.Query() {
+		switch {
+		case strings.HasPrefix(k, "metadata."):
+			want[strings.TrimPrefix(k, "metadata.")] = vs[len(vs)-1]
+		case k == "metadata":
+			for _, v := range vs {
+				for _, pair := range strings.Split(v, "&") {
+					mk, mv, ok := strings.Cut(pair, "=")
+					if !ok || mk == "" {
+						return nil, errorf(http.StatusBadRequest, "invalid_request", "metadata", "give metadata filters as metadata.KEY=VALUE or metadata=KEY%3DVALUE")
+					}
+					want[mk] = mv
+				}
+			}
+		}
+	}
+	return want, nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	want, e := metadataFilter(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var all []sandbox.SandboxInfo
+	if s.cluster == nil {
+		all = s.sessions.Sandboxes(t.Name)
+	} else {
+		// Every node's, from what each published in the shared store.
+		list, err := s.cluster.Sandboxes(r.Context(), t.Name)
+		if err != nil {
+			writeError(w, asError(err, s.log))
+			return
+		}
+		for _, sb := range list {
+			var info sandbox.SandboxInfo
+			if err := json.Unmarshal(sb.Info, &info); err != nil {
+				s.log.Warn("a sandbox's published description is not JSON", "sandbox", sb.ID, "node", sb.Node, "err", err)
+				continue
+			}
+			all = append(all, info)
+		}
+	}
+	now := time.Now()
+	out := []sandbox.SandboxInfo{}
+	for _, info := range all {
+		if now.After(info.ExpiresAt) {
+			continue // the reaper of its node removes it
+		}
+		match := true
+		for k, v := range want {
+			if got, ok := info.Metadata[k]; !ok || got != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return strings.Compare(a.SandboxID, b.SandboxID) })
+	writeJSON(w, http.StatusOK, sandbox.SandboxList{Sandboxes: out})
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	info, err := s.sessions.Sandbox(t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, forgetLost)
+	if !ok {
+		return
+	}
+	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	var body struct {
+		TimeoutSeconds int64 `json:"timeout_seconds"`
+	}
+	if e := decodeBody(r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	info, err := s.sessions.SetTimeout(r.Context(), t.Name, id, time.Duration(body.TimeoutSeconds)*time.Second)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// ---- processes ----
+
+func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	var req sandbox.StartProcessRequest
+	if e := decodeBody(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	info, err := s.sessions.StartProcess(r.Context(), t.Name, id, req)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	procs, err := s.sessions.Processes(t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, sandbox.ProcessList{Processes: procs})
+}
+
+// processPath reads the sandbox id and pid of a process call and routes it.
+func (s *Server) processPath(w http.ResponseWriter, r *http.Request, t *Tenant) (string, int, bool) {
+	if !s.sandboxesOn(w) {
+		return "", 0, false
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return "", 0, false
+	}
+	pid, err := strconv.Atoi(r.PathValue("pid"))
+	if err != nil || pid <= 0 {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such process"))
+		return "", 0, false
+	}
+	return id, pid, true
+}
+
+func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, pid, ok := s.processPath(w, r, t)
+	if !ok {
+		return
+	}
+	wait := r.URL.Query().Get("wait") == "true"
+	info, err := s.sessions.Process(r.Context(), t.Name, id, pid, wait)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client left
+		}
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, pid, ok := s.processPath(w, r, t)
+	if !ok {
+		return
+	}
+	n, err := s.sessions.WriteStdin(r.Context(), t.Name, id, pid, r.Body)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"written": n})
+}
+
+func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, pid, ok := s.processPath(w, r, t)
+	if !ok {
+		return
+	}
+	if err := s.sessions.CloseStdin(t.Name, id, pid); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, pid, ok := s.processPath(w, r, t)
+	if !ok {
+		return
+	}
+	var body struct {
+		Signal json.RawMessage `json:"signal"`
+	}
+	if e := decodeBody(r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	name := strings.Trim(string(body.Signal), `"`)
+	if name == "" {
+		name = "SIGKILL"
+	}
+	sig, err := session.ParseSignal(name)
+	if err != nil {
+		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "signal", "give a signal name (\"SIGTERM\") or number (15)"))
+		return
+	}
+	if err := s.sessions.Signal(r.Context(), t.Name, id, pid, sig); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if _, _, ok := s.processPath(w, r, t); !ok {
+		return
+	}
+	writeError(w, asError(fmt.Errorf("%w: resize", session.ErrUnsupported), s.log))
+}
+
+// processEvents streams a process's events as Server-Sent Events: "id:
+// SEQ", "event: start|stdout|stderr|dropped|end", "data: <JSON
+// ProcessEvent>". A client that connects late gets what the buffer holds
+// first; with Last-Event-ID (or ?last_event_id) it gets what came after.
+// The stream ends after the end event.
+func (s *Server) processEvents(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, pid, ok := s.processPath(w, r, t)
+	if !ok {
+		return
+	}
+	out, err := s.sessions.ProcessOutput(t.Name, id, pid)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	after, e := lastEventID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	idle := time.NewTimer(keepAlive)
+	defer idle.Stop()
+	for {
+		evs, changed, _ := out.Events(after)
+		for _, ev := range evs {
+			data, _ := json.Marshal(ev)
+			writeEvent(w, ev.Seq, ev.Type, data)
+			after = max(after, ev.Seq)
+			if ev.Type == sandbox.ProcessEventEnd {
+				flusher.Flush()
+				return
+			}
+		}
+		flusher.Flush()
+		select {
+		case <-changed:
+		case <-idle.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			flusher.Flush()
+			idle.Reset(keepAlive)
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// lastEventID reads where a client resumes a stream.
+func lastEventID(r *http.Request) (uint64, *Error) {
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = r.URL.Query().Get("last_event_id")
+	}
+	if last == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
+	if err != nil {
+		return 0, errorf(http.StatusBadRequest, "invalid_request", "Last-Event-ID", "must be an event id")
+	}
+	return n, nil
+}
+
+// ---- files ----
+
+// filePathParam reads ?path=.
+func filePathParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "path", "give the file's path: ?path=/workspace/name or a path relative to /workspace"))
+		return "", false
+	}
+	return p, true
+}
+
+func (s *Server) sandboxFiles(w http.ResponseWriter, r *http.Request, t *Tenant) (string, string, bool) {
+	if !s.sandboxesOn(w) {
+		return "", "", false
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return "", "", false
+	}
+	p, ok := filePathParam(w, r)
+	return id, p, ok
+}
+
+func (s *Server) readSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, p, ok := s.sandboxFiles(w, r, t)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "sandbox")
+	cw := &committingWriter{w: w}
+	err := s.sessions.ReadFile(r.Context(), t.Name, id, p, cw)
+	if err != nil && !cw.started {
+		w.Header().Del("Content-Type")
+		writeError(w, asError(err, s.log))
+		return
+	}
+	if err != nil {
+		s.log.Warn("sandbox download cut short", "sandbox", id, "err", err)
+		return
+	}
+	if !cw.started {
+		w.WriteHeader(http.StatusOK) // an empty file
+	}
+}
+
+func (s *Server) writeSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, p, ok := s.sandboxFiles(w, r, t)
+	if !ok {
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, maxUpload)
+	f, err := s.sessions.WriteFile(r.Context(), t.Name, id, p, body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, tooLarge(maxUpload))
+			return
+		}
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (s *Server) removeSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, p, ok := s.sandboxFiles(w, r, t)
+	if !ok {
+		return
+	}
+	if err := s.sessions.RemoveFile(r.Context(), t.Name, id, p); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		p = "/workspace"
+	}
+	depth := 1
+	if d := r.URL.Query().Get("depth"); d != "" {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 || n > session.MaxListDepth {
+			writeError(w, errorf(http.StatusBadRequest, "invalid_request", "depth", fmt.Sprintf("must be between 1 and %d", session.MaxListDepth)))
+			return
+		}
+		depth = n
+	}
+	entries, err := s.sessions.ListFiles(r.Context(), t.Name, id, p, depth)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, sandbox.SandboxFileList{Path: p, Entries: entries})
+}
+
+func (s *Server) statSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, p, ok := s.sandboxFiles(w, r, t)
+	if !ok {
+		return
+	}
+	f, err := s.sessions.StatFile(r.Context(), t.Name, id, p)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+// notYet answers the routes whose agent support comes later (mkdir, move,
+// watch).
+func (s *Server) notYet(what string) authed {
+	return func(w http.ResponseWriter, r *http.Request, t *Tenant) {
+		if !s.sandboxesOn(w) {
+			return
+		}
+		if _, ok := s.sandboxRoute(w, r, t, 0); !ok {
+			return
+		}
+		writeError(w, asError(fmt.Errorf("%w: %s", session.ErrUnsupported, what), s.log))
+	}
+}

@@ -1,0 +1,543 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
+	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// create makes live sandbox req.SandboxID of tenant t on the container tier.
+func (u *unit) create(req sandbox.CreateSandboxRequest) sandbox.SandboxInfo {
+	u.t.Helper()
+	if req.Tier == "" {
+		req.Tier = sandbox.IsolationContainer
+	}
+	info, err := u.m.Create(u.t.Context(), "t", req)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return info
+}
+
+// heldSandbox is the sandbox live sandbox id holds now.
+func (u *unit) heldSandbox(id string) runtime.Sandbox {
+	u.t.Helper()
+	u.m.mu.Lock()
+	e := u.m.sessions[key("t", id)]
+	u.m.mu.Unlock()
+	if e == nil || e.live == nil {
+		u.t.Fatalf("%s is no live sandbox", id)
+	}
+	e.live.mu.Lock()
+	defer e.live.mu.Unlock()
+	return e.live.sb
+}
+
+// start starts a process in live sandbox id.
+func (u *unit) start(id string, req sandbox.StartProcessRequest) sandbox.ProcessInfo {
+	u.t.Helper()
+	p, err := u.m.StartProcess(u.t.Context(), "t", id, req)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return p
+}
+
+// until reads a process's events from after until done says it has what
+// it waits for (or the process ends), and returns them.
+func (u *unit) until(id string, pid int, after uint64, done func([]sandbox.ProcessEvent) bool) []sandbox.ProcessEvent {
+	u.t.Helper()
+	out, err := u.m.ProcessOutput("t", id, pid)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		evs, changed, ended := out.Events(after)
+		if done(evs) || ended {
+			return evs
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			u.t.Fatalf("process %d: still waiting after 30 s; events %+v", pid, evs)
+		}
+	}
+}
+
+func stdout(evs []sandbox.ProcessEvent) string {
+	var b strings.Builder
+	for _, e := range evs {
+		if e.Type == sandbox.ProcessEventStdout {
+			b.Write(e.Data)
+		}
+	}
+	return b.String()
+}
+
+func hasEnd(evs []sandbox.ProcessEvent) bool {
+	return len(evs) > 0 && evs[len(evs)-1].Type == sandbox.ProcessEventEnd
+}
+
+// TestLiveLifecycle: Create starts the sandbox at once and holds it (as
+// the session's); its answer has the defaults filled in and is published
+// to the registry; the id is taken; the timeout does not slide with use,
+// SetTimeout moves it from now; past it the sandbox is gone, and the
+// reaper leaves nothing of it.
+func TestLiveLifecycle(t *testing.T) {
+	u := newUnit(t)
+	start := u.clock.now()
+	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Metadata: map[string]string{"owner": "ann"}, TimeoutSeconds: 60})
+	want := sandbox.SandboxInfo{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
+		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUs: 1, Pids: 256, DiskMB: 1024},
+		Metadata: map[string]string{"owner": "ann"}, State: "running", TimeoutSeconds: 60,
+		CreatedAt: start, ExpiresAt: start.Add(time.Minute)}
+	if b, w := mustJSON(t, info), mustJSON(t, want); b != w {
+		t.Errorf("Create =\n%s\nwant\n%s", b, w)
+	}
+	sb := u.heldSandbox("box")
+	if sb == nil || !u.live(sb.ID()) {
+		t.Fatal("no sandbox held after Create")
+	}
+	if h, _ := u.f.Fleet.Holder(sb.ID()); h != fleet.HolderSession {
+		t.Errorf("the sandbox is held by %q, want the session", h)
+	}
+	u.reg.mu.Lock()
+	published := string(u.reg.published[key("t", "box")])
+	u.reg.mu.Unlock()
+	if published != mustJSON(t, info) {
+		t.Errorf("published %s, want %s", published, mustJSON(t, info))
+	}
+	if _, err := u.m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box"}); !errors.Is(err, ErrExists) {
+		t.Errorf("Create of a taken id: %v, want ErrExists", err)
+	}
+	if l := u.m.Sandboxes("t"); len(l) != 1 || l[0].SandboxID != "box" {
+		t.Errorf("Sandboxes = %+v, want box", l)
+	}
+	if l := u.m.Sandboxes("other"); len(l) != 0 {
+		t.Errorf("another tenant's Sandboxes = %+v", l)
+	}
+
+	// Use does not slide the timeout.
+	u.clock.advance(30 * time.Second)
+	p := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"true"}})
+	u.until("box", p.PID, 0, hasEnd)
+	if _, err := u.m.WriteFile(t.Context(), "t", "box", "a.txt", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := u.m.Sandbox("t", "box"); !got.ExpiresAt.Equal(start.Add(time.Minute)) {
+		t.Errorf("after use it expires at %v, want %v still", got.ExpiresAt, start.Add(time.Minute))
+	}
+	got, err := u.m.SetTimeout(t.Context(), "t", "box", 2*time.Minute)
+	if now := u.clock.now(); err != nil || !got.ExpiresAt.Equal(now.Add(2*time.Minute)) || got.TimeoutSeconds != 120 {
+		t.Errorf("SetTimeout = %+v, %v; want expiry %v", got, err, now.Add(2*time.Minute))
+	}
+	for _, bad := range []time.Duration{0, -time.Second, u.m.cfg.MaxTTL + time.Second} {
+		var ie *engine.InputError
+		if _, err := u.m.SetTimeout(t.Context(), "t", "box", bad); !errors.As(err, &ie) || ie.Field != "timeout_seconds" {
+			t.Errorf("SetTimeout(%v): %v, want an input error on timeout_seconds", bad, err)
+		}
+	}
+
+	u.clock.advance(2*time.Minute + time.Second)
+	if _, err := u.m.Sandbox("t", "box"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("past its timeout: %v, want ErrNotFound", err)
+	}
+	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a process past the timeout: %v, want ErrNotFound", err)
+	}
+	u.m.reap()
+	if u.live(sb.ID()) || u.liveCount() != 0 {
+		t.Errorf("after the reaper %d sandboxes live", u.liveCount())
+	}
+	if _, err := os.Stat(u.sessionDir("box")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the sandbox's files are still there: %v", err)
+	}
+	if _, drops := u.reg.asked(); len(drops) != 1 || drops[0] != "t/box" {
+		t.Errorf("holds dropped: %v, want t/box", drops)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestLiveCreateRefuses: a request out of bounds is refused, naming the
+// field, before anything is made or held.
+func TestLiveCreateRefuses(t *testing.T) {
+	u := newUnit(t)
+	big := map[string]string{}
+	for i := range 40 {
+		big[string(rune('a'+i%26))+strings.Repeat("k", i)] = "v"
+	}
+	for _, tc := range []struct {
+		req   sandbox.CreateSandboxRequest
+		field string // of the *engine.InputError; "" for ErrInvalid
+	}{
+		{sandbox.CreateSandboxRequest{SandboxID: "../x"}, "sandbox_id"},
+		{sandbox.CreateSandboxRequest{TimeoutSeconds: -1}, "timeout_seconds"},
+		{sandbox.CreateSandboxRequest{TimeoutSeconds: 1 << 30}, "timeout_seconds"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{Pids: 1}}, "limits.pids"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{DiskMB: 1 << 30}}, "limits.disk_mb"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{MemoryMB: 1 << 30}}, "limits.memory_mb"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{CPUs: 100}}, "limits.cpus"},
+		{sandbox.CreateSandboxRequest{Tier: "vm"}, "tier"},
+		{sandbox.CreateSandboxRequest{Language: "cobol"}, "language"},
+		{sandbox.CreateSandboxRequest{Env: map[string]string{"PATH": "/evil"}}, "env.PATH"},
+		{sandbox.CreateSandboxRequest{Metadata: big}, ""},
+		{sandbox.CreateSandboxRequest{Metadata: map[string]string{"k": strings.Repeat("v", 5000)}}, ""},
+	} {
+		req := tc.req
+		if req.Tier == "" {
+			req.Tier = sandbox.IsolationContainer
+		}
+		_, err := u.m.Create(t.Context(), "t", req)
+		var ie *engine.InputError
+		switch {
+		case tc.field == "" && !errors.Is(err, ErrInvalid):
+			t.Errorf("%+v: %v, want ErrInvalid", tc.req, err)
+		case tc.field != "" && (!errors.As(err, &ie) || ie.Field != tc.field):
+			t.Errorf("%+v: %v, want an input error on %s", tc.req, err, tc.field)
+		}
+	}
+	if holds, _ := u.reg.asked(); len(holds) != 0 {
+		t.Errorf("refused requests asked the registry: %v", holds)
+	}
+	if n := u.liveCount(); n != 0 {
+		t.Errorf("%d sandboxes made", n)
+	}
+}
+
+// TestProcessStdinAndReplay: a process's output goes to a buffer that a
+// client connecting late reads from the start (its start event first);
+// stdin written reaches the process, closing it ends cat; a second reader
+// resuming after an event gets only what followed.
+func TestProcessStdinAndReplay(t *testing.T) {
+	u := newUnit(t)
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	p := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"cat"}, Stdin: true, Tag: "echo"})
+	if p.PID <= 0 || !p.Running || p.Tag != "echo" || p.Cwd != "/workspace" {
+		t.Fatalf("started %+v", p)
+	}
+	if _, err := u.m.WriteStdin(t.Context(), "t", "box", p.PID, strings.NewReader("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	first := u.until("box", p.PID, 0, func(evs []sandbox.ProcessEvent) bool { return stdout(evs) == "hello\n" })
+	if first[0].Type != sandbox.ProcessEventStart || first[0].Seq != 1 || first[0].PID != p.PID {
+		t.Errorf("first event %+v, want the start with the pid", first[0])
+	}
+	last := first[len(first)-1].Seq
+	// Binary-safe: bytes that are no UTF-8 come back as they were.
+	raw := []byte{0xff, 0x00, 0xfe, '\n'}
+	if _, err := u.m.WriteStdin(t.Context(), "t", "box", p.PID, bytes.NewReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.m.CloseStdin("t", "box", p.PID); err != nil {
+		t.Fatal(err)
+	}
+	rest := u.until("box", p.PID, last, hasEnd)
+	if got := stdout(rest); got != string(raw) {
+		t.Errorf("after seq %d: stdout %q, want %q", last, got, raw)
+	}
+	end := rest[len(rest)-1]
+	if end.Exit == nil || end.Exit.ExitCode != 0 || end.Exit.Signal != "" {
+		t.Errorf("end %+v, want exit 0", end)
+	}
+	// A second client, later: everything, in order.
+	all := u.until("box", p.PID, 0, hasEnd)
+	if got := stdout(all); got != "hello\n"+string(raw) || all[0].Type != sandbox.ProcessEventStart {
+		t.Errorf("replayed %q (first %s)", got, all[0].Type)
+	}
+	info, err := u.m.Process(t.Context(), "t", "box", p.PID, true)
+	if err != nil || info.Running || info.Exit == nil || info.Exit.ExitCode != 0 {
+		t.Errorf("Process = %+v, %v", info, err)
+	}
+	if _, err := u.m.WriteStdin(t.Context(), "t", "box", p.PID, strings.NewReader("late")); !errors.Is(err, ErrEnded) {
+		t.Errorf("stdin of an ended process: %v, want ErrEnded", err)
+	}
+	q := u.start("box", sandbox.StartProcessRequest{Shell: "echo $((6*7)) >&2"})
+	if got := u.until("box", q.PID, 0, hasEnd); len(got) < 2 || string(got[1].Data) != "42\n" || got[1].Type != sandbox.ProcessEventStderr {
+		t.Errorf("a shell line's events: %+v", got)
+	}
+	if _, err := u.m.WriteStdin(t.Context(), "t", "box", q.PID, strings.NewReader("x")); !errors.Is(err, ErrNoStdin) && !errors.Is(err, ErrEnded) {
+		t.Errorf("stdin of a process without it: %v", err)
+	}
+	if _, err := u.m.ProcessOutput("t", "box", 1<<30); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("a missing process: %v, want ErrNoProcess", err)
+	}
+}
+
+// TestProcessSignalAndWait: a signal ends a process with the matching
+// status; a wait returns once it ended and honours its context.
+func TestProcessSignalAndWait(t *testing.T) {
+	u := newUnit(t)
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	p := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"sleep", "300"}})
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := u.m.Process(short, "t", "box", p.PID, true); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait on a running process: %v, want its context's end", err)
+	}
+	waited := make(chan sandbox.ProcessInfo, 1)
+	go func() {
+		info, err := u.m.Process(t.Context(), "t", "box", p.PID, true)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- info
+	}()
+	sig, err := ParseSignal("SIGTERM")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.m.Signal(t.Context(), "t", "box", p.PID, sig); err != nil {
+		t.Fatal(err)
+	}
+	info := <-waited
+	if info.Exit == nil || info.Exit.ExitCode != 143 || info.Exit.Signal != "SIGTERM" || info.Running {
+		t.Errorf("after SIGTERM: %+v (exit %+v), want 143 SIGTERM", info, info.Exit)
+	}
+	if err := u.m.Signal(t.Context(), "t", "box", p.PID, sig); !errors.Is(err, ErrEnded) {
+		t.Errorf("signal to an ended process: %v, want ErrEnded", err)
+	}
+	for in, want := range map[string]syscall.Signal{"TERM": syscall.SIGTERM, "sigkill": syscall.SIGKILL, "2": syscall.SIGINT} {
+		if got, err := ParseSignal(in); err != nil || got != want {
+			t.Errorf("ParseSignal(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "SIGNOPE", "0", "65", "-9", "9x"} {
+		if _, err := ParseSignal(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseSignal(%q): %v, want ErrInvalid", bad, err)
+		}
+	}
+	l, err := u.m.Processes("t", "box")
+	if err != nil || len(l) != 1 || l[0].PID != p.PID || l[0].Running || l[0].Cmd[0] != "sleep" {
+		t.Errorf("Processes = %+v, %v", l, err)
+	}
+}
+
+// TestProcessLimits: a sandbox runs MaxProcesses at once; a request that
+// is no process is refused naming its field; a PTY is not supported yet.
+func TestProcessLimits(t *testing.T) {
+	u := newUnit(t, func(c *Config) { c.MaxProcesses = 2 })
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	for range 2 {
+		u.start("box", sandbox.StartProcessRequest{Cmd: []string{"sleep", "300"}})
+	}
+	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}}); !errors.Is(err, ErrTooMany) {
+		t.Errorf("a third process: %v, want ErrTooMany", err)
+	}
+	for _, tc := range []struct {
+		req   sandbox.StartProcessRequest
+		field string
+	}{
+		{sandbox.StartProcessRequest{}, "cmd"},
+		{sandbox.StartProcessRequest{Cmd: []string{"a"}, Shell: "b"}, "cmd"},
+		{sandbox.StartProcessRequest{Cmd: []string{"a\x00"}}, "cmd"},
+		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Cwd: "rel"}, "cwd"},
+		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Cwd: "/a/../b"}, "cwd"},
+		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Tag: strings.Repeat("t", 300)}, "tag"},
+		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Env: map[string]string{"1X": "y"}}, "env.1X"},
+	} {
+		var ie *engine.InputError
+		if _, err := u.m.StartProcess(t.Context(), "t", "box", tc.req); !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("%+v: %v, want an input error on %s", tc.req, err, tc.field)
+		}
+	}
+	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}, PTY: &sandbox.PTYSize{Cols: 80, Rows: 24}}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a PTY: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestProcessNotFoundProgram: a program that does not exist is the
+// request's error, naming cmd.
+func TestProcessNotFoundProgram(t *testing.T) {
+	u := newUnit(t)
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	var ie *engine.InputError
+	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"no-such-program-here"}}); !errors.As(err, &ie) || ie.Field != "cmd" {
+		t.Errorf("a missing program: %v, want an input error on cmd", err)
+	}
+	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}, Cwd: "/workspace/missing"}); !errors.As(err, &ie) {
+		t.Errorf("a missing working directory: %v, want an input error", err)
+	}
+}
+
+// TestOutputBound: the buffer keeps the latest bytes; a reader from the
+// start learns how much was dropped, one past the drop does not.
+func TestOutputBound(t *testing.T) {
+	o := newOutput(10)
+	o.proc = &process{}
+	o.mu.Lock()
+	o.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventStart, PID: 7})
+	o.mu.Unlock()
+	for _, s := range []string{"aaaa", "bbbb", "cccc", "dd"} {
+		o.Stdout([]byte(s))
+	}
+	evs, _, ended := o.Events(0)
+	if ended {
+		t.Fatal("ended before its end")
+	}
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	if got := strings.Join(types, ","); got != "start,dropped,stdout,stdout,stdout" {
+		t.Fatalf("events %s (%+v)", got, evs)
+	}
+	if evs[1].Dropped != 4 || evs[1].Seq != 2 || stdout(evs) != "bbbbccccdd" {
+		t.Errorf("dropped %+v, kept %q", evs[1], stdout(evs))
+	}
+	if got, _, _ := o.Events(evs[1].Seq); len(got) != 3 || got[0].Type != sandbox.ProcessEventStdout {
+		t.Errorf("after the drop: %+v", got)
+	}
+	o.end(sandbox.ProcessExit{ExitCode: 3})
+	got, _, ended := o.Events(^uint64(0) - 1)
+	if !ended || len(got) != 0 {
+		t.Errorf("after everything: %+v, ended %v", got, ended)
+	}
+}
+
+// TestExecutionInLiveSandbox: an execution of a live sandbox runs in its
+// held sandbox beside its processes and reaps none of them, even at its
+// deadline (its own process group goes, not the sandbox); it slides no
+// timeout and the sandbox stays held.
+func TestExecutionInLiveSandbox(t *testing.T) {
+	u := newUnit(t)
+	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Env: map[string]string{"GREETING": "hi"}})
+	held := u.heldSandbox("box")
+	bg := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"sleep", "300"}})
+	u.clock.advance(time.Second)
+	out, ran := u.run("box", "import os\nprint(os.environ['GREETING'])")
+	if out != "hi\n" || ran != held.ID() {
+		t.Errorf("the execution printed %q in %s; want the sandbox's variable, in the held %s", out, ran, held.ID())
+	}
+	job, err := u.f.Prepare(sandbox.ExecuteRequest{Language: "python", Code: "import time\ntime.sleep(60)", SessionID: "box",
+		Isolation: sandbox.IsolationContainer, Limits: sandbox.Limits{TimeoutMS: 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Tenant = "t"
+	if err := u.f.Acquire(t.Context(), job, u.m.Acquirer("t", "box")); err != nil {
+		t.Fatal(err)
+	}
+	if res := u.f.Run(t.Context(), job, nil); res.Error == nil || res.Error.Type != sandbox.ErrTimeout {
+		t.Errorf("a sleeping execution: %+v, want a timeout", res.Error)
+	}
+	if got := u.heldSandbox("box"); got != held || !u.live(held.ID()) {
+		t.Errorf("the sandbox went with the execution's timeout")
+	}
+	if p, err := u.m.Process(t.Context(), "t", "box", bg.PID, false); err != nil || !p.Running {
+		t.Errorf("the background process: %+v, %v; want it running", p, err)
+	}
+	if h, _ := u.f.Fleet.Holder(held.ID()); h != fleet.HolderSession {
+		t.Errorf("after executions the sandbox is held by %q", h)
+	}
+	got, _ := u.m.Sandbox("t", "box")
+	if got.Executions != 2 || !got.ExpiresAt.Equal(info.ExpiresAt) {
+		t.Errorf("after two executions: %d executions, expires %v; want 2, %v", got.Executions, got.ExpiresAt, info.ExpiresAt)
+	}
+}
+
+// TestLiveSandboxMadeAgain: when the held sandbox dies, its processes end
+// with an error and the next call makes it again on the same disk.
+func TestLiveSandboxMadeAgain(t *testing.T) {
+	u := newUnit(t)
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	if _, err := u.m.WriteFile(t.Context(), "t", "box", "/workspace/keep.txt", strings.NewReader("kept")); err != nil {
+		t.Fatal(err)
+	}
+	p := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"sleep", "300"}})
+	old := u.heldSandbox("box")
+	if err := old.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	evs := u.until("box", p.PID, 0, hasEnd)
+	if end := evs[len(evs)-1]; end.Exit == nil || end.Exit.Error != "sandbox_ended" {
+		t.Errorf("the process's end: %+v, want sandbox_ended", end.Exit)
+	}
+	q := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"cat", "/workspace/keep.txt"}})
+	if got := stdout(u.until("box", q.PID, 0, hasEnd)); got != "kept" {
+		t.Errorf("in the new sandbox the file holds %q", got)
+	}
+	if now := u.heldSandbox("box"); now == old || u.live(old.ID()) {
+		t.Errorf("the dead sandbox was not replaced")
+	}
+	if info, _ := u.m.Sandbox("t", "box"); info.Restarts != 1 {
+		t.Errorf("restarts %d, want 1", info.Restarts)
+	}
+}
+
+// TestLiveFiles: files by absolute or relative path, binary-safe; listing
+// with depth; stat; remove; paths outside /workspace and /tmp refused.
+func TestLiveFiles(t *testing.T) {
+	u := newUnit(t)
+	ctx := t.Context()
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	data := []byte{0, 1, 2, 0xff, '\n'}
+	f, err := u.m.WriteFile(ctx, "t", "box", "d/e/data.bin", bytes.NewReader(data))
+	if err != nil || f.Path != "/workspace/d/e/data.bin" || f.Size != int64(len(data)) || f.Type != "file" {
+		t.Fatalf("WriteFile = %+v, %v", f, err)
+	}
+	var b bytes.Buffer
+	if err := u.m.ReadFile(ctx, "t", "box", "/workspace/d/e/data.bin", &b); err != nil || !bytes.Equal(b.Bytes(), data) {
+		t.Errorf("ReadFile = %q, %v", b.Bytes(), err)
+	}
+	if _, err := u.m.WriteFile(ctx, "t", "box", "/tmp/t.txt", strings.NewReader("tmp")); err != nil {
+		t.Error(err)
+	}
+	l, err := u.m.ListFiles(ctx, "t", "box", "/workspace", 1)
+	if err != nil || len(l) != 1 || l[0].Path != "/workspace/d" || l[0].Type != "dir" {
+		t.Errorf("ListFiles depth 1 = %+v, %v", l, err)
+	}
+	l, err = u.m.ListFiles(ctx, "t", "box", "/workspace", 3)
+	var paths []string
+	for _, f := range l {
+		paths = append(paths, f.Path)
+	}
+	if err != nil || strings.Join(paths, " ") != "/workspace/d /workspace/d/e /workspace/d/e/data.bin" {
+		t.Errorf("ListFiles depth 3 = %v, %v", paths, err)
+	}
+	if st, err := u.m.StatFile(ctx, "t", "box", "d/e"); err != nil || st.Type != "dir" || st.Path != "/workspace/d/e" {
+		t.Errorf("StatFile = %+v, %v", st, err)
+	}
+	if err := u.m.RemoveFile(ctx, "t", "box", "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.m.StatFile(ctx, "t", "box", "d"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("StatFile of a removed directory: %v, want ENOENT", err)
+	}
+	for _, bad := range []string{"/etc/passwd", "/workspace/../etc", "/workspace/", "a/../../b", "/tmp2/x", "/"} {
+		if _, err := u.m.StatFile(ctx, "t", "box", bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("StatFile(%q): %v, want ErrInvalid", bad, err)
+		}
+	}
+	for name, err := range map[string]error{
+		"remove the top": u.m.RemoveFile(ctx, "t", "box", "/workspace"),
+		"read the top":   u.m.ReadFile(ctx, "t", "box", "/tmp", &b),
+	} {
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(u.sessionDir("box"), "disk.img.fake")); err != nil {
+		t.Errorf("the sandbox's disk is not in its session's directory: %v", err)
+	}
+}

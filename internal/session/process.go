@@ -1,0 +1,467 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Processes of a live sandbox run persistent in its agent: no execution's
+// end reaps them, they live until they exit or the sandbox ends. Each
+// one's output goes to a buffer on this node (the sandbox's owner) that
+// keeps the latest Config.OutputBuffer bytes: a client that connects late,
+// or a second client, reads what is buffered and then what comes.
+
+// Bounds of a process request.
+const (
+	maxArgv      = 4096
+	maxArgvBytes = 256 << 10
+	maxTag       = 256
+)
+
+// process is one process of a live sandbox.
+type process struct {
+	p   *agent.Process
+	out *Output
+
+	// Guarded by out.mu:
+	info        sandbox.ProcessInfo
+	stdinClosed bool
+}
+
+// Output is a process's event log: its start, its output as it came
+// (the latest bytes of it, up to a bound) and its end. It is safe for
+// concurrent use; it implements agent.Output.
+type Output struct {
+	mu     sync.Mutex
+	max    int64
+	events []sandbox.ProcessEvent // start, then output and end, by Seq
+	size   int64                  // Data bytes in events
+	next   uint64
+	// dropped counts output bytes dropped to keep size under max, the
+	// last of them in event lastDropped.
+	dropped     int64
+	lastDropped uint64
+	ended       bool
+	// changed is closed, and replaced, when an event arrives.
+	changed chan struct{}
+	proc    *process
+}
+
+func newOutput(max int64) *Output {
+	// Seq 1 is the start event, added once the pid is known; output that
+	// comes before (the agent may send it before its answer) follows it.
+	return &Output{max: max, next: 2, changed: make(chan struct{})}
+}
+
+func (o *Output) addLocked(ev sandbox.ProcessEvent) {
+	if ev.Type == sandbox.ProcessEventStart {
+		ev.Seq = 1
+		o.events = slices.Insert(o.events, 0, ev)
+	} else {
+		ev.Seq = o.next
+		o.next++
+		o.events = append(o.events, ev)
+	}
+	o.size += int64(len(ev.Data))
+	for o.size > o.max {
+		// Drop the oldest output (never the start event).
+		i := slices.IndexFunc(o.events, func(e sandbox.ProcessEvent) bool { return len(e.Data) > 0 })
+		if i < 0 {
+			break
+		}
+		d := o.events[i]
+		o.size -= int64(len(d.Data))
+		o.dropped += int64(len(d.Data))
+		o.lastDropped = d.Seq
+		o.events = slices.Delete(o.events, i, i+1)
+	}
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+func (o *Output) output(typ string, p []byte) {
+	b := slices.Clone(p) // the agent client reuses its buffer
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.addLocked(sandbox.ProcessEvent{Type: typ, Data: b})
+}
+
+// Stdout implements agent.Output.
+func (o *Output) Stdout(p []byte) { o.output(sandbox.ProcessEventStdout, p) }
+
+// Stderr implements agent.Output.
+func (o *Output) Stderr(p []byte) { o.output(sandbox.ProcessEventStderr, p) }
+
+// Status implements agent.Output; processes have no status pipe.
+func (o *Output) Status([]byte) {}
+
+// Events returns the events after seq after (0: all there are), a channel
+// closed when more come, and whether the process has ended (then nothing
+// more comes). When output after after was dropped from the buffer, the
+// first event is a dropped event that says how much. Text is set on
+// output events.
+func (o *Output) Events(after uint64) ([]sandbox.ProcessEvent, <-chan struct{}, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []sandbox.ProcessEvent
+	if o.dropped > 0 && after < o.lastDropped {
+		out = append(out, sandbox.ProcessEvent{Seq: o.lastDropped, Type: sandbox.ProcessEventDropped, Dropped: o.dropped})
+	}
+	for _, ev := range o.events {
+		if ev.Seq <= after || (ev.Seq <= o.lastDropped && ev.Type != sandbox.ProcessEventStart) {
+			continue
+		}
+		if len(ev.Data) > 0 {
+			ev.Text = strings.ToValidUTF8(string(ev.Data), "\uFFFD")
+		}
+		out = append(out, ev)
+	}
+	// The start event comes first even when later output was dropped.
+	slices.SortStableFunc(out, func(a, b sandbox.ProcessEvent) int {
+		return boolInt(a.Type != sandbox.ProcessEventStart) - boolInt(b.Type != sandbox.ProcessEventStart)
+	})
+	return out, o.changed, o.ended
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// done is closed once the process has ended.
+func (o *Output) end(exit sandbox.ProcessExit) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.proc.info.Running = false
+	o.proc.info.Exit = &exit
+	o.ended = true
+	o.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventEnd, Exit: &exit})
+}
+
+// checkProcess validates a start request.
+func checkProcess(req *sandbox.StartProcessRequest) error {
+	bad := func(field, msg string) error { return &engine.InputError{Field: field, Message: msg} }
+	switch {
+	case len(req.Cmd) > 0 && req.Shell != "":
+		return bad("cmd", "give cmd or shell, not both")
+	case len(req.Cmd) == 0 && req.Shell == "":
+		return bad("cmd", "give cmd (an argv) or shell (a command line)")
+	case len(req.Tag) > maxTag:
+		return bad("tag", fmt.Sprintf("is longer than %d bytes", maxTag))
+	case req.PTY != nil:
+		return fmt.Errorf("%w: a PTY", ErrUnsupported)
+	}
+	if req.Shell != "" {
+		req.Cmd = []string{"/bin/bash", "-l", "-c", req.Shell}
+	}
+	if len(req.Cmd) > maxArgv {
+		return bad("cmd", fmt.Sprintf("has %d arguments; the limit is %d", len(req.Cmd), maxArgv))
+	}
+	total := 0
+	for _, a := range req.Cmd {
+		total += len(a)
+		if !utf8.ValidString(a) || strings.ContainsRune(a, 0) {
+			return bad("cmd", "arguments are UTF-8 without NUL bytes")
+		}
+	}
+	if total > maxArgvBytes || req.Cmd[0] == "" {
+		return bad("cmd", fmt.Sprintf("must name a program and hold at most %d bytes", maxArgvBytes))
+	}
+	if req.Cwd == "" {
+		req.Cwd = "/workspace"
+	}
+	if !path.IsAbs(req.Cwd) || path.Clean(req.Cwd) != req.Cwd || len(req.Cwd) > 1024 || strings.ContainsRune(req.Cwd, 0) {
+		return bad("cwd", "must be an absolute, clean path")
+	}
+	if err := engine.CheckEnv(req.Env); err != nil {
+		return err
+	}
+	return nil
+}
+
+// StartProcess starts a process in tenant's live sandbox id.
+func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandbox.StartProcessRequest) (sandbox.ProcessInfo, error) {
+	if err := checkProcess(&req); err != nil {
+		return sandbox.ProcessInfo{}, err
+	}
+	e, err := m.liveEntry(tenant, id)
+	if err != nil {
+		return sandbox.ProcessInfo{}, err
+	}
+	sb, err := m.held(ctx, e)
+	if err != nil {
+		return sandbox.ProcessInfo{}, err
+	}
+	ls := e.live
+	ls.mu.Lock()
+	if ls.sb != sb {
+		ls.mu.Unlock()
+		return sandbox.ProcessInfo{}, fmt.Errorf("%w: the sandbox ended", ErrNotFound)
+	}
+	running := 0
+	for _, p := range ls.procs {
+		if !p.out.Ended() {
+			running++
+		}
+	}
+	env := maps.Clone(ls.env)
+	ls.mu.Unlock()
+	if running >= m.cfg.MaxProcesses {
+		return sandbox.ProcessInfo{}, ErrTooMany
+	}
+	maps.Copy(env, req.Env)
+	out := newOutput(m.cfg.OutputBuffer)
+	p, err := sb.Agent().Start(ctx, agent.StartRequest{Argv: req.Cmd, Env: sortedEnv(env), Dir: req.Cwd,
+		Stdin: req.Stdin, Persistent: true}, out)
+	if err != nil {
+		var re *agent.RemoteError
+		if errors.As(err, &re) && (errors.Is(re, syscall.ENOENT) || errors.Is(re, syscall.EACCES) || errors.Is(re, syscall.ENOTDIR)) {
+			return sandbox.ProcessInfo{}, &engine.InputError{Field: "cmd",
+				Message: "the program, or the working directory, does not exist in the sandbox or may not be run"}
+		}
+		return sandbox.ProcessInfo{}, fmt.Errorf("start a process in %s: %w", e.key, err)
+	}
+	started := m.now().UTC()
+	proc := &process{p: p, out: out, info: sandbox.ProcessInfo{PID: p.PID, Tag: req.Tag, Cmd: req.Cmd, Cwd: req.Cwd,
+		Stdin: req.Stdin, Running: true, StartedAt: started}}
+	out.mu.Lock()
+	out.proc = proc
+	out.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventStart, PID: p.PID})
+	info := proc.info
+	out.mu.Unlock()
+	ls.mu.Lock()
+	if old, ok := ls.procs[p.PID]; ok && old.out.Ended() {
+		// The pid was reused: the ended process's record goes.
+		ls.ended = slices.DeleteFunc(ls.ended, func(pid int) bool { return pid == p.PID })
+	}
+	ls.procs[p.PID] = proc
+	ls.mu.Unlock()
+	// Owned by the process: it ends when the process does, or when its
+	// sandbox goes (the agent's stream ends every process).
+	go func() {
+		st, werr := p.Wait(context.Background())
+		exit := sandbox.ProcessExit{ExitCode: st.Code}
+		switch {
+		case werr != nil:
+			exit.ExitCode, exit.Error = -1, "sandbox_ended"
+		case st.Signal != 0:
+			exit.ExitCode, exit.Signal = 128+st.Signal, unix.SignalName(syscall.Signal(st.Signal))
+		}
+		exit.EndedAt = m.now().UTC()
+		exit.Duration = exit.EndedAt.Sub(started).Milliseconds()
+		out.end(exit)
+		ls.mu.Lock()
+		if ls.procs[p.PID] == proc {
+			ls.ended = append(ls.ended, p.PID)
+			for len(ls.ended) > m.cfg.KeepEnded {
+				delete(ls.procs, ls.ended[0])
+				ls.ended = ls.ended[1:]
+			}
+		}
+		ls.mu.Unlock()
+	}()
+	return info, nil
+}
+
+// Ended reports whether the process has ended.
+func (o *Output) Ended() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ended
+}
+
+func sortedEnv(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// proc returns a process of tenant's live sandbox id.
+func (m *Manager) proc(tenant, id string, pid int) (*process, error) {
+	e, err := m.liveEntry(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	e.live.mu.Lock()
+	defer e.live.mu.Unlock()
+	p, ok := e.live.procs[pid]
+	if !ok {
+		return nil, fmt.Errorf("process %d: %w", pid, ErrNoProcess)
+	}
+	return p, nil
+}
+
+func (p *process) snapshot() sandbox.ProcessInfo {
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	info := p.info
+	if info.Exit != nil {
+		x := *info.Exit
+		info.Exit = &x
+	}
+	return info
+}
+
+// Processes lists the processes of tenant's live sandbox id: those
+// running and the latest that ended, by pid.
+func (m *Manager) Processes(tenant, id string) ([]sandbox.ProcessInfo, error) {
+	e, err := m.liveEntry(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	e.live.mu.Lock()
+	procs := slices.Collect(maps.Values(e.live.procs))
+	e.live.mu.Unlock()
+	out := make([]sandbox.ProcessInfo, 0, len(procs))
+	for _, p := range procs {
+		out = append(out, p.snapshot())
+	}
+	slices.SortFunc(out, func(a, b sandbox.ProcessInfo) int { return a.PID - b.PID })
+	return out, nil
+}
+
+// Process describes one process; with wait, once it has ended (or ctx
+// has).
+func (m *Manager) Process(ctx context.Context, tenant, id string, pid int, wait bool) (sandbox.ProcessInfo, error) {
+	p, err := m.proc(tenant, id, pid)
+	if err != nil {
+		return sandbox.ProcessInfo{}, err
+	}
+	if wait {
+		for {
+			_, changed, ended := p.out.Events(^uint64(0))
+			if ended {
+				break
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return sandbox.ProcessInfo{}, ctx.Err()
+			}
+		}
+	}
+	return p.snapshot(), nil
+}
+
+// ProcessOutput returns the event log of a process.
+func (m *Manager) ProcessOutput(tenant, id string, pid int) (*Output, error) {
+	p, err := m.proc(tenant, id, pid)
+	if err != nil {
+		return nil, err
+	}
+	return p.out, nil
+}
+
+// WriteStdin copies r to a process's stdin until r ends; it returns how
+// many bytes it wrote.
+func (m *Manager) WriteStdin(ctx context.Context, tenant, id string, pid int, r io.Reader) (int64, error) {
+	p, err := m.proc(tenant, id, pid)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.writable(); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 64<<10)
+	var n int64
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			if err := p.p.WriteStdin(buf[:k]); err != nil {
+				return n, fmt.Errorf("write stdin: %w", err)
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+	}
+}
+
+func (p *process) writable() error {
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	switch {
+	case !p.info.Stdin:
+		return ErrNoStdin
+	case !p.info.Running || p.stdinClosed:
+		return ErrEnded
+	}
+	return nil
+}
+
+// CloseStdin closes a process's stdin (it reads EOF).
+func (m *Manager) CloseStdin(tenant, id string, pid int) error {
+	p, err := m.proc(tenant, id, pid)
+	if err != nil {
+		return err
+	}
+	if err := p.writable(); err != nil {
+		return err
+	}
+	p.out.mu.Lock()
+	p.stdinClosed = true
+	p.out.mu.Unlock()
+	return p.p.CloseStdin()
+}
+
+// ParseSignal reads a signal given by name ("SIGTERM", "term") or number.
+func ParseSignal(s string) (syscall.Signal, error) {
+	s = strings.TrimSpace(s)
+	var n int
+	if _, err := fmt.Sscanf(s, "%d", &n); err == nil && fmt.Sprint(n) == s {
+		if n < 1 || n > 64 {
+			return 0, invalid("signal %d is not between 1 and 64", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	sig := unix.SignalNum(name)
+	if sig == 0 {
+		return 0, invalid("unknown signal %q", s)
+	}
+	return sig, nil
+}
+
+// Signal sends sig to a process and its process group.
+func (m *Manager) Signal(ctx context.Context, tenant, id string, pid int, sig syscall.Signal) error {
+	p, err := m.proc(tenant, id, pid)
+	if err != nil {
+		return err
+	}
+	if p.out.Ended() {
+		return ErrEnded
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return p.p.Signal(ctx, sig)
+}

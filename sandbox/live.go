@@ -1,0 +1,183 @@
+package sandbox
+
+import (
+	"encoding/base64"
+	"time"
+)
+
+// A live sandbox is a session whose sandbox is held for its whole life:
+// processes started in it run on between calls, files stay, executions
+// that name it (ExecuteRequest.SessionID) run inside it. These are the wire
+// types of /v1/sandboxes.
+
+// SandboxLimits bound a whole live sandbox: every process, execution and
+// code context in it together. Zero fields take the server's defaults.
+type SandboxLimits struct {
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	CPUs     float64 `json:"cpus,omitempty"`
+	// Pids caps the processes and threads of the sandbox.
+	Pids   int64 `json:"pids,omitempty"`
+	DiskMB int64 `json:"disk_mb,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	// SandboxID is optional and client-chosen (the rules of an execution
+	// id); the server makes one otherwise.
+	SandboxID string `json:"sandbox_id,omitempty"`
+	// Language picks the image (its default one) and the caches; bash if
+	// empty.
+	Language string `json:"language,omitempty"`
+	// Image names the image instead of the language's default.
+	Image  string            `json:"image,omitempty"`
+	Limits SandboxLimits     `json:"limits,omitzero"`
+	Env    map[string]string `json:"env,omitempty"`
+	// Network opens egress to the listed domains for everything that runs
+	// in the sandbox; without it there is none.
+	Network *Network `json:"network,omitempty"`
+	// Tier is container, gvisor or auto (the server routes by risk).
+	Tier Isolation `json:"tier,omitempty"`
+	// TimeoutSeconds is how long the sandbox lives from now (default: the
+	// server's, 5 minutes); it does not slide with use. SetTimeout changes it.
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+	// Metadata are the client's labels, listed and filtered on (at most 32
+	// pairs, 4 KiB in all).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// SandboxInfo describes a live sandbox (GET /v1/sandboxes/{id}).
+type SandboxInfo struct {
+	SandboxID string            `json:"sandbox_id"`
+	Language  string            `json:"language"`
+	Image     string            `json:"image"`
+	Tier      string            `json:"tier"`
+	Limits    SandboxLimits     `json:"limits"`
+	Network   *Network          `json:"network,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// State is "running", or "starting" while the sandbox is (re)made.
+	State          string    `json:"state"`
+	TimeoutSeconds int64     `json:"timeout_seconds"`
+	CreatedAt      time.Time `json:"created_at"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	// Executions counts the executions run in the sandbox.
+	Executions int64 `json:"executions"`
+	// Restarts counts the times the sandbox died and was made again on
+	// the same disk (its processes were lost then).
+	Restarts int64 `json:"restarts"`
+}
+
+// SandboxList is the answer of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []SandboxInfo `json:"sandboxes"`
+}
+
+// PTYSize is a terminal's size.
+type PTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes.
+// Exactly one of Cmd and Shell is set.
+type StartProcessRequest struct {
+	// Cmd is the argv, looked up in PATH.
+	Cmd []string `json:"cmd,omitempty"`
+	// Shell is a command line, run as /bin/bash -l -c Shell.
+	Shell string `json:"shell,omitempty"`
+	// Cwd is the working directory (default /workspace).
+	Cwd string            `json:"cwd,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// Stdin keeps the process's stdin open for WriteStdin; otherwise it
+	// reads nothing.
+	Stdin bool `json:"stdin,omitempty"`
+	// Tag is the client's name for the process, listed with it.
+	Tag string `json:"tag,omitempty"`
+	// PTY runs the process on a terminal of this size.
+	PTY *PTYSize `json:"pty,omitempty"`
+}
+
+// ProcessInfo describes a process of a live sandbox.
+type ProcessInfo struct {
+	// PID is the process's id inside the sandbox.
+	PID       int       `json:"pid"`
+	Tag       string    `json:"tag,omitempty"`
+	Cmd       []string  `json:"cmd"`
+	Cwd       string    `json:"cwd"`
+	Stdin     bool      `json:"stdin,omitempty"`
+	Running   bool      `json:"running"`
+	StartedAt time.Time `json:"started_at"`
+	// Exit is set once the process has ended.
+	Exit *ProcessExit `json:"exit,omitempty"`
+}
+
+// ProcessExit is how a process ended.
+type ProcessExit struct {
+	// ExitCode is the exit status, or 128+n when signal n killed it.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed it ("SIGTERM"), if one did.
+	Signal string `json:"signal,omitempty"`
+	// Error says why the process's end is not known: the sandbox ended
+	// under it ("sandbox_ended").
+	Error    string    `json:"error,omitempty"`
+	EndedAt  time.Time `json:"ended_at"`
+	Duration int64     `json:"duration_ms"`
+}
+
+// ProcessList is the answer of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []ProcessInfo `json:"processes"`
+}
+
+// Process event types, the "event:" of the SSE stream of
+// GET /v1/sandboxes/{id}/processes/{pid}/events.
+const (
+	ProcessEventStart  = "start"
+	ProcessEventStdout = "stdout"
+	ProcessEventStderr = "stderr"
+	// ProcessEventDropped says that output was dropped from the server's
+	// buffer before this client read it (Dropped bytes).
+	ProcessEventDropped = "dropped"
+	ProcessEventEnd     = "end"
+)
+
+// ProcessEvent is one event of a process: its start, a chunk of output
+// (Data holds the bytes, lossless; Text the same as UTF-8 with invalid
+// sequences replaced), output lost from the buffer, or its end. Seq
+// numbers a process's events from 1 (the SSE id); a client resumes after
+// one with Last-Event-ID.
+type ProcessEvent struct {
+	Seq     uint64 `json:"seq"`
+	Type    string `json:"type"`
+	PID     int    `json:"pid,omitempty"`
+	Data    []byte `json:"data,omitempty"` // base64 in JSON
+	Text    string `json:"text,omitempty"`
+	Dropped int64  `json:"dropped,omitempty"`
+	// Exit is set on the end event.
+	Exit *ProcessExit `json:"exit,omitempty"`
+}
+
+// DataBase64 is Data as the JSON carries it.
+func (e ProcessEvent) DataBase64() string { return base64.StdEncoding.EncodeToString(e.Data) }
+
+// SignalRequest is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal:
+// a name ("SIGTERM", "TERM") or a number (15).
+type SignalRequest struct {
+	Signal any `json:"signal"`
+}
+
+// SandboxFile is a file or directory of a live sandbox.
+type SandboxFile struct {
+	// Path is absolute in the sandbox ("/workspace/data/a.csv").
+	Path    string    `json:"path"`
+	Name    string    `json:"name"`
+	Type    string    `json:"type"` // file, dir, symlink or other
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"mod_time"`
+}
+
+// SandboxFileList is the answer of GET /v1/sandboxes/{id}/files/list.
+type SandboxFileList struct {
+	Path    string        `json:"path"`
+	Entries []SandboxFile `json:"entries"`
+}

@@ -130,7 +130,7 @@ type entry struct {
 
 	// Guarded by Manager.mu:
 	info Info
-	spec *LiveSpec // a live sandbox's, with live
+	spec *LiveSpec       // a live sandbox's, with live
 	sb   runtime.Sandbox // kept clean sandbox, if any
 	sbOf string          // what sb was made for (see runtime.Key)
 	gone bool            // deleted or expired

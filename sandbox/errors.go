@@ -116,6 +116,9 @@ func (e *APIError) Error() string {
 
 // Is matches the sentinel errors by status and code.
 func (e *APIError) Is(target error) bool {
+	if ok, known := e.isLive(target); known {
+		return ok
+	}
 	switch target {
 	case ErrInvalidRequest:
 		return e.Status == http.StatusBadRequest

@@ -1,9 +1,6 @@
 package sandbox
 
-import (
-	"encoding/base64"
-	"time"
-)
+import "time"
 
 // A live sandbox is a session whose sandbox is held for its whole life:
 // processes started in it run on between calls, files stay, executions
@@ -155,9 +152,6 @@ type ProcessEvent struct {
 	// Exit is set on the end event.
 	Exit *ProcessExit `json:"exit,omitempty"`
 }
-
-// DataBase64 is Data as the JSON carries it.
-func (e ProcessEvent) DataBase64() string { return base64.StdEncoding.EncodeToString(e.Data) }
 
 // SignalRequest is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal:
 // a name ("SIGTERM", "TERM") or a number (15).

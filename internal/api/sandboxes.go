@@ -347,7 +347,12 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 }
 
 func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if _, _, ok := s.processPath(w, r, t); !ok {
+	id, pid, ok := s.processPath(w, r, t)
+	if !ok {
+		return
+	}
+	if _, err := s.sessions.Process(r.Context(), t.Name, id, pid, false); err != nil {
+		writeError(w, asError(err, s.log))
 		return
 	}
 	writeError(w, asError(fmt.Errorf("%w: resize", session.ErrUnsupported), s.log))
@@ -554,7 +559,12 @@ func (s *Server) notYet(what string) authed {
 		if !s.sandboxesOn(w) {
 			return
 		}
-		if _, ok := s.sandboxRoute(w, r, t, 0); !ok {
+		id, ok := s.sandboxRoute(w, r, t, 0)
+		if !ok {
+			return
+		}
+		if _, err := s.sessions.Sandbox(t.Name, id); err != nil {
+			writeError(w, asError(err, s.log))
 			return
 		}
 		writeError(w, asError(fmt.Errorf("%w: %s", session.ErrUnsupported, what), s.log))

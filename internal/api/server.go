@@ -112,6 +112,13 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/sandboxes/{id}/files/mkdir", s.withTenant(s.notYet("mkdir")))
 	route("POST /v1/sandboxes/{id}/files/move", s.withTenant(s.notYet("move")))
 	route("GET /v1/sandboxes/{id}/files/watch", s.withTenant(s.notYet("watch")))
+	route("POST /v1/sandboxes/{id}/contexts", s.withTenant(s.notYet("code contexts")))
+	route("GET /v1/sandboxes/{id}/contexts", s.withTenant(s.notYet("code contexts")))
+	route("DELETE /v1/sandboxes/{id}/contexts/{cid}", s.withTenant(s.notYet("code contexts")))
+	route("POST /v1/sandboxes/{id}/contexts/{cid}/run", s.withTenant(s.notYet("code contexts")))
+	route("POST /v1/sandboxes/{id}/contexts/{cid}/restart", s.withTenant(s.notYet("code contexts")))
+	route("POST /v1/sandboxes/{id}/contexts/{cid}/fork", s.withTenant(s.notYet("code contexts")))
+	route("POST /v1/sandboxes/{id}/contexts/{cid}/interrupt", s.withTenant(s.notYet("code contexts")))
 	if s.blobs != nil {
 		// Signed links carry their own authorisation: no API key.
 		route("GET /v1/blobs/{key...}", s.blobs.ServeHTTP)

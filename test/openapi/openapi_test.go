@@ -308,6 +308,7 @@ func TestResponsesMatchSpec(t *testing.T) {
 	c.do(call{method: "GET", path: "/v1/stats", want: 401})
 
 	c.sessionsAndFiles(srv, rec.ExecutionID)
+	c.liveSandboxes(key)
 
 	// Operations.
 	c.do(call{method: "GET", path: "/healthz", want: 200})

@@ -1,0 +1,157 @@
+package openapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/corralhq/corral/sandbox"
+)
+
+// liveSandboxes exercises every operation of /v1/sandboxes and each
+// answer it documents.
+func (c *checker) liveSandboxes(key string) {
+	t := c.t
+	js := func(v any) []byte { return mustJSON(v) }
+	octet := http.Header{"Content-Type": {"application/octet-stream"}}
+
+	// Create: 201, 400, 401, 409.
+	var info sandbox.SandboxInfo
+	raw := c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 201,
+		body: js(sandbox.CreateSandboxRequest{SandboxID: "spec-live", Tier: sandbox.IsolationContainer, TimeoutSeconds: 600,
+			Limits: sandbox.SandboxLimits{DiskMB: 32}, Metadata: map[string]string{"suite": "openapi"}})})
+	if err := json.Unmarshal(raw, &info); err != nil || info.SandboxID != "spec-live" {
+		t.Fatalf("create: %s", raw)
+	}
+	base := "/v1/sandboxes/spec-live"
+	c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 400, body: js(map[string]any{"tier": "vm"})})
+	c.do(call{method: "POST", path: "/v1/sandboxes", want: 401, body: js(map[string]any{})})
+	c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 409, body: js(map[string]any{"sandbox_id": "spec-live"})})
+
+	// List: 200, 400, 401.
+	listed := c.do(call{method: "GET", path: "/v1/sandboxes?metadata.suite=openapi", key: key, want: 200})
+	if !strings.Contains(string(listed), `"sandbox_id":"spec-live"`) {
+		t.Errorf("list by metadata: %s", listed)
+	}
+	c.do(call{method: "GET", path: "/v1/sandboxes?metadata=suite%3Dopenapi", key: key, want: 200})
+	c.do(call{method: "GET", path: "/v1/sandboxes?metadata=broken", key: key, want: 400})
+	c.do(call{method: "GET", path: "/v1/sandboxes", want: 401})
+
+	// Get, timeout.
+	c.do(call{method: "GET", path: base, key: key, want: 200})
+	c.do(call{method: "GET", path: base, want: 401})
+	c.do(call{method: "GET", path: "/v1/sandboxes/nope", key: key, want: 404})
+	c.do(call{method: "GET", path: base, key: "wrong", want: 401})
+	c.do(call{method: "POST", path: base + "/timeout", key: key, want: 200, body: js(map[string]int{"timeout_seconds": 900})})
+	c.do(call{method: "POST", path: base + "/timeout", key: key, want: 400, body: js(map[string]int{"timeout_seconds": 0})})
+	c.do(call{method: "POST", path: base + "/timeout", want: 401, body: js(map[string]int{"timeout_seconds": 60})})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/timeout", key: key, want: 404, body: js(map[string]int{"timeout_seconds": 60})})
+
+	// Processes.
+	var cat sandbox.ProcessInfo
+	json.Unmarshal(c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,
+		body: js(sandbox.StartProcessRequest{Cmd: []string{"cat"}, Stdin: true, Tag: "cat"})}), &cat)
+	var quiet sandbox.ProcessInfo
+	json.Unmarshal(c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,
+		body: js(sandbox.StartProcessRequest{Shell: "echo hi"})}), &quiet)
+	c.do(call{method: "POST", path: base + "/processes", key: key, want: 400, body: js(map[string]any{"cmd": []string{}})})
+	c.do(call{method: "POST", path: base + "/processes", want: 401, body: js(map[string]any{"cmd": []string{"true"}})})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/processes", key: key, want: 404, body: js(map[string]any{"cmd": []string{"true"}})})
+	c.do(call{method: "POST", path: base + "/processes", key: key, want: 501,
+		body: js(sandbox.StartProcessRequest{Cmd: []string{"bash"}, PTY: &sandbox.PTYSize{Cols: 80, Rows: 24}})})
+	c.do(call{method: "GET", path: base + "/processes", key: key, want: 200})
+	c.do(call{method: "GET", path: base + "/processes", want: 401})
+	c.do(call{method: "GET", path: "/v1/sandboxes/nope/processes", key: key, want: 404})
+	p := fmt.Sprintf("%s/processes/%d", base, cat.PID)
+	q := fmt.Sprintf("%s/processes/%d", base, quiet.PID)
+	c.do(call{method: "GET", path: p, key: key, want: 200})
+	c.do(call{method: "GET", path: q + "?wait=true", key: key, want: 200})
+	c.do(call{method: "GET", path: p, want: 401})
+	c.do(call{method: "GET", path: base + "/processes/999999", key: key, want: 404})
+	c.do(call{method: "POST", path: p + "/stdin", key: key, want: 200, header: octet, body: []byte("through cat\n")})
+	c.do(call{method: "POST", path: p + "/stdin", want: 401, header: octet, body: []byte("x")})
+	c.do(call{method: "POST", path: base + "/processes/999999/stdin", key: key, want: 404, header: octet, body: []byte("x")})
+	c.do(call{method: "POST", path: q + "/stdin", key: key, want: 409, header: octet, body: []byte("x")})
+	c.do(call{method: "POST", path: p + "/stdin/close", key: key, want: 204})
+	c.do(call{method: "POST", path: p + "/stdin/close", want: 401})
+	c.do(call{method: "POST", path: base + "/processes/999999/stdin/close", key: key, want: 404})
+	c.do(call{method: "POST", path: q + "/stdin/close", key: key, want: 409})
+	events := c.do(call{method: "GET", path: p + "/events", key: key, want: 200})
+	if !strings.Contains(string(events), `"text":"through cat\n"`) || !strings.Contains(string(events), "event: end") {
+		t.Errorf("cat's events: %s", clip(events))
+	}
+	c.do(call{method: "GET", path: p + "/events", key: key, want: 400, invalid: true, header: http.Header{"Last-Event-Id": {"x"}}})
+	c.do(call{method: "GET", path: p + "/events", want: 401})
+	c.do(call{method: "GET", path: base + "/processes/999999/events", key: key, want: 404})
+	var sleeper sandbox.ProcessInfo
+	json.Unmarshal(c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,
+		body: js(sandbox.StartProcessRequest{Cmd: []string{"sleep", "600"}})}), &sleeper)
+	sp := fmt.Sprintf("%s/processes/%d", base, sleeper.PID)
+	c.do(call{method: "POST", path: sp + "/resize", key: key, want: 501, body: js(sandbox.PTYSize{Cols: 100, Rows: 40})})
+	c.do(call{method: "POST", path: sp + "/resize", want: 401, body: js(sandbox.PTYSize{Cols: 100, Rows: 40})})
+	c.do(call{method: "POST", path: base + "/processes/999999/resize", key: key, want: 404, body: js(sandbox.PTYSize{Cols: 100, Rows: 40})})
+	c.do(call{method: "POST", path: sp + "/signal", key: key, want: 400, invalid: true, body: js(map[string]any{"signal": "SIGNOPE"})})
+	c.do(call{method: "POST", path: sp + "/signal", want: 401, body: js(map[string]any{"signal": "SIGTERM"})})
+	c.do(call{method: "POST", path: base + "/processes/999999/signal", key: key, want: 404, body: js(map[string]any{"signal": 15})})
+	c.do(call{method: "POST", path: sp + "/signal", key: key, want: 204, body: js(map[string]any{"signal": "SIGTERM"})})
+	c.do(call{method: "GET", path: sp + "?wait=true", key: key, want: 200})
+	c.do(call{method: "POST", path: sp + "/signal", key: key, want: 409, body: js(map[string]any{"signal": 15})})
+	// 429: as many processes as a sandbox may run.
+	for i := 0; i < 70 && !c.seen["POST /v1/sandboxes/{id}/processes 429"]; i++ {
+		c.do(call{method: "POST", path: base + "/processes", key: key, body: js(sandbox.StartProcessRequest{Cmd: []string{"sleep", "600"}})})
+	}
+	if !c.seen["POST /v1/sandboxes/{id}/processes 429"] {
+		t.Errorf("no 429 after 70 processes")
+	}
+
+	// Files.
+	f := base + "/files?path="
+	c.do(call{method: "PUT", path: f + "/workspace/d/a.bin", key: key, want: 200, header: octet, body: []byte{0, 1, 2, 0xff}})
+	c.do(call{method: "PUT", path: f + "/etc/passwd", key: key, want: 400, header: octet, body: []byte("x")})
+	c.do(call{method: "PUT", path: f + "a", want: 401, header: octet, body: []byte("x")})
+	c.do(call{method: "PUT", path: "/v1/sandboxes/nope/files?path=a", key: key, want: 404, header: octet, body: []byte("x")})
+	c.do(call{method: "PUT", path: f + "big", key: key, want: 413, header: octet, body: make([]byte, 40<<20)})
+	got := c.do(call{method: "GET", path: f + "d/a.bin", key: key, want: 200})
+	if string(got) != "\x00\x01\x02\xff" {
+		t.Errorf("download: %q", got)
+	}
+	c.do(call{method: "GET", path: f + "..%2Fx", key: key, want: 400})
+	c.do(call{method: "GET", path: f + "d/a.bin", want: 401})
+	c.do(call{method: "GET", path: f + "missing", key: key, want: 404})
+	c.do(call{method: "GET", path: base + "/files/list?path=/workspace&depth=2", key: key, want: 200})
+	c.do(call{method: "GET", path: base + "/files/list?depth=99", key: key, want: 400})
+	c.do(call{method: "GET", path: base + "/files/list", want: 401})
+	c.do(call{method: "GET", path: base + "/files/list?path=/workspace/missing", key: key, want: 404})
+	c.do(call{method: "GET", path: base + "/files/stat?path=d", key: key, want: 200})
+	c.do(call{method: "GET", path: base + "/files/stat?path=/proc", key: key, want: 400})
+	c.do(call{method: "GET", path: base + "/files/stat?path=d", want: 401})
+	c.do(call{method: "GET", path: base + "/files/stat?path=missing", key: key, want: 404})
+	c.do(call{method: "DELETE", path: f + "d", key: key, want: 204})
+	c.do(call{method: "DELETE", path: f + "/workspace", key: key, want: 400})
+	c.do(call{method: "DELETE", path: f + "d", want: 401})
+	c.do(call{method: "DELETE", path: "/v1/sandboxes/nope/files?path=d", key: key, want: 404})
+
+	// What comes later: 501 now.
+	for _, op := range []struct{ method, path string }{
+		{"POST", "/files/mkdir"}, {"POST", "/files/move"}, {"GET", "/files/watch"},
+		{"POST", "/contexts"}, {"GET", "/contexts"}, {"DELETE", "/contexts/c1"}, {"POST", "/contexts/c1/run"},
+		{"POST", "/contexts/c1/restart"}, {"POST", "/contexts/c1/fork"}, {"POST", "/contexts/c1/interrupt"},
+	} {
+		var body []byte
+		if op.method == "POST" {
+			body = js(map[string]any{})
+			if strings.HasSuffix(op.path, "/run") {
+				body = js(map[string]any{"code": "1"})
+			}
+		}
+		c.do(call{method: op.method, path: base + op.path, key: key, want: 501, body: body, invalid: true})
+		c.do(call{method: op.method, path: base + op.path, want: 401, body: body, invalid: true})
+		c.do(call{method: op.method, path: "/v1/sandboxes/nope" + op.path, key: key, want: 404, body: body, invalid: true})
+	}
+
+	// Delete: 204, 401, 404.
+	c.do(call{method: "DELETE", path: base, want: 401})
+	c.do(call{method: "DELETE", path: base, key: key, want: 204})
+	c.do(call{method: "DELETE", path: base, key: key, want: 404})
+}

@@ -1,0 +1,280 @@
+// Package sandboxes tests live sandboxes through a real corral serve on
+// runc, over HTTP and through the Go SDK: background processes that serve
+// others in the same sandbox, stdin, signals, output replayed to a second
+// client, large files in bounded memory, timeouts that leave nothing, and
+// the curl and Go examples of docs/sandboxes.md.
+package sandboxes
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/runtime/oci"
+	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
+	"github.com/corralhq/corral/test/testserver"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// fastReap makes an expired sandbox go within a fraction of a second.
+const fastReap = `
+[sessions]
+reap_interval = "200ms"
+`
+
+func client(s *testserver.Server) *sandbox.Client {
+	return sandbox.NewClient(sandbox.Config{Endpoint: s.URL, APIKey: testserver.AlphaKey, Timeout: 2 * time.Minute})
+}
+
+// TestProcesses: a python http.server started in the background answers
+// curl from a second process of the same sandbox; stdin goes through cat
+// and back; SIGTERM ends a process with status 143; a second client that
+// connects after the end reads the whole output; the list shows them all.
+func TestProcesses(t *testing.T) {
+	s := testserver.Start(t, testserver.Options{NoPool: true})
+	c := client(s)
+	ctx := t.Context()
+	sb, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Tier: sandbox.IsolationContainer,
+		TimeoutSeconds: 600, Metadata: map[string]string{"test": "processes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Kill(context.Background())
+	if info.Tier != "container" || info.State != "running" {
+		t.Errorf("created %+v", info)
+	}
+	server, err := sb.Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"python3", "-m", "http.server", "8000"},
+		Cwd: "/workspace", Tag: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Files().Write(ctx, "index.html", strings.NewReader("served from the sandbox\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The server takes a moment to listen: curl retries on refusal.
+	out, errOut, exit, err := sb.Run(ctx, sandbox.StartProcessRequest{
+		Shell: "curl -sS --retry 50 --retry-connrefused --retry-delay 0 --retry-max-time 30 http://127.0.0.1:8000/index.html"})
+	if err != nil || exit.ExitCode != 0 || string(out) != "served from the sandbox\n" {
+		t.Fatalf("curl: %q %q %+v %v", out, errOut, exit, err)
+	}
+
+	cat, err := sb.Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte("round trip \x00\xff\n")
+	if err := cat.WriteStdin(ctx, bytes.NewReader(payload)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var echoed []byte
+	for ev, err := range cat.Events(ctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == sandbox.ProcessEventStdout {
+			echoed = append(echoed, ev.Data...)
+		}
+	}
+	if !bytes.Equal(echoed, payload) {
+		t.Errorf("cat gave back %q, want %q", echoed, payload)
+	}
+
+	sleeper, err := sb.Start(ctx, sandbox.StartProcessRequest{Shell: "echo ready; exec sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sleeper.Signal(ctx, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	end, err := sleeper.Wait(ctx)
+	if err != nil || end.ExitCode != 143 || end.Signal != "SIGTERM" {
+		t.Errorf("after SIGTERM: %+v, %v; want 143 SIGTERM", end, err)
+	}
+	// A second client, after the end, through a handle of its own.
+	other := client(s).Sandbox(sb.ID).Process(sleeper.PID)
+	var replay []string
+	for ev, err := range other.Events(ctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay = append(replay, ev.Type+":"+ev.Text)
+	}
+	if got := strings.Join(replay, ","); got != "start:,stdout:ready\n,end:" {
+		t.Errorf("replayed %s", got)
+	}
+	procs, err := sb.Processes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := map[int]bool{}
+	for _, p := range procs {
+		running[p.PID] = p.Running
+	}
+	if !running[server.PID] || running[cat.PID] || running[sleeper.PID] || len(procs) != 4 {
+		t.Errorf("processes %+v: want the server running, the other three ended", procs)
+	}
+	// An execution of the sandbox runs beside the server, and leaves it.
+	res, err := c.Execute(ctx, sandbox.ExecuteRequest{SessionID: sb.ID, Language: "python",
+		Code: "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8000/index.html').read().decode(), end='')"})
+	if err != nil || res.Stdout != "served from the sandbox\n" {
+		t.Errorf("an execution in the sandbox: %q, %v", res.Stdout, err)
+	}
+	if p, err := server.Info(ctx); err != nil || !p.Running {
+		t.Errorf("the server after an execution: %+v, %v", p, err)
+	}
+	// Listed by its metadata, and not by another's.
+	if l, err := c.ListSandboxes(ctx, map[string]string{"test": "processes"}); err != nil || len(l) != 1 || l[0].SandboxID != sb.ID {
+		t.Errorf("list by metadata: %+v, %v", l, err)
+	}
+	if l, err := c.ListSandboxes(ctx, map[string]string{"test": "other"}); err != nil || len(l) != 0 {
+		t.Errorf("list by other metadata: %+v, %v", l, err)
+	}
+	beta := sandbox.NewClient(sandbox.Config{Endpoint: s.URL, APIKey: testserver.BetaKey})
+	if _, err := beta.Sandbox(sb.ID).Info(ctx); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("another tenant's Info: %v, want not found", err)
+	}
+	if _, err := beta.Sandbox(sb.ID).Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"true"}}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("another tenant's Start: %v, want not found", err)
+	}
+}
+
+// TestLargeFiles: 100 MB up and down with equal digests, while corral's
+// memory grows by less than 64 MB.
+func TestLargeFiles(t *testing.T) {
+	s := testserver.Start(t, testserver.Options{NoPool: true})
+	c := client(s)
+	ctx := t.Context()
+	sb, _, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Tier: sandbox.IsolationContainer,
+		Limits: sandbox.SandboxLimits{DiskMB: 512}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Kill(context.Background())
+	const size = 100 << 20
+	before := s.PeakRSS()
+	up := sha256.New()
+	f, err := sb.Files().Write(ctx, "/workspace/big.bin", io.TeeReader(io.LimitReader(rand.Reader, size), up))
+	if err != nil || f.Size != size {
+		t.Fatalf("upload: %+v, %v", f, err)
+	}
+	down := sha256.New()
+	if err := sb.Files().Read(ctx, "big.bin", down); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(up.Sum(nil), down.Sum(nil)) {
+		t.Errorf("the download's digest differs from the upload's")
+	}
+	growth := s.PeakRSS() - before
+	t.Logf("corral's peak RSS grew by %d MiB over a 100 MiB upload and download", growth>>20)
+	if growth >= 64<<20 {
+		t.Errorf("corral's peak RSS grew by %d MiB, want under 64", growth>>20)
+	}
+}
+
+// TestTimeoutLeavesNothing: a sandbox past its timeout answers not found,
+// and the reaper leaves no sandbox, disk or session directory of it; one
+// whose timeout was extended before lives on.
+func TestTimeoutLeavesNothing(t *testing.T) {
+	s := testserver.Start(t, testserver.Options{NoPool: true, Config: fastReap})
+	c := client(s)
+	ctx := t.Context()
+	kept, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Tier: sandbox.IsolationContainer, TimeoutSeconds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := kept.SetTimeout(ctx, 10*time.Minute)
+	if err != nil || !ext.ExpiresAt.After(info.ExpiresAt.Add(9*time.Minute)) {
+		t.Fatalf("SetTimeout = %+v, %v", ext, err)
+	}
+	// Made after the first: its timeout passes after the first's old one.
+	sb, _, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Tier: sandbox.IsolationContainer, TimeoutSeconds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	if dirs, _ := oci.SandboxDirs(s.Data); len(dirs) != 2 {
+		t.Fatalf("%d sandboxes while both live, want 2", len(dirs))
+	}
+	left := func() (int, int) {
+		dirs, _ := oci.SandboxDirs(s.Data)
+		sessions, _ := filepath.Glob(filepath.Join(s.Data, "sessions", "*", "*"))
+		return len(dirs), len(sessions)
+	}
+	if !testenv.Eventually(t, time.Minute, func() bool {
+		_, err := sb.Info(ctx)
+		d, s := left()
+		return errors.Is(err, sandbox.ErrNotFound) && d == 1 && s == 1
+	}) {
+		d, s := left()
+		t.Fatalf("after its timeout: %d sandboxes and %d session directories, want the extended one's alone", d, s)
+	}
+	if _, err := kept.Info(ctx); err != nil {
+		t.Errorf("the extended sandbox past its first timeout: %v", err)
+	}
+	if err := kept.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, s := left(); d != 0 || s != 0 {
+		t.Errorf("after Kill: %d sandboxes and %d session directories", d, s)
+	}
+}
+
+// TestHTTPErrors: the answers of the HTTP API for requests that cannot be
+// served name what is wrong.
+func TestHTTPErrors(t *testing.T) {
+	s := testserver.Start(t, testserver.Options{NoPool: true})
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		want         int
+	}{
+		{"POST", "/v1/sandboxes", map[string]any{"tier": "vm"}, http.StatusBadRequest},
+		{"POST", "/v1/sandboxes", map[string]any{"limits": map[string]any{"pids": 1}}, http.StatusBadRequest},
+		{"POST", "/v1/sandboxes", map[string]any{"unknown": 1}, http.StatusBadRequest},
+		{"GET", "/v1/sandboxes/nope", nil, http.StatusNotFound},
+		{"POST", "/v1/sandboxes/nope/processes", map[string]any{"cmd": []string{"true"}}, http.StatusNotFound},
+		{"GET", "/v1/sandboxes/nope/processes/1/events", nil, http.StatusNotFound},
+		{"GET", "/v1/sandboxes?metadata=novalue", nil, http.StatusBadRequest},
+	} {
+		if code, raw := s.Call(testserver.AlphaKey, tc.method, tc.path, tc.body, nil); code != tc.want {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, code, raw, tc.want)
+		}
+	}
+	var info sandbox.SandboxInfo
+	if code, raw := s.Call(testserver.AlphaKey, "POST", "/v1/sandboxes", map[string]any{"sandbox_id": "dup", "tier": "container"}, &info); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, raw)
+	}
+	defer s.Call(testserver.AlphaKey, "DELETE", "/v1/sandboxes/dup", nil, nil)
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		want         int
+	}{
+		{"POST", "/v1/sandboxes", map[string]any{"sandbox_id": "dup"}, http.StatusConflict},
+		{"POST", "/v1/sandboxes/dup/processes", map[string]any{"cmd": []string{"no-such-program"}}, http.StatusBadRequest},
+		{"POST", "/v1/sandboxes/dup/processes", map[string]any{"cmd": []string{"true"}, "pty": map[string]int{"cols": 80, "rows": 24}}, http.StatusNotImplemented},
+		{"GET", "/v1/sandboxes/dup/files?path=/etc/passwd", nil, http.StatusBadRequest},
+		{"GET", "/v1/sandboxes/dup/files?path=missing.txt", nil, http.StatusNotFound},
+		{"GET", "/v1/sandboxes/dup/processes/999999", nil, http.StatusNotFound},
+		{"POST", "/v1/sandboxes/dup/timeout", map[string]any{"timeout_seconds": 0}, http.StatusBadRequest},
+	} {
+		if code, raw := s.Call(testserver.AlphaKey, tc.method, tc.path, tc.body, nil); code != tc.want {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, code, raw, tc.want)
+		}
+	}
+}

@@ -195,6 +195,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer sessions.Close()
+	sessions.SetPool(wp)
 	blobs, blobHandler, err := openBlob(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("open blob store: %w", err)

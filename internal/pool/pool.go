@@ -332,6 +332,55 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 	return fleet.NewLease(mb.sb, false, nil, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 }
 
+// Take hands over, for good, a ready sandbox no execution has used that
+// matches cl in all but its workspace (a live sandbox's first sandbox,
+// whose disk then becomes its own: runtime.DiskKeeper), with cl's limits
+// applied and its zygote, if any, still running. The pool forgets it and
+// makes another; the taker destroys it. false: none is ready (or the
+// claim is too tight for one), and the caller makes its own.
+func (p *Pool) Take(ctx context.Context, cl fleet.Claim) (runtime.Sandbox, *fleet.Zygote, bool) {
+	start := time.Now()
+	spec := cl.Spec
+	spec.Workspace = ""
+	c := p.classOf(fleet.Claim{Tier: cl.Tier, Spec: spec, Tenant: cl.Tenant, Image: cl.Image})
+	if c == nil {
+		return nil, nil, false
+	}
+	for {
+		// Only a fresh one: a sandbox that served a tenant holds that
+		// tenant's past, and the taker may be another.
+		mb, _ := c.take("")
+		if mb == nil {
+			return nil, nil, false
+		}
+		if mb.owner != "" {
+			c.putBack(mb)
+			return nil, nil, false
+		}
+		p.gauge(c)
+		select {
+		case <-mb.sb.Agent().Done():
+			p.replaced(c, "error")
+			p.destroy(c, mb)
+			continue
+		default:
+		}
+		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
+			if errors.Is(err, runtime.ErrLimitBelowUsage) {
+				c.putBack(mb)
+				p.gauge(c)
+				return nil, nil, false
+			}
+			p.replaced(c, "error")
+			p.destroy(c, mb)
+			continue
+		}
+		p.claimed(c, "hit", start)
+		p.log.Debug("pool sandbox taken", "sandbox", mb.sb.ID())
+		return mb.sb, mb.zygote, true
+	}
+}
+
 // classOf is the class whose sandboxes can serve cl, if any.
 func (p *Pool) classOf(cl fleet.Claim) *class {
 	classes := p.all()

@@ -155,6 +155,16 @@ type HostWorkspace interface {
 	WorkspaceDir() string
 }
 
+// DiskKeeper is a Sandbox made with a disk of its own (no Spec.Workspace)
+// that can keep that disk after it: a warm sandbox handed over to a live
+// sandbox, whose disk must outlive it. KeepDisk moves the disk's image to
+// path (which must not exist; on the same file system as the sandbox's
+// runtime directory); a later sandbox whose Spec.Workspace is path attaches
+// it again. It must not race Destroy.
+type DiskKeeper interface {
+	KeepDisk(path string) error
+}
+
 // EgressPort is a Sandbox with a host directory of its own bound read-only
 // into it from its creation, where the host may put a socket for its
 // programs to reach (the egress proxy of the execution that runs in it):

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -264,7 +265,7 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 	spec.Workspace = filepath.Join(e.dir, "disk.img")
 	spec.Limits.DiskBytes = req.Limits.DiskMB << 20
 	spec.Limits.Pids = req.Limits.Pids
-	sb, err := m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSession)
+	sb, err := m.makeSandbox(ctx, e, job, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +281,39 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 	}
 	ls.sb, ls.env, ls.stop = sb, env, stop
 	return sb, nil
+}
+
+// Taker hands over warm sandboxes for good (pool.Pool).
+type Taker interface {
+	Take(ctx context.Context, c fleet.Claim) (runtime.Sandbox, *fleet.Zygote, bool)
+}
+
+// SetPool makes live sandboxes take their first sandbox from p when one
+// there matches.
+func (m *Manager) SetPool(p Taker) { m.pool = p }
+
+// makeSandbox makes a live sandbox's sandbox on its disk: the first one
+// from the warm pool when one matches and its disk can be kept as the
+// sandbox's own, else a new one.
+func (m *Manager) makeSandbox(ctx context.Context, e *entry, job *engine.Job, spec runtime.Spec) (runtime.Sandbox, error) {
+	if _, err := os.Stat(spec.Workspace); m.pool != nil && errors.Is(err, os.ErrNotExist) {
+		sb, _, ok := m.pool.Take(ctx, fleet.Claim{Tier: job.Tier, Spec: spec, Tenant: e.info.Tenant, Image: job.Image})
+		if ok {
+			k, can := sb.(runtime.DiskKeeper)
+			if can {
+				err = k.KeepDisk(spec.Workspace)
+			}
+			if can && err == nil {
+				m.fleet.Hold(sb, fleet.HolderSession, time.Time{})
+				return sb, nil
+			}
+			if err != nil {
+				m.log.Warn("keep a warm sandbox's disk", "session", e.key, "sandbox", sb.ID(), "err", err)
+			}
+			m.destroy(sb)
+		}
+	}
+	return m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSession)
 }
 
 // dropLocked tears down a live sandbox's sandbox (ls.mu is held); its

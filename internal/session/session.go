@@ -110,6 +110,7 @@ type Manager struct {
 	engine   *engine.Engine
 	fleet    *fleet.Fleet
 	registry Registry
+	pool     Taker // nil: no warm sandboxes for live sandboxes
 	log      *slog.Logger
 	now      func() time.Time
 

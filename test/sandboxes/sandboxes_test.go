@@ -278,3 +278,61 @@ func TestHTTPErrors(t *testing.T) {
 		}
 	}
 }
+
+// poolStats reads the warm pool's counters from /v1/stats.
+func poolStats(t *testing.T, s *testserver.Server) (idle, hits int) {
+	t.Helper()
+	var st struct {
+		Pool []struct {
+			Idle int `json:"idle"`
+			Hits int `json:"hits"`
+		} `json:"pool"`
+	}
+	if code, raw := s.Call(testserver.AlphaKey, "GET", "/v1/stats?window=1h", nil, &st); code != http.StatusOK {
+		t.Fatalf("stats: %d %s", code, raw)
+	}
+	for _, p := range st.Pool {
+		idle += p.Idle
+		hits += p.Hits
+	}
+	return idle, hits
+}
+
+// TestFromPool: a live sandbox that matches the warm pool (python on the
+// container tier, the default class) takes a ready sandbox, whose disk
+// becomes its own; it works as any other and leaves nothing when killed.
+func TestFromPool(t *testing.T) {
+	s := testserver.Start(t, testserver.Options{})
+	c := client(s)
+	ctx := t.Context()
+	if !testenv.Eventually(t, time.Minute, func() bool { idle, _ := poolStats(t, s); return idle > 0 }) {
+		t.Fatal("the warm pool never filled")
+	}
+	_, before := poolStats(t, s)
+	start := time.Now()
+	sb, _, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Tier: sandbox.IsolationContainer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("created from the pool in %v", time.Since(start).Round(time.Millisecond))
+	if _, after := poolStats(t, s); after != before+1 {
+		t.Errorf("pool hits %d → %d, want one more", before, after)
+	}
+	if _, err := sb.Files().Write(ctx, "kept.txt", strings.NewReader("on the taken disk")); err != nil {
+		t.Fatal(err)
+	}
+	out, _, exit, err := sb.Run(ctx, sandbox.StartProcessRequest{Cmd: []string{"cat", "/workspace/kept.txt"}})
+	if err != nil || exit.ExitCode != 0 || string(out) != "on the taken disk" {
+		t.Errorf("cat: %q %+v %v", out, exit, err)
+	}
+	sessions, _ := filepath.Glob(filepath.Join(s.Data, "sessions", "*", sb.ID, "disk.img"))
+	if len(sessions) != 1 {
+		t.Errorf("the taken sandbox's disk is not the sandbox's own: %v", sessions)
+	}
+	if err := sb.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.Data, "sessions", "*", sb.ID)); len(left) != 0 {
+		t.Errorf("after Kill: %v", left)
+	}
+}

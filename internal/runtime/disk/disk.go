@@ -186,6 +186,27 @@ func Attach(image, dir string) (*Disk, error) {
 	return &Disk{Image: image, Dir: dir, loop: filepath.Base(dev.Name()), backing: backing}, nil
 }
 
+// Rename moves the image of the mounted disk to image, on the same file
+// system (the loop device follows the file), so that it can outlive its
+// sandbox: Detach(false) then leaves it there.
+func (d *Disk) Rename(image string) error {
+	if _, err := os.Lstat(image); err == nil {
+		return fmt.Errorf("move disk image: %s exists", image)
+	}
+	if err := os.Rename(d.Image, image); err != nil {
+		return fmt.Errorf("move disk image: %w", err)
+	}
+	backing, err := filepath.Abs(image)
+	if err == nil {
+		backing, err = filepath.EvalSymlinks(backing)
+	}
+	if err != nil {
+		backing = image
+	}
+	d.Image, d.backing = image, backing
+	return nil
+}
+
 // Full reports whether the disk is out of inodes or as good as out of
 // blocks. ext4 refuses writes while a little space still shows as available
 // (its delayed-allocation reserve: 166 of 15,861 blocks on a 64 MB disk

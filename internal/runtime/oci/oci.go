@@ -169,6 +169,7 @@ var _ runtime.Sandbox = (*Sandbox)(nil)
 var _ runtime.LimitProber = (*Sandbox)(nil)
 var _ runtime.HostWorkspace = (*Sandbox)(nil)
 var _ runtime.EgressPort = (*Sandbox)(nil)
+var _ runtime.DiskKeeper = (*Sandbox)(nil)
 var _ runtime.Runtime = (*Runtime)(nil)
 
 func newID() string {
@@ -521,6 +522,18 @@ func (s *Sandbox) initEnded(timeout time.Duration) (ended, signalled bool) {
 		return true, true
 	}
 	return false, false
+}
+
+// KeepDisk implements runtime.DiskKeeper.
+func (s *Sandbox) KeepDisk(path string) error {
+	if s.keep || s.disk == nil {
+		return errors.New("the sandbox's disk is kept already")
+	}
+	if err := s.disk.Rename(path); err != nil {
+		return err
+	}
+	s.keep = true
+	return nil
 }
 
 // WorkspaceDir is the host path of the sandbox's /workspace.

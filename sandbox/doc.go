@@ -34,6 +34,12 @@
 // after a broken connection) or a signed callback (ReadCallback,
 // VerifyCallback). List queries past executions. Cancel stops one.
 //
+// Live sandboxes (CreateSandbox, Client.Sandbox) stay up between calls:
+// processes started in one (Sandbox.Start) run on, their events are
+// followed with Process.Events (an iterator, resumed after a broken
+// connection, from the start for a client that connects late), and their
+// files are read and written by path (Sandbox.Files).
+//
 // Retries are made only where repeating a call cannot run code twice:
 // reads, cancels, and submits, which always carry an execution id (the
 // client generates one when the request has none, and the server treats the

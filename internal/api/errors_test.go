@@ -66,10 +66,37 @@ func TestSessionErrors(t *testing.T) {
 	if e := asError(fmt.Errorf("%w: ttl_seconds must be between 1 and 86400", session.ErrInvalid), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
 		t.Errorf("invalid: %+v", e)
 	}
-	if e := asError(session.ErrNotFound, log); e.Status != 404 || e.Message != "no such session" {
+	if e := asError(session.ErrNotFound, log); e.Status != 404 || !strings.HasPrefix(e.Message, "no such sandbox or session") {
 		t.Errorf("not found: %+v", e)
 	}
 	if e := asError(errors.New("disk image: "+"runc said something"), log); e.Status != 500 || strings.Contains(e.Message, "runc") {
 		t.Errorf("other: %+v", e)
+	}
+}
+
+// TestSandboxErrors: each refusal of a live sandbox has its own status and
+// code; a missing process is told apart from a missing sandbox.
+func TestSandboxErrors(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("process 7: %w", session.ErrNoProcess), 404, "not_found"},
+		{session.ErrExists, 409, "conflict"},
+		{session.ErrTooMany, 429, "too_many_processes"},
+		{session.ErrNoStdin, 409, "no_stdin"},
+		{session.ErrEnded, 409, "process_ended"},
+		{fmt.Errorf("%w: a PTY", session.ErrUnsupported), 501, "not_implemented"},
+		{fmt.Errorf("start: %w", agent.ErrLost), 503, "sandbox_restarting"},
+	} {
+		e := asError(c.err, log)
+		if e.Status != c.status || e.Code != c.code {
+			t.Errorf("%v: %d %s, want %d %s", c.err, e.Status, e.Code, c.status, c.code)
+		}
+	}
+	if e := asError(fmt.Errorf("process 7: %w", session.ErrNoProcess), log); !strings.Contains(e.Message, "process") {
+		t.Errorf("a missing process: %q", e.Message)
 	}
 }

@@ -146,7 +146,9 @@ func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error
 	if err != nil {
 		return nil, inputField(err)
 	}
-	req.Language, req.Tier = job.Req.Language, job.Req.Isolation
+	// The tier it was routed to, not "auto": a sandbox made again is
+	// made on the same tier.
+	req.Language, req.Tier = job.Req.Language, sandbox.Isolation(job.Tier)
 	req.Limits.MemoryMB, req.Limits.CPUs = job.Req.Limits.MemoryMB, job.Req.Limits.CPUCores
 	return job, nil
 }

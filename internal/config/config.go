@@ -213,6 +213,11 @@ type Config struct {
 		DiskMB       int64    `toml:"disk_mb"`
 		MaxDiskMB    int64    `toml:"max_disk_mb"`
 		ReapInterval Duration `toml:"reap_interval"`
+		// SandboxTimeout is a live sandbox's lifetime when its request
+		// gives none; MaxProcesses bounds the processes running at once in
+		// one live sandbox.
+		SandboxTimeout Duration `toml:"sandbox_timeout"`
+		MaxProcesses   int      `toml:"max_processes"`
 	} `toml:"sessions"`
 
 	// Inputs bounds files[] downloads.
@@ -272,6 +277,8 @@ func Default() Config {
 	c.Sessions.DiskMB = 1024
 	c.Sessions.MaxDiskMB = 10240
 	c.Sessions.ReapInterval = Duration(30 * time.Second)
+	c.Sessions.SandboxTimeout = Duration(5 * time.Minute)
+	c.Sessions.MaxProcesses = 64
 	c.Inputs.FetchTimeout = Duration(60 * time.Second)
 	c.Pool.MaxUses = 100
 	c.Pool.IdleTimeout = Duration(5 * time.Minute)
@@ -365,6 +372,7 @@ func (c *Config) Validate() error {
 	}{{"callbacks.base_delay", c.Callbacks.BaseDelay}, {"inputs.fetch_timeout", c.Inputs.FetchTimeout},
 		{"files.artifact_ttl", c.Files.ArtifactTTL}, {"sessions.default_ttl", c.Sessions.DefaultTTL},
 		{"sessions.max_ttl", c.Sessions.MaxTTL}, {"sessions.reap_interval", c.Sessions.ReapInterval},
+		{"sessions.sandbox_timeout", c.Sessions.SandboxTimeout},
 		{"cluster.heartbeat", c.Cluster.Heartbeat}, {"pool.idle_timeout", c.Pool.IdleTimeout}} {
 		if d.v <= 0 {
 			bad("%s %s: must be positive", d.name, d.v)
@@ -383,6 +391,12 @@ func (c *Config) Validate() error {
 		if w.MinIdle < 0 || w.MaxIdle < w.MinIdle || w.MaxIdle > 256 {
 			bad("pool.warm[%d]: need 0 <= min_idle <= max_idle <= 256", i)
 		}
+	}
+	if c.Sessions.SandboxTimeout > c.Sessions.MaxTTL {
+		bad("sessions.sandbox_timeout %s: at most sessions.max_ttl (%s)", c.Sessions.SandboxTimeout, c.Sessions.MaxTTL)
+	}
+	if c.Sessions.MaxProcesses < 1 || c.Sessions.MaxProcesses > 4096 {
+		bad("sessions.max_processes must be between 1 and 4096")
 	}
 	if c.Sessions.DiskMB < 16 || c.Sessions.DiskMB > c.Sessions.MaxDiskMB {
 		bad("sessions.disk_mb must be between 16 and sessions.max_disk_mb")

@@ -354,7 +354,7 @@ func TestProcessLimits(t *testing.T) {
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Cwd: "rel"}, "cwd"},
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Cwd: "/a/../b"}, "cwd"},
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Tag: strings.Repeat("t", 300)}, "tag"},
-		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Env: map[string]string{"1X": "y"}}, "env.1X"},
+		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Env: map[string]string{"1X": "y"}}, "env"},
 	} {
 		var ie *engine.InputError
 		if _, err := u.m.StartProcess(t.Context(), "t", "box", tc.req); !errors.As(err, &ie) || ie.Field != tc.field {

@@ -229,7 +229,11 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandb
 	}
 	maps.Copy(env, req.Env)
 	out := newOutput(m.cfg.OutputBuffer)
-	p, err := sb.Agent().Start(ctx, agent.StartRequest{Argv: req.Cmd, Env: sortedEnv(env), Dir: req.Cwd,
+	// Not cut short by the client: a process the agent started must be
+	// known here, or nothing could reach it.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	p, err := sb.Agent().Start(sctx, agent.StartRequest{Argv: req.Cmd, Env: sortedEnv(env), Dir: req.Cwd,
 		Stdin: req.Stdin, Persistent: true}, out)
 	if err != nil {
 		var re *agent.RemoteError

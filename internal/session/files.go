@@ -69,15 +69,24 @@ func (m *Manager) WriteFile(ctx context.Context, tenant, id, file string, r io.R
 	if p == "/workspace" || p == "/tmp" {
 		return sandbox.SandboxFile{}, invalid("path: name a file")
 	}
-	var out sandbox.SandboxFile
-	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
-		if err := c.WriteFile(ctx, p, 0o644, r); err != nil {
-			return err
-		}
-		out, err = stat(ctx, c, p)
-		return err
-	})
-	return out, err
+	cr := &countingReader{r: r}
+	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error { return c.WriteFile(ctx, p, 0o644, cr) })
+	if err != nil {
+		return sandbox.SandboxFile{}, err
+	}
+	return sandbox.SandboxFile{Path: p, Name: path.Base(p), Type: "file", Size: cr.n, Mode: 0o644, ModTime: m.now().UTC()}, nil
+}
+
+// countingReader counts what it reads.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // RemoveFile removes a file or directory tree.

@@ -470,8 +470,9 @@ func TestLiveSandboxMadeAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := u.until("box", p.PID, 0, hasEnd)
-	if end := evs[len(evs)-1]; end.Exit == nil || end.Exit.Error != "sandbox_ended" {
-		t.Errorf("the process's end: %+v, want sandbox_ended", end.Exit)
+	// Its end: lost with the agent, or reported killed as the agent went.
+	if end := evs[len(evs)-1]; end.Exit == nil || end.Exit.Error != "sandbox_ended" && end.Exit.Signal != "SIGKILL" {
+		t.Errorf("the process's end: %+v, want sandbox_ended or SIGKILL", end.Exit)
 	}
 	q := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"cat", "/workspace/keep.txt"}})
 	if got := stdout(u.until("box", q.PID, 0, hasEnd)); got != "kept" {

@@ -262,6 +262,12 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 	}
 	lease := job.Lease
 	res := newRecord(job) // after the image's hold: the image may have been re-resolved
+	if lease != nil && lease.Live && lease.Tier != "" {
+		// It runs where the live sandbox runs, whatever the request
+		// would have been routed to.
+		res.Tier, res.TierReason = string(lease.Tier), "runs in the session's live sandbox"
+		res.Image, res.ImageDigest = lease.Image.Name, lease.Image.Digest
+	}
 	out := newCapture(e.cfg.OutputKeep, sink)
 	var facts collect.Facts
 	if err == nil {

@@ -46,6 +46,11 @@ type Lease struct {
 	// processes, below the step's and the request's own variables (a live
 	// sandbox's variables and its egress proxy).
 	Env map[string]string
+	// Tier and Image, when set, are what the lent sandbox runs (a live
+	// sandbox's), which the execution's record names instead of its own
+	// routing.
+	Tier  runtime.Tier
+	Image images.Image
 	// release gives the sandbox back; clean says the execution ended with
 	// the sandbox intact (not killed), so it may serve again.
 	release func(clean bool)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
+	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -69,6 +70,7 @@ type liveState struct {
 	mu    sync.Mutex
 	sb    runtime.Sandbox
 	env   map[string]string // what every process starts with
+	img   images.Image      // what the sandbox runs
 	stop  func()            // ends the egress proxy
 	procs map[int]*process  // by pid, ended ones included
 	// ended lists the pids of ended processes, oldest first.
@@ -281,7 +283,7 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 		}
 		maps.Copy(env, engine.ProxyEnv())
 	}
-	ls.sb, ls.env, ls.stop = sb, env, stop
+	ls.sb, ls.env, ls.stop, ls.img = sb, env, stop, job.Image
 	return sb, nil
 }
 
@@ -414,7 +416,11 @@ func (m *Manager) acquireLive(ctx context.Context, e *entry) (*fleet.Lease, erro
 	}
 	e.live.mu.Lock()
 	env := maps.Clone(e.live.env)
+	img := e.live.img
 	e.live.mu.Unlock()
+	m.mu.Lock()
+	tier := runtime.Tier(e.spec.Tier)
+	m.mu.Unlock()
 	l := fleet.NewLease(sb, true, nil, func(bool) {
 		// Held for the sandbox's life, not the execution's.
 		m.fleet.Hold(sb, fleet.HolderSession, time.Time{})
@@ -427,6 +433,6 @@ func (m *Manager) acquireLive(ctx context.Context, e *entry) (*fleet.Lease, erro
 		m.mu.Unlock()
 		<-e.lock
 	})
-	l.Live, l.Env = true, env
+	l.Live, l.Env, l.Tier, l.Image = true, env, tier, img
 	return l, nil
 }

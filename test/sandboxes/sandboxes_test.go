@@ -96,6 +96,16 @@ func TestProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Signalled once it runs sleep (bash says so first): a login shell
+	// still starting would end by the signal before its echo.
+	for ev, err := range sleeper.Events(ctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == sandbox.ProcessEventStdout {
+			break
+		}
+	}
 	if err := sleeper.Signal(ctx, "SIGTERM"); err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +139,8 @@ func TestProcesses(t *testing.T) {
 	// An execution of the sandbox runs beside the server, and leaves it.
 	res, err := c.Execute(ctx, sandbox.ExecuteRequest{SessionID: sb.ID, Language: "python",
 		Code: "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8000/index.html').read().decode(), end='')"})
-	if err != nil || res.Stdout != "served from the sandbox\n" {
-		t.Errorf("an execution in the sandbox: %q, %v", res.Stdout, err)
+	if err != nil || res.Stdout != "served from the sandbox\n" || res.Tier != "container" {
+		t.Errorf("an execution in the sandbox: %q on %s, %v; want the page, on the sandbox's tier", res.Stdout, res.Tier, err)
 	}
 	if p, err := server.Info(ctx); err != nil || !p.Running {
 		t.Errorf("the server after an execution: %+v, %v", p, err)

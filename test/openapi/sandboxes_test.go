@@ -25,7 +25,7 @@ func (c *checker) liveSandboxes(key string) {
 		t.Fatalf("create: %s", raw)
 	}
 	base := "/v1/sandboxes/spec-live"
-	c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 400, body: js(map[string]any{"tier": "vm"})})
+	c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 400, invalid: true, body: js(map[string]any{"tier": "vm"})})
 	c.do(call{method: "POST", path: "/v1/sandboxes", want: 401, body: js(map[string]any{})})
 	c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 409, body: js(map[string]any{"sandbox_id": "spec-live"})})
 
@@ -44,7 +44,7 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "GET", path: "/v1/sandboxes/nope", key: key, want: 404})
 	c.do(call{method: "GET", path: base, key: "wrong", want: 401})
 	c.do(call{method: "POST", path: base + "/timeout", key: key, want: 200, body: js(map[string]int{"timeout_seconds": 900})})
-	c.do(call{method: "POST", path: base + "/timeout", key: key, want: 400, body: js(map[string]int{"timeout_seconds": 0})})
+	c.do(call{method: "POST", path: base + "/timeout", key: key, want: 400, invalid: true, body: js(map[string]int{"timeout_seconds": 0})})
 	c.do(call{method: "POST", path: base + "/timeout", want: 401, body: js(map[string]int{"timeout_seconds": 60})})
 	c.do(call{method: "POST", path: "/v1/sandboxes/nope/timeout", key: key, want: 404, body: js(map[string]int{"timeout_seconds": 60})})
 
@@ -120,7 +120,7 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "GET", path: f + "d/a.bin", want: 401})
 	c.do(call{method: "GET", path: f + "missing", key: key, want: 404})
 	c.do(call{method: "GET", path: base + "/files/list?path=/workspace&depth=2", key: key, want: 200})
-	c.do(call{method: "GET", path: base + "/files/list?depth=99", key: key, want: 400})
+	c.do(call{method: "GET", path: base + "/files/list?depth=99", key: key, want: 400, invalid: true})
 	c.do(call{method: "GET", path: base + "/files/list", want: 401})
 	c.do(call{method: "GET", path: base + "/files/list?path=/workspace/missing", key: key, want: 404})
 	c.do(call{method: "GET", path: base + "/files/stat?path=d", key: key, want: 200})

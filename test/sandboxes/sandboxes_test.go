@@ -42,15 +42,21 @@ func client(s *testserver.Server) *sandbox.Client {
 // connects after the end reads the whole output; the list shows them all.
 func TestProcesses(t *testing.T) {
 	s := testserver.Start(t, testserver.Options{NoPool: true})
+	for _, tier := range []sandbox.Isolation{sandbox.IsolationContainer, sandbox.IsolationGVisor} {
+		t.Run(string(tier), func(t *testing.T) { testProcesses(t, s, tier) })
+	}
+}
+
+func testProcesses(t *testing.T, s *testserver.Server, tier sandbox.Isolation) {
 	c := client(s)
 	ctx := t.Context()
-	sb, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Tier: sandbox.IsolationContainer,
-		TimeoutSeconds: 600, Metadata: map[string]string{"test": "processes"}})
+	sb, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Tier: tier,
+		TimeoutSeconds: 600, Metadata: map[string]string{"test": "processes-" + string(tier)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Kill(context.Background())
-	if info.Tier != "container" || info.State != "running" {
+	if info.Tier != string(tier) || info.State != "running" {
 		t.Errorf("created %+v", info)
 	}
 	server, err := sb.Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"python3", "-m", "http.server", "8000"},
@@ -139,14 +145,14 @@ func TestProcesses(t *testing.T) {
 	// An execution of the sandbox runs beside the server, and leaves it.
 	res, err := c.Execute(ctx, sandbox.ExecuteRequest{SessionID: sb.ID, Language: "python",
 		Code: "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8000/index.html').read().decode(), end='')"})
-	if err != nil || res.Stdout != "served from the sandbox\n" || res.Tier != "container" {
+	if err != nil || res.Stdout != "served from the sandbox\n" || res.Tier != string(tier) {
 		t.Errorf("an execution in the sandbox: %q on %s, %v; want the page, on the sandbox's tier", res.Stdout, res.Tier, err)
 	}
 	if p, err := server.Info(ctx); err != nil || !p.Running {
 		t.Errorf("the server after an execution: %+v, %v", p, err)
 	}
 	// Listed by its metadata, and not by another's.
-	if l, err := c.ListSandboxes(ctx, map[string]string{"test": "processes"}); err != nil || len(l) != 1 || l[0].SandboxID != sb.ID {
+	if l, err := c.ListSandboxes(ctx, map[string]string{"test": "processes-" + string(tier)}); err != nil || len(l) != 1 || l[0].SandboxID != sb.ID {
 		t.Errorf("list by metadata: %+v, %v", l, err)
 	}
 	if l, err := c.ListSandboxes(ctx, map[string]string{"test": "other"}); err != nil || len(l) != 0 {

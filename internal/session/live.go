@@ -75,6 +75,9 @@ type liveState struct {
 	procs map[int]*process  // by pid, ended ones included
 	// ended lists the pids of ended processes, oldest first.
 	ended []int
+	// lost: the sandbox was lost with this node's last run; making it
+	// again counts as a restart.
+	lost bool
 }
 
 // NewSandboxID returns a fresh sandbox id: "sbx_", a millisecond
@@ -256,6 +259,10 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 		m.mu.Unlock()
 	}
 	m.mu.Lock()
+	if ls.lost {
+		ls.lost = false
+		e.spec.Restarts++
+	}
 	req := e.spec.Request
 	m.mu.Unlock()
 	job, err := m.prepare(&req)

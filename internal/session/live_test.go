@@ -542,3 +542,30 @@ func TestLiveFiles(t *testing.T) {
 		t.Errorf("the sandbox's disk is not in its session's directory: %v", err)
 	}
 }
+
+// TestLiveAfterRestart: a manager started on a live sandbox left on disk
+// (a node's restart) makes its sandbox again at the next call, on its
+// disk, and counts a restart; its timeout is the one it had.
+func TestLiveAfterRestart(t *testing.T) {
+	u := newUnit(t)
+	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Metadata: map[string]string{"k": "v"}})
+	if _, err := u.m.WriteFile(t.Context(), "t", "box", "kept.txt", strings.NewReader("kept")); err != nil {
+		t.Fatal(err)
+	}
+	u.m.Close()
+	if n := u.liveCount(); n != 0 {
+		t.Fatalf("%d sandboxes after Close", n)
+	}
+	u.m = u.open(u.m.cfg)
+	got, err := u.m.Sandbox("t", "box")
+	if err != nil || !got.ExpiresAt.Equal(info.ExpiresAt) || got.Metadata["k"] != "v" || got.Restarts != 0 {
+		t.Fatalf("after the restart: %+v, %v", got, err)
+	}
+	p := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"cat", "kept.txt"}})
+	if out := stdout(u.until("box", p.PID, 0, hasEnd)); out != "kept" {
+		t.Errorf("the file after the restart: %q", out)
+	}
+	if got, _ := u.m.Sandbox("t", "box"); got.Restarts != 1 {
+		t.Errorf("restarts %d, want 1", got.Restarts)
+	}
+}

@@ -176,6 +176,7 @@ func New(ctx context.Context, cfg Config, eng *engine.Engine, fl *fleet.Fleet, r
 			if rec.Live != nil {
 				// Its sandbox is made again on its next use.
 				e.spec, e.live = rec.Live, newLiveState()
+				e.live.lost = true
 			}
 			m.sessions[e.key] = e
 		}

@@ -352,3 +352,65 @@ func TestFromPool(t *testing.T) {
 		t.Errorf("after Kill: %v", left)
 	}
 }
+
+// TestNodeRestart: a node's restart loses its live sandboxes' processes,
+// not the sandboxes: the next call makes each again on its disk, its
+// files there, and counts a restart.
+func TestNodeRestart(t *testing.T) {
+	s := testserver.Start(t, testserver.Options{NoPool: true})
+	c := client(s)
+	ctx := t.Context()
+	sb, _, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Tier: sandbox.IsolationContainer, TimeoutSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Kill(context.Background())
+	if _, err := sb.Files().Write(ctx, "state.txt", strings.NewReader("before the restart")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Restart()
+	out, _, exit, err := sb.Run(ctx, sandbox.StartProcessRequest{Cmd: []string{"cat", "state.txt"}})
+	if err != nil || exit.ExitCode != 0 || string(out) != "before the restart" {
+		t.Fatalf("after the restart: %q %+v %v", out, exit, err)
+	}
+	procs, err := sb.Processes(ctx)
+	if err != nil || len(procs) != 1 || procs[0].Cmd[0] != "cat" {
+		t.Errorf("processes after the restart: %+v, %v; want the new one alone", procs, err)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.Restarts != 1 {
+		t.Errorf("after the restart: %+v, %v; want 1 restart", info, err)
+	}
+}
+
+// TestSandboxesApart: a process of one sandbox sees nothing of another's.
+func TestSandboxesApart(t *testing.T) {
+	s := testserver.Start(t, testserver.Options{NoPool: true})
+	c := client(s)
+	ctx := t.Context()
+	var boxes []*sandbox.Sandbox
+	for range 2 {
+		sb, _, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Tier: sandbox.IsolationContainer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Kill(context.Background())
+		boxes = append(boxes, sb)
+	}
+	if _, err := boxes[0].Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"sleep", "4242"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := boxes[0].Files().Write(ctx, "/tmp/mine", strings.NewReader("a's")); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _, err := boxes[1].Run(ctx, sandbox.StartProcessRequest{
+		Shell: "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; echo; ls /tmp /workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte("4242")) || bytes.Contains(out, []byte("mine")) {
+		t.Errorf("sandbox b sees a's process or file:\n%s", out)
+	}
+}

@@ -153,12 +153,6 @@ type ProcessEvent struct {
 	Exit *ProcessExit `json:"exit,omitempty"`
 }
 
-// SignalRequest is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal:
-// a name ("SIGTERM", "TERM") or a number (15).
-type SignalRequest struct {
-	Signal any `json:"signal"`
-}
-
 // SandboxFile is a file or directory of a live sandbox.
 type SandboxFile struct {
 	// Path is absolute in the sandbox ("/workspace/data/a.csv").

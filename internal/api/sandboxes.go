@@ -66,7 +66,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 		return
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
-	if err != nil || len(raw) > maxSandboxBody {
+	if err != nil {
+		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "", "the request body could not be read"))
+		return
+	}
+	if len(raw) > maxSandboxBody {
 		writeError(w, tooLarge(maxSandboxBody))
 		return
 	}
@@ -392,7 +396,10 @@ func (s *Server) processEvents(w http.ResponseWriter, r *http.Request, t *Tenant
 	idle := time.NewTimer(keepAlive)
 	defer idle.Stop()
 	for {
-		evs, changed, _ := out.Events(after)
+		evs, changed, ended := out.Events(after)
+		if ended && len(evs) == 0 {
+			return // resumed after its end
+		}
 		for _, ev := range evs {
 			data, _ := json.Marshal(ev)
 			writeEvent(w, ev.Seq, ev.Type, data)

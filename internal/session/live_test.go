@@ -569,3 +569,25 @@ func TestLiveAfterRestart(t *testing.T) {
 		t.Errorf("restarts %d, want 1", got.Restarts)
 	}
 }
+
+// TestOutputShrinksAtEnd: an ended process keeps the last endedKeep bytes
+// of its output; a reader learns what went.
+func TestOutputShrinksAtEnd(t *testing.T) {
+	o := newOutput(1 << 20)
+	o.proc = &process{}
+	chunk := bytes.Repeat([]byte("x"), 32<<10)
+	for range 8 {
+		o.Stdout(chunk)
+	}
+	if evs, _, _ := o.Events(0); len(stdout(evs)) != 8*len(chunk) {
+		t.Fatalf("running: %d bytes buffered, want all %d", len(stdout(evs)), 8*len(chunk))
+	}
+	o.end(sandbox.ProcessExit{})
+	evs, _, ended := o.Events(0)
+	if n := len(stdout(evs)); !ended || n > endedKeep || n == 0 {
+		t.Errorf("ended: %d bytes buffered, want at most %d", n, endedKeep)
+	}
+	if evs[0].Type != sandbox.ProcessEventDropped || evs[0].Dropped != int64(8*len(chunk)-len(stdout(evs))) {
+		t.Errorf("first event %+v, want what was dropped", evs[0])
+	}
+}

@@ -79,6 +79,14 @@ func (o *Output) addLocked(ev sandbox.ProcessEvent) {
 		o.events = append(o.events, ev)
 	}
 	o.size += int64(len(ev.Data))
+	o.trimLocked()
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// trimLocked drops the oldest output until the buffer holds at most max
+// bytes.
+func (o *Output) trimLocked() {
 	for o.size > o.max {
 		// Drop the oldest output (never the start event).
 		i := slices.IndexFunc(o.events, func(e sandbox.ProcessEvent) bool { return len(e.Data) > 0 })
@@ -91,8 +99,6 @@ func (o *Output) addLocked(ev sandbox.ProcessEvent) {
 		o.lastDropped = d.Seq
 		o.events = slices.Delete(o.events, i, i+1)
 	}
-	close(o.changed)
-	o.changed = make(chan struct{})
 }
 
 func (o *Output) output(typ string, p []byte) {
@@ -146,13 +152,18 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// done is closed once the process has ended.
+// endedKeep is how much of an ended process's output stays buffered: its
+// readers have had their chance, and a sandbox keeps many ended ones.
+const endedKeep = 64 << 10
+
+// end records the process's end; its buffer shrinks to endedKeep.
 func (o *Output) end(exit sandbox.ProcessExit) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.proc.info.Running = false
 	o.proc.info.Exit = &exit
 	o.ended = true
+	o.max = min(o.max, endedKeep)
 	o.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventEnd, Exit: &exit})
 }
 

@@ -89,18 +89,23 @@ type StartProcessRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// Tag is the client's name for the process, listed with it.
 	Tag string `json:"tag,omitempty"`
-	// PTY runs the process on a terminal of this size.
+	// PTY runs the process on a terminal of this size: its stdin, stdout
+	// and stderr are the terminal (output comes as stdout, echo included;
+	// stdin is implied, and closing it types ^D). TERM defaults to
+	// xterm-256color.
 	PTY *PTYSize `json:"pty,omitempty"`
 }
 
 // ProcessInfo describes a process of a live sandbox.
 type ProcessInfo struct {
 	// PID is the process's id inside the sandbox.
-	PID       int       `json:"pid"`
-	Tag       string    `json:"tag,omitempty"`
-	Cmd       []string  `json:"cmd"`
-	Cwd       string    `json:"cwd"`
-	Stdin     bool      `json:"stdin,omitempty"`
+	PID   int      `json:"pid"`
+	Tag   string   `json:"tag,omitempty"`
+	Cmd   []string `json:"cmd"`
+	Cwd   string   `json:"cwd"`
+	Stdin bool     `json:"stdin,omitempty"`
+	// PTY is the terminal's size, for a process started with one.
+	PTY       *PTYSize  `json:"pty,omitempty"`
 	Running   bool      `json:"running"`
 	StartedAt time.Time `json:"started_at"`
 	// Exit is set once the process has ended.
@@ -162,6 +167,19 @@ type SandboxFile struct {
 	Size    int64     `json:"size"`
 	Mode    uint32    `json:"mode"`
 	ModTime time.Time `json:"mod_time"`
+	// SymlinkTarget is what a symbolic link holds (links are described,
+	// never followed).
+	SymlinkTarget string `json:"symlink_target,omitempty"`
+}
+
+// FileEvent is a change in a watched directory (GET
+// /v1/sandboxes/{id}/files/watch): Op is create, write, remove, rename or
+// chmod; overflow (events were lost: list the directory again) or end
+// (the watch ended by itself: its directory went, or the sandbox) describe
+// the watch itself.
+type FileEvent struct {
+	Path string `json:"path"`
+	Op   string `json:"op"`
 }
 
 // SandboxFileList is the answer of GET /v1/sandboxes/{id}/files/list.

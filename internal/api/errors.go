@@ -93,6 +93,8 @@ func asError(err error, log *slog.Logger) *Error {
 			"the sandbox runs as many processes as it may; wait for one to end or signal one")
 	case errors.Is(err, session.ErrNoStdin):
 		return errorf(http.StatusConflict, "no_stdin", "", "the process was started without stdin (start it with \"stdin\": true)")
+	case errors.Is(err, session.ErrNoTerminal):
+		return errorf(http.StatusConflict, "no_terminal", "", "the process was started without a terminal (start it with \"pty\": {\"cols\": 80, \"rows\": 24})")
 	case errors.Is(err, session.ErrEnded):
 		return errorf(http.StatusConflict, "process_ended", "", "the process has ended (or its stdin was closed)")
 	case errors.Is(err, session.ErrUnsupported):
@@ -150,6 +152,12 @@ func agentError(re *agent.RemoteError, log *slog.Logger) *Error {
 		return bad("permission denied: a program in the session took away the access to this path")
 	case errors.Is(re, agent.KindInvalid):
 		return bad("the path is not valid in the session's workspace")
+	case errors.Is(re, syscall.EXDEV):
+		return bad("/workspace and /tmp are separate file systems: a move between them is not possible; copy the file instead")
+	case errors.Is(re, syscall.ENOTEMPTY):
+		return bad("the destination is a directory that is not empty")
+	case errors.Is(re, syscall.EINVAL):
+		return bad("a directory cannot be moved into itself")
 	}
 	log.Error("internal error", "err", re, "kind", re.Kind)
 	return errorf(http.StatusInternalServerError, "internal", "", "internal error; retry")

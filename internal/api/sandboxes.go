@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/internal/session"
@@ -355,11 +356,16 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	if _, err := s.sessions.Process(r.Context(), t.Name, id, pid, false); err != nil {
+	var size sandbox.PTYSize
+	if e := decodeBody(r, &size); e != nil {
+		writeError(w, e)
+		return
+	}
+	if err := s.sessions.Resize(r.Context(), t.Name, id, pid, size); err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	writeError(w, asError(fmt.Errorf("%w: resize", session.ErrUnsupported), s.log))
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // processEvents streams a process's events as Server-Sent Events: "id:
@@ -559,8 +565,133 @@ func (s *Server) statSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 	writeJSON(w, http.StatusOK, f)
 }
 
-// notYet answers the routes whose agent support comes later (mkdir, move,
-// watch).
+func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	var body struct {
+		Path    string `json:"path"`
+		Parents bool   `json:"parents"`
+	}
+	if e := decodeBody(r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	f, err := s.sessions.MakeDir(r.Context(), t.Name, id, body.Path, body.Parents)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusCreated, f)
+}
+
+func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	var body struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+	}
+	if e := decodeBody(r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	f, err := s.sessions.Move(r.Context(), t.Name, id, body.From, body.To)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+// watchBacklog bounds the events a watch stream holds for a slow client;
+// beyond it they are dropped and an overflow event says so.
+const watchBacklog = 4096
+
+// watchSandboxDir streams the changes under a directory as Server-Sent
+// Events: "event: create|write|remove|rename|chmod|overflow|end", "data:
+// {"path", "op"}". The stream ends after an end event (the directory
+// went, or the sandbox) or when the client leaves.
+func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		p = "/workspace"
+	}
+	recursive := r.URL.Query().Get("recursive") == "true"
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
+		return
+	}
+	events := make(chan sandbox.FileEvent, watchBacklog)
+	var lost atomic.Bool
+	stop, err := s.sessions.Watch(r.Context(), t.Name, id, p, recursive, func(ev sandbox.FileEvent) {
+		select {
+		case events <- ev:
+		default:
+			lost.Store(true)
+		}
+	})
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			s.log.Debug("a watch ended", "sandbox", id, "err", err)
+		}
+	}()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	idle := time.NewTimer(keepAlive)
+	defer idle.Stop()
+	var seq uint64
+	for {
+		select {
+		case ev := <-events:
+			if lost.Swap(false) {
+				seq++
+				data, _ := json.Marshal(sandbox.FileEvent{Path: p, Op: "overflow"})
+				writeEvent(w, seq, "overflow", data)
+			}
+			seq++
+			data, _ := json.Marshal(ev)
+			writeEvent(w, seq, ev.Op, data)
+			flusher.Flush()
+			if ev.Op == "end" {
+				return
+			}
+		case <-idle.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			flusher.Flush()
+			idle.Reset(keepAlive)
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// notYet answers the routes whose support comes later (code contexts).
 func (s *Server) notYet(what string) authed {
 	return func(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		if !s.sandboxesOn(w) {

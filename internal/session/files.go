@@ -2,13 +2,11 @@ package session
 
 import (
 	"context"
-	"errors"
 
 	"io"
 	"path"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/engine"
@@ -21,11 +19,8 @@ import (
 // of its file system (internal/agent/files.go): what a program planted
 // leads nowhere a program could not go.
 
-// MaxListDepth bounds a listing's depth; maxListed its entries.
-const (
-	MaxListDepth = 8
-	maxListed    = 10000
-)
+// MaxListDepth bounds a listing's depth.
+const MaxListDepth = agent.MaxListDepth
 
 // SandboxPath maps a client's path to the sandbox's: absolute and clean,
 // under /workspace or /tmp.
@@ -115,26 +110,18 @@ func (m *Manager) StatFile(ctx context.Context, tenant, id, file string) (sandbo
 	return out, err
 }
 
-// stat finds p in its directory's listing.
+// stat describes p (links described, not followed).
 func stat(ctx context.Context, c *agent.Client, p string) (sandbox.SandboxFile, error) {
-	if p == "/workspace" || p == "/tmp" {
-		return sandbox.SandboxFile{Path: p, Name: path.Base(p), Type: "dir", Mode: 0o755}, nil
-	}
-	dir := path.Dir(p)
-	entries, err := c.List(ctx, dir)
+	e, err := c.Stat(ctx, p)
 	if err != nil {
 		return sandbox.SandboxFile{}, err
 	}
-	for _, e := range entries {
-		if e.Name == path.Base(p) {
-			return fileOf(dir, e), nil
-		}
-	}
-	return sandbox.SandboxFile{}, &agent.RemoteError{Kind: agent.Kind("ENOENT"), Message: "stat " + p + ": not in its directory"}
+	return fileOf(e), nil
 }
 
-func fileOf(dir string, e agent.Entry) sandbox.SandboxFile {
-	return sandbox.SandboxFile{Path: path.Join(dir, e.Name), Name: e.Name, Type: e.Type, Size: e.Size, Mode: e.Mode, ModTime: e.ModTime}
+func fileOf(e agent.Entry) sandbox.SandboxFile {
+	return sandbox.SandboxFile{Path: e.Path, Name: e.Name, Type: e.Type, Size: e.Size, Mode: e.Mode, ModTime: e.ModTime,
+		SymlinkTarget: e.SymlinkTarget}
 }
 
 // ListFiles lists a directory, and its subdirectories down to depth
@@ -150,40 +137,80 @@ func (m *Manager) ListFiles(ctx context.Context, tenant, id, dir string, depth i
 	}
 	out := []sandbox.SandboxFile{}
 	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
-		type level struct {
-			dir   string
-			depth int
+		entries, err := c.ListDepth(ctx, p, depth)
+		for _, e := range entries {
+			out = append(out, fileOf(e))
 		}
-		todo := []level{{p, 1}}
-		for len(todo) > 0 {
-			l := todo[0]
-			todo = todo[1:]
-			entries, err := c.List(ctx, l.dir)
-			if err != nil {
-				var re *agent.RemoteError
-				if l.dir != p && errors.As(err, &re) && (errors.Is(re, syscall.ENOENT) || errors.Is(re, syscall.EACCES)) {
-					continue // gone meanwhile, or closed by a program
-				}
-				return err
-			}
-			for _, e := range entries {
-				f := fileOf(l.dir, e)
-				out = append(out, f)
-				if e.Type == "dir" && l.depth < depth {
-					todo = append(todo, level{f.Path, l.depth + 1})
-				}
-				if len(out) >= maxListed {
-					return nil
-				}
-			}
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b sandbox.SandboxFile) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
+}
+
+// MakeDir makes a directory (with parents, those on the way too; then one
+// already there is no error) and describes it.
+func (m *Manager) MakeDir(ctx context.Context, tenant, id, dir string, parents bool) (sandbox.SandboxFile, error) {
+	p, err := SandboxPath(dir)
+	if err != nil {
+		return sandbox.SandboxFile{}, err
+	}
+	var out sandbox.SandboxFile
+	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
+		if err := c.Mkdir(ctx, p, parents); err != nil {
+			return err
+		}
+		out, err = stat(ctx, c, p)
+		return err
+	})
+	return out, err
+}
+
+// Move renames a file or directory (what is at the destination is
+// replaced as rename(2) does) and describes it at its new path.
+func (m *Manager) Move(ctx context.Context, tenant, id, from, to string) (sandbox.SandboxFile, error) {
+	src, err := SandboxPath(from)
+	if err != nil {
+		return sandbox.SandboxFile{}, err
+	}
+	dst, err := SandboxPath(to)
+	if err != nil {
+		return sandbox.SandboxFile{}, err
+	}
+	for _, p := range []string{src, dst} {
+		if p == "/workspace" || p == "/tmp" {
+			return sandbox.SandboxFile{}, invalid("path: the top directories cannot be moved")
+		}
+	}
+	var out sandbox.SandboxFile
+	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
+		if err := c.Move(ctx, src, dst); err != nil {
+			return err
+		}
+		out, err = stat(ctx, c, dst)
+		return err
+	})
+	return out, err
+}
+
+// Watch reports changes under a directory of tenant's live sandbox id to
+// fn (agent.Client.Watch) until stop is called, ctx ends, or the watch ends
+// by itself (a last event with op "end").
+func (m *Manager) Watch(ctx context.Context, tenant, id, dir string, recursive bool, fn func(sandbox.FileEvent)) (stop func() error, err error) {
+	p, err := SandboxPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	e, err := m.liveEntry(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.held(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Agent().Watch(ctx, p, recursive, func(ev agent.WatchEvent) { fn(sandbox.FileEvent{Path: ev.Path, Op: ev.Op}) })
 }
 
 // Sandboxes describes this node's live sandboxes of tenant, by id.

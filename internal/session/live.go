@@ -37,11 +37,13 @@ var (
 	ErrTooMany = errors.New("too many processes")
 	// ErrEnded: the process has ended (no stdin, no signal).
 	ErrEnded = errors.New("process ended")
-	// ErrUnsupported: a feature this server does not have yet (a PTY,
-	// file watches, mkdir, move).
+	// ErrUnsupported: a feature this server does not have yet (code
+	// contexts).
 	ErrUnsupported = errors.New("not supported by this server")
 	// ErrNoStdin: the process was started without stdin.
 	ErrNoStdin = errors.New("process has no stdin")
+	// ErrNoTerminal: the process was started without a PTY.
+	ErrNoTerminal = errors.New("process has no terminal")
 	// ErrNoProcess: no such process in the sandbox (it matches
 	// ErrNotFound too).
 	ErrNoProcess = fmt.Errorf("%w: no such process", ErrNotFound)

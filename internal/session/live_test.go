@@ -361,8 +361,9 @@ func TestProcessLimits(t *testing.T) {
 			t.Errorf("%+v: %v, want an input error on %s", tc.req, err, tc.field)
 		}
 	}
-	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}, PTY: &sandbox.PTYSize{Cols: 80, Rows: 24}}); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("a PTY: %v, want ErrUnsupported", err)
+	var ie *engine.InputError
+	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}, PTY: &sandbox.PTYSize{Cols: 80}}); !errors.As(err, &ie) || ie.Field != "pty" {
+		t.Errorf("a PTY without rows: %v, want an input error on pty", err)
 	}
 }
 
@@ -589,5 +590,92 @@ func TestOutputShrinksAtEnd(t *testing.T) {
 	}
 	if evs[0].Type != sandbox.ProcessEventDropped || evs[0].Dropped != int64(8*len(chunk)-len(stdout(evs))) {
 		t.Errorf("first event %+v, want what was dropped", evs[0])
+	}
+}
+
+// TestProcessTerminal: a process started with a PTY runs on a terminal of
+// that size, which a resize changes; input typed at it reaches it; a
+// process without one cannot be resized.
+func TestProcessTerminal(t *testing.T) {
+	u := newUnit(t)
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	p := u.start("box", sandbox.StartProcessRequest{Shell: "tty; stty size; read line; stty size; echo got $line",
+		PTY: &sandbox.PTYSize{Cols: 100, Rows: 30}})
+	if !p.Stdin || p.PTY == nil || p.PTY.Cols != 100 {
+		t.Errorf("started %+v", p)
+	}
+	evs := u.until("box", p.PID, 0, func(evs []sandbox.ProcessEvent) bool { return strings.Contains(stdout(evs), "30 100") })
+	if out := stdout(evs); !strings.Contains(out, "/dev/pts/") {
+		t.Fatalf("on a terminal: %q", out)
+	}
+	if err := u.m.Resize(t.Context(), "t", "box", p.PID, sandbox.PTYSize{Cols: 120, Rows: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.m.WriteStdin(t.Context(), "t", "box", p.PID, strings.NewReader("typed\n")); err != nil {
+		t.Fatal(err)
+	}
+	out := stdout(u.until("box", p.PID, 0, hasEnd))
+	if !strings.Contains(out, "40 120") || !strings.Contains(out, "got typed") {
+		t.Errorf("after a resize and a line: %q", out)
+	}
+	if err := u.m.Resize(t.Context(), "t", "box", p.PID, sandbox.PTYSize{Cols: 80, Rows: 24}); !errors.Is(err, ErrEnded) {
+		t.Errorf("resize of an ended process: %v, want ErrEnded", err)
+	}
+	q := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"sleep", "300"}})
+	if err := u.m.Resize(t.Context(), "t", "box", q.PID, sandbox.PTYSize{Cols: 80, Rows: 24}); !errors.Is(err, ErrNoTerminal) {
+		t.Errorf("resize without a terminal: %v, want ErrNoTerminal", err)
+	}
+}
+
+// TestFileOpsAndWatch: directories made and moved; a watch reports a file
+// a process creates, and ends when its directory goes.
+func TestFileOpsAndWatch(t *testing.T) {
+	u := newUnit(t)
+	ctx := t.Context()
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
+	d, err := u.m.MakeDir(ctx, "t", "box", "a/b", true)
+	if err != nil || d.Type != "dir" || d.Path != "/workspace/a/b" {
+		t.Fatalf("MakeDir = %+v, %v", d, err)
+	}
+	if _, err := u.m.MakeDir(ctx, "t", "box", "a/b", false); !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("MakeDir of one there, without parents: %v, want EEXIST", err)
+	}
+	events := make(chan sandbox.FileEvent, 64)
+	stop, err := u.m.Watch(ctx, "t", "box", "/workspace/a", true, func(ev sandbox.FileEvent) { events <- ev })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// The path as an argument of its own: the fake sandbox's agent maps
+	// those to its root (a shell line's words are left as they are).
+	p := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"python3", "-c",
+		"import sys; open(sys.argv[1], 'w').write('made\\n')", "/workspace/a/b/new.txt"}})
+	u.until("box", p.PID, 0, hasEnd)
+	want := sandbox.FileEvent{Path: "/workspace/a/b/new.txt", Op: "create"}
+	for got := false; !got; {
+		select {
+		case ev := <-events:
+			got = ev == want
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %+v in 30 s", want)
+		}
+	}
+	f, err := u.m.Move(ctx, "t", "box", "a/b/new.txt", "/workspace/moved.txt")
+	if err != nil || f.Path != "/workspace/moved.txt" || f.Size != 5 {
+		t.Errorf("Move = %+v, %v", f, err)
+	}
+	if _, err := u.m.Move(ctx, "t", "box", "/workspace", "/workspace/x"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("moving the top: %v, want ErrInvalid", err)
+	}
+	if err := u.m.RemoveFile(ctx, "t", "box", "a"); err != nil {
+		t.Fatal(err)
+	}
+	for ended := false; !ended; {
+		select {
+		case ev := <-events:
+			ended = ev.Op == "end"
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watch did not end when its directory went")
+		}
 	}
 }

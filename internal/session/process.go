@@ -177,8 +177,11 @@ func checkProcess(req *sandbox.StartProcessRequest) error {
 		return bad("cmd", "give cmd (an argv) or shell (a command line)")
 	case len(req.Tag) > maxTag:
 		return bad("tag", fmt.Sprintf("is longer than %d bytes", maxTag))
-	case req.PTY != nil:
-		return fmt.Errorf("%w: a PTY", ErrUnsupported)
+	case req.PTY != nil && (req.PTY.Cols == 0 || req.PTY.Rows == 0):
+		return bad("pty", "give cols and rows (1-65535)")
+	}
+	if req.PTY != nil {
+		req.Stdin = true // the terminal
 	}
 	if req.Shell != "" {
 		req.Cmd = []string{"/bin/bash", "-l", "-c", req.Shell}
@@ -244,8 +247,15 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandb
 	// known here, or nothing could reach it.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	p, err := sb.Agent().Start(sctx, agent.StartRequest{Argv: req.Cmd, Env: sortedEnv(env), Dir: req.Cwd,
-		Stdin: req.Stdin, Persistent: true}, out)
+	start := agent.StartRequest{Argv: req.Cmd, Dir: req.Cwd, Stdin: req.Stdin, Persistent: true}
+	if req.PTY != nil {
+		start.PTY = &agent.PTYSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}
+		if _, ok := env["TERM"]; !ok {
+			env["TERM"] = "xterm-256color"
+		}
+	}
+	start.Env = sortedEnv(env)
+	p, err := sb.Agent().Start(sctx, start, out)
 	if err != nil {
 		var re *agent.RemoteError
 		if errors.As(err, &re) && (errors.Is(re, syscall.ENOENT) || errors.Is(re, syscall.EACCES) || errors.Is(re, syscall.ENOTDIR)) {
@@ -256,7 +266,7 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandb
 	}
 	started := m.now().UTC()
 	proc := &process{p: p, out: out, info: sandbox.ProcessInfo{PID: p.PID, Tag: req.Tag, Cmd: req.Cmd, Cwd: req.Cwd,
-		Stdin: req.Stdin, Running: true, StartedAt: started}}
+		Stdin: req.Stdin, PTY: req.PTY, Running: true, StartedAt: started}}
 	out.mu.Lock()
 	out.proc = proc
 	out.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventStart, PID: p.PID})
@@ -479,4 +489,37 @@ func (m *Manager) Signal(ctx context.Context, tenant, id string, pid int, sig sy
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return p.p.Signal(ctx, sig)
+}
+
+// Resize changes the size of a process's terminal (started with a PTY).
+func (m *Manager) Resize(ctx context.Context, tenant, id string, pid int, size sandbox.PTYSize) error {
+	if size.Cols == 0 || size.Rows == 0 {
+		return &engine.InputError{Field: "cols", Message: "give cols and rows (1-65535)"}
+	}
+	p, err := m.proc(tenant, id, pid)
+	if err != nil {
+		return err
+	}
+	p.out.mu.Lock()
+	tty, running := p.info.PTY != nil, p.info.Running
+	p.out.mu.Unlock()
+	switch {
+	case !tty:
+		return ErrNoTerminal
+	case !running:
+		return ErrEnded
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = p.p.Resize(ctx, size.Cols, size.Rows)
+	var re *agent.RemoteError
+	if errors.As(err, &re) && errors.Is(re, syscall.ESRCH) {
+		return ErrEnded
+	}
+	if err == nil {
+		p.out.mu.Lock()
+		p.info.PTY = &size
+		p.out.mu.Unlock()
+	}
+	return err
 }

@@ -216,6 +216,11 @@ func (p *Process) CloseStdin(ctx context.Context) error {
 	return p.s.c.call(ctx, http.MethodPost, p.path()+"/stdin/close", nil, nil, false)
 }
 
+// Resize changes the size of the process's terminal (started with a PTY).
+func (p *Process) Resize(ctx context.Context, size PTYSize) error {
+	return p.s.c.call(ctx, http.MethodPost, p.path()+"/resize", size, nil, true)
+}
+
 // Signal sends a signal, by name ("SIGTERM") or number ("15"), to the
 // process and its process group.
 func (p *Process) Signal(ctx context.Context, sig string) error {
@@ -424,4 +429,72 @@ func (f Files) Stat(ctx context.Context, p string) (*SandboxFile, error) {
 // Remove removes a file or directory tree.
 func (f Files) Remove(ctx context.Context, p string) error {
 	return f.s.c.call(ctx, http.MethodDelete, f.path("", p), nil, nil, true)
+}
+
+// MakeDir makes a directory (with parents, those on the way too, and one
+// already there is no error).
+func (f Files) MakeDir(ctx context.Context, p string, parents bool) (*SandboxFile, error) {
+	var out SandboxFile
+	body := map[string]any{"path": p, "parents": parents}
+	if err := f.s.c.call(ctx, http.MethodPost, f.s.path()+"/files/mkdir", body, &out, true); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Move renames a file or directory; what is at to is replaced.
+func (f Files) Move(ctx context.Context, from, to string) (*SandboxFile, error) {
+	var out SandboxFile
+	if err := f.s.c.call(ctx, http.MethodPost, f.s.path()+"/files/move", map[string]string{"from": from, "to": to}, &out, false); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Watch follows the changes under a directory (with recursive, under its
+// subdirectories too) until ctx ends or the watch ends by itself (an event
+// with op "end": the directory went, or the sandbox). An overflow event
+// says changes were lost: list the directory again. A broken connection
+// ends the sequence with an error (changes meanwhile are not replayed).
+func (f Files) Watch(ctx context.Context, dir string, recursive bool) iter.Seq2[FileEvent, error] {
+	return func(yield func(FileEvent, error) bool) {
+		p := f.path("/watch", dir)
+		if recursive {
+			p += "&recursive=true"
+		}
+		r := request{method: http.MethodGet, path: p, header: http.Header{"Accept": {"text/event-stream"}}}
+		resp, err := f.s.c.send(ctx, r)
+		if err != nil {
+			yield(FileEvent{}, &TransportError{Op: "GET " + pathOnly(p), Err: err})
+			return
+		}
+		if resp.StatusCode != http.StatusOK {
+			yield(FileEvent{}, readAPIError(resp))
+			return
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReaderSize(resp.Body, 64<<10)
+		for {
+			line, err := readLine(br)
+			if err != nil {
+				if ctx.Err() != nil {
+					err = ctx.Err()
+				}
+				yield(FileEvent{}, &TransportError{Op: "GET " + pathOnly(p), Err: err})
+				return
+			}
+			v, ok := strings.CutPrefix(line, "data:")
+			if !ok {
+				continue
+			}
+			var ev FileEvent
+			if err := json.Unmarshal([]byte(strings.TrimSpace(v)), &ev); err != nil {
+				yield(FileEvent{}, &TransportError{Op: "GET " + pathOnly(p), Err: fmt.Errorf("decode event: %w", err)})
+				return
+			}
+			if !yield(ev, nil) || ev.Op == "end" {
+				return
+			}
+		}
+	}
 }

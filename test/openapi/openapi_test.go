@@ -90,6 +90,9 @@ type call struct {
 	// invalid requests are sent on purpose: only the response is checked.
 	invalid bool
 	want    int
+	// headers, if set, is called once the answer's headers have come,
+	// before its body is read (a stream that ends on an event it causes).
+	headers func()
 }
 
 func (c *checker) do(cl call) []byte {
@@ -114,6 +117,9 @@ func (c *checker) do(cl call) []byte {
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", cl.method, cl.path, err)
+	}
+	if cl.headers != nil {
+		cl.headers()
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

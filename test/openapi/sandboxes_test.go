@@ -58,8 +58,13 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "POST", path: base + "/processes", key: key, want: 400, body: js(map[string]any{"cmd": []string{}})})
 	c.do(call{method: "POST", path: base + "/processes", want: 401, body: js(map[string]any{"cmd": []string{"true"}})})
 	c.do(call{method: "POST", path: "/v1/sandboxes/nope/processes", key: key, want: 404, body: js(map[string]any{"cmd": []string{"true"}})})
-	c.do(call{method: "POST", path: base + "/processes", key: key, want: 501,
-		body: js(sandbox.StartProcessRequest{Cmd: []string{"bash"}, PTY: &sandbox.PTYSize{Cols: 80, Rows: 24}})})
+	var term sandbox.ProcessInfo
+	json.Unmarshal(c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,
+		body: js(sandbox.StartProcessRequest{Cmd: []string{"bash"}, PTY: &sandbox.PTYSize{Cols: 80, Rows: 24}})}), &term)
+	tp := fmt.Sprintf("%s/processes/%d", base, term.PID)
+	c.do(call{method: "POST", path: tp + "/resize", key: key, want: 204, body: js(sandbox.PTYSize{Cols: 120, Rows: 40})})
+	c.do(call{method: "POST", path: tp + "/resize", key: key, want: 400, invalid: true, body: js(map[string]any{"cols": 0, "rows": 1})})
+	c.do(call{method: "POST", path: tp + "/signal", key: key, want: 204, body: js(map[string]any{"signal": "SIGKILL"})})
 	c.do(call{method: "GET", path: base + "/processes", key: key, want: 200})
 	c.do(call{method: "GET", path: base + "/processes", want: 401})
 	c.do(call{method: "GET", path: "/v1/sandboxes/nope/processes", key: key, want: 404})
@@ -88,7 +93,7 @@ func (c *checker) liveSandboxes(key string) {
 	json.Unmarshal(c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,
 		body: js(sandbox.StartProcessRequest{Cmd: []string{"sleep", "600"}})}), &sleeper)
 	sp := fmt.Sprintf("%s/processes/%d", base, sleeper.PID)
-	c.do(call{method: "POST", path: sp + "/resize", key: key, want: 501, body: js(sandbox.PTYSize{Cols: 100, Rows: 40})})
+	c.do(call{method: "POST", path: sp + "/resize", key: key, want: 409, body: js(sandbox.PTYSize{Cols: 100, Rows: 40})})
 	c.do(call{method: "POST", path: sp + "/resize", want: 401, body: js(sandbox.PTYSize{Cols: 100, Rows: 40})})
 	c.do(call{method: "POST", path: base + "/processes/999999/resize", key: key, want: 404, body: js(sandbox.PTYSize{Cols: 100, Rows: 40})})
 	c.do(call{method: "POST", path: sp + "/signal", key: key, want: 400, invalid: true, body: js(map[string]any{"signal": "SIGNOPE"})})
@@ -121,6 +126,34 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "GET", path: f + "missing", key: key, want: 404})
 	c.do(call{method: "GET", path: base + "/files/list?path=/workspace&depth=2", key: key, want: 200})
 	c.do(call{method: "GET", path: base + "/files/list?depth=99", key: key, want: 400, invalid: true})
+	c.do(call{method: "POST", path: base + "/files/mkdir", key: key, want: 201, body: js(map[string]any{"path": "m/n", "parents": true})})
+	c.do(call{method: "POST", path: base + "/files/mkdir", key: key, want: 400, body: js(map[string]any{"path": "m/n"})})
+	c.do(call{method: "POST", path: base + "/files/mkdir", want: 401, body: js(map[string]any{"path": "x"})})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/files/mkdir", key: key, want: 404, body: js(map[string]any{"path": "x"})})
+	c.do(call{method: "POST", path: base + "/files/move", key: key, want: 200, body: js(map[string]any{"from": "m/n", "to": "/workspace/n2"})})
+	c.do(call{method: "POST", path: base + "/files/move", key: key, want: 400, body: js(map[string]any{"from": "n2", "to": "/tmp/n3"})})
+	c.do(call{method: "POST", path: base + "/files/move", want: 401, body: js(map[string]any{"from": "a", "to": "b"})})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/files/move", key: key, want: 404, body: js(map[string]any{"from": "a", "to": "b"})})
+	// A watch that ends by itself: its directory goes.
+	c.do(call{method: "POST", path: base + "/files/mkdir", key: key, want: 201, body: js(map[string]any{"path": "watched"})})
+	remove := func() {
+		// The watch is on once its answer's headers came: its directory goes.
+		req, _ := http.NewRequest("DELETE", c.url+f+"watched", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("remove the watched directory: %v", err)
+			return
+		}
+		resp.Body.Close()
+	}
+	watched := c.do(call{method: "GET", path: base + "/files/watch?path=watched&recursive=true", key: key, want: 200, headers: remove})
+	if !strings.Contains(string(watched), "event: end") {
+		t.Errorf("the watch's stream: %s", clip(watched))
+	}
+	c.do(call{method: "GET", path: base + "/files/watch?path=/etc", key: key, want: 400})
+	c.do(call{method: "GET", path: base + "/files/watch", want: 401})
+	c.do(call{method: "GET", path: "/v1/sandboxes/nope/files/watch", key: key, want: 404})
 	c.do(call{method: "GET", path: base + "/files/list", want: 401})
 	c.do(call{method: "GET", path: base + "/files/list?path=/workspace/missing", key: key, want: 404})
 	c.do(call{method: "GET", path: base + "/files/stat?path=d", key: key, want: 200})
@@ -134,7 +167,6 @@ func (c *checker) liveSandboxes(key string) {
 
 	// What comes later: 501 now.
 	for _, op := range []struct{ method, path string }{
-		{"POST", "/files/mkdir"}, {"POST", "/files/move"}, {"GET", "/files/watch"},
 		{"POST", "/contexts"}, {"GET", "/contexts"}, {"DELETE", "/contexts/c1"}, {"POST", "/contexts/c1/run"},
 		{"POST", "/contexts/c1/restart"}, {"POST", "/contexts/c1/fork"}, {"POST", "/contexts/c1/interrupt"},
 	} {

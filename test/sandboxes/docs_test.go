@@ -63,7 +63,7 @@ func TestDocExamples(t *testing.T) {
 			`sandbox (sbx_\w+)\n`, `running\ncontainer\n`, `sbx_\w+\n`, `600\n`,
 			`200\n`, `hello through cat\n`, `\{"exit_code":143,"signal":"SIGTERM"\}\n`,
 			`\d+ web running=false\n`,
-			`/workspace/data/in.csv\n8\n`, `a,b\n1,2\n`, `dir /workspace/data\nfile /workspace/data/in.csv\n`, `dir\n`,
+			`/workspace/data/in.csv\n8\n`, `a,b\n1,2\n`, `dir /workspace/data\nfile /workspace/data/in.csv\n`, `dir\n`, `dir\n`, `/workspace/data/sub/in.csv\n`,
 			`\[.*\]\n`, `deleted\n`,
 		})
 	})

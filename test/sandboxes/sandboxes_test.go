@@ -142,6 +142,83 @@ func testProcesses(t *testing.T, s *testserver.Server, tier sandbox.Isolation) {
 	if !running[server.PID] || running[cat.PID] || running[sleeper.PID] || len(procs) != 4 {
 		t.Errorf("processes %+v: want the server running, the other three ended", procs)
 	}
+	// A terminal: tty names it, stty size follows a resize.
+	term, err := sb.Start(ctx, sandbox.StartProcessRequest{Shell: "tty; stty size; read; stty size",
+		PTY: &sandbox.PTYSize{Cols: 100, Rows: 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var screen []byte
+	for ev, err := range term.Events(ctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		screen = append(screen, ev.Data...)
+		if bytes.Contains(screen, []byte("30 100")) {
+			break
+		}
+	}
+	if !bytes.Contains(screen, []byte("/dev/pts/")) {
+		t.Errorf("tty on a PTY: %q", screen)
+	}
+	if err := term.Resize(ctx, sandbox.PTYSize{Cols: 132, Rows: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if err := term.WriteStdin(ctx, strings.NewReader("\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := term.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	screen = nil
+	for ev, err := range term.Events(ctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		screen = append(screen, ev.Data...)
+	}
+	if !bytes.Contains(screen, []byte("50 132")) {
+		t.Errorf("stty size after a resize: %q", screen)
+	}
+	// A watch reports a file a process creates.
+	if _, err := sb.Files().MakeDir(ctx, "watched", false); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() {
+		for ev, err := range sb.Files().Watch(wctx, "watched", true) {
+			if err != nil {
+				watchDone <- err
+				return
+			}
+			if ev.Op == "create" && ev.Path == "/workspace/watched/made.txt" {
+				watchDone <- nil
+				return
+			}
+		}
+		watchDone <- errors.New("the watch ended without the file's creation")
+	}()
+	// Made until the watch sees it: the watch may not be on at the first.
+	for i := 0; ; i++ {
+		if _, _, _, err := sb.Run(ctx, sandbox.StartProcessRequest{Shell: "rm -f watched/made.txt; echo x > watched/made.txt"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-watchDone:
+			if err != nil {
+				t.Errorf("watch: %v", err)
+			}
+		case <-time.After(time.Second):
+			if i < 30 {
+				continue
+			}
+			t.Errorf("no create event for a file a process made")
+		}
+		break
+	}
+	stopWatch()
+
 	// An execution of the sandbox runs beside the server, and leaves it.
 	res, err := c.Execute(ctx, sandbox.ExecuteRequest{SessionID: sb.ID, Language: "python",
 		Code: "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8000/index.html').read().decode(), end='')"})

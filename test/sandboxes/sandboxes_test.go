@@ -360,7 +360,8 @@ func TestHTTPErrors(t *testing.T) {
 	}{
 		{"POST", "/v1/sandboxes", map[string]any{"sandbox_id": "dup"}, http.StatusConflict},
 		{"POST", "/v1/sandboxes/dup/processes", map[string]any{"cmd": []string{"no-such-program"}}, http.StatusBadRequest},
-		{"POST", "/v1/sandboxes/dup/processes", map[string]any{"cmd": []string{"true"}, "pty": map[string]int{"cols": 80, "rows": 24}}, http.StatusNotImplemented},
+		{"POST", "/v1/sandboxes/dup/processes", map[string]any{"cmd": []string{"true"}, "pty": map[string]int{"cols": 80}}, http.StatusBadRequest},
+		{"POST", "/v1/sandboxes/dup/contexts", map[string]any{}, http.StatusNotImplemented},
 		{"GET", "/v1/sandboxes/dup/files?path=/etc/passwd", nil, http.StatusBadRequest},
 		{"GET", "/v1/sandboxes/dup/files?path=missing.txt", nil, http.StatusNotFound},
 		{"GET", "/v1/sandboxes/dup/processes/999999", nil, http.StatusNotFound},

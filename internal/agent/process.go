@@ -44,7 +44,7 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 		return 0, refuse(KindInvalid, "start: empty argv")
 	}
 	if req.Via != 0 && req.Zygote {
-		return 0, refuse(KindInvalid, "start: a zygote cannot be started through a zygote")
+		return a.startZygoteVia(id, req) // zygote_via.go
 	}
 	req.Dir = a.hostPath(req.Dir)
 	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)

@@ -179,7 +179,6 @@ func TestStateKept(t *testing.T) {
 	}
 }
 
-
 func TestContextsApartAndFork(t *testing.T) {
 	s := start(t, kernel.Options{})
 	a := s.create(t, kernel.ContextOptions{})

@@ -25,7 +25,9 @@ import (
 // /usr/bin/python3: no root, no sandbox.
 func TestMain(m *testing.M) {
 	testenv.AgentMain()
-	os.Exit(m.Run())
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
 }
 
 const hostPython = "/usr/bin/python3"
@@ -583,5 +585,44 @@ func TestConcurrentForks(t *testing.T) {
 				t.Errorf("fork %s: %q", f, got)
 			}
 		}
+	}
+}
+
+// BenchmarkLocal measures a cell `x + 1` (Run), a fork (Fork) and a fresh
+// context (Create) with the local agent, no sandbox: the runner's and the
+// protocol's own cost. BenchmarkSandbox measures them in sandboxes.
+func BenchmarkLocal(b *testing.B) {
+	s := start(b, kernel.Options{})
+	id := s.create(b, kernel.ContextOptions{})
+	s.run(b, id, "x = 1")
+	b.Run("Run", func(b *testing.B) {
+		for b.Loop() {
+			if got := s.run(b, id, "x + 1").main(); got != "2" {
+				b.Fatalf("x + 1: %q", got)
+			}
+		}
+		reportMS(b)
+	})
+	for _, what := range []string{"Fork", "Create"} {
+		b.Run(what, func(b *testing.B) {
+			for b.Loop() {
+				var info kernel.Info
+				var err error
+				if what == "Fork" {
+					info, err = s.k.Fork(b.Context(), id)
+				} else {
+					info, err = s.k.Create(b.Context(), kernel.ContextOptions{Language: "python"})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := s.k.Delete(b.Context(), info.ID); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			reportMS(b)
+		})
 	}
 }

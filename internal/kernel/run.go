@@ -1,9 +1,11 @@
 package kernel
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -102,33 +104,38 @@ func (r *run) do(ctx context.Context, code string) error {
 	if err := r.inst.proc.WriteStdin(append(b, '\n')); err != nil {
 		return fmt.Errorf("send cell to context %s: %w", r.c.info.ID, err)
 	}
-	var timeout, grace <-chan time.Time
+	var timeout, grace, rawWait <-chan time.Time
 	if r.timeout > 0 {
 		t := time.NewTimer(r.timeout)
 		defer t.Stop()
 		timeout = t.C
 	}
-	cancelled := false
+	cancelled, ended, waited := false, false, false
 	done := ctx.Done()
 	for {
-		ended, err := r.deliver(s, !cancelled)
-		if ended || err != nil {
+		ended = r.deliver(s, !cancelled) || ended
+		if ended && (waited || s.rawEnded()) {
 			if cancelled {
 				return ctx.Err()
 			}
-			return err
+			r.end()
+			return nil
+		}
+		if ended && rawWait == nil {
+			rawWait = time.After(rawEndWait)
 		}
 		select {
 		case <-s.notify:
+		case <-rawWait:
+			waited = true
 		case <-r.inst.proc.Done():
 			// Whatever it sent before it ended is delivered first.
-			ended, err := r.deliver(s, !cancelled)
+			ended = r.deliver(s, !cancelled) || ended
 			switch {
-			case err != nil:
-				return err
 			case cancelled:
 				return ctx.Err()
 			case ended:
+				r.end()
 				return nil
 			}
 			return r.died()
@@ -153,18 +160,15 @@ func (r *run) interrupt(ctx context.Context) <-chan time.Time {
 	return time.After(r.k.o.Grace)
 }
 
-// deliver passes on the events the runner sent so far (all of them when
-// forward, else drops them), and reports whether the cell ended.
-func (r *run) deliver(s *sink, forward bool) (bool, error) {
+// deliver passes on the events the runner sent so far but the end (all of
+// them when forward, else drops them), and reports whether the end was
+// among them.
+func (r *run) deliver(s *sink, forward bool) bool {
+	ended := false
 	for _, ev := range s.take() {
 		if ev.Type == EventEndOfExecution {
-			if forward {
-				if r.timedOut && !r.sawError {
-					r.emit(r.timeoutError("was interrupted; it then ended without an error"))
-				}
-				r.emit(ev)
-			}
-			return true, nil
+			ended = true
+			continue
 		}
 		if !forward {
 			continue
@@ -179,7 +183,16 @@ func (r *run) deliver(s *sink, forward bool) (bool, error) {
 		}
 		r.emit(ev)
 	}
-	return false, nil
+	return ended
+}
+
+// end sends the cell's last event (after a timeout error, if the cell
+// outlived its timeout without reporting one).
+func (r *run) end() {
+	if r.timedOut && !r.sawError {
+		r.emit(r.timeoutError("was interrupted; it then ended without an error"))
+	}
+	r.emit(Event{Type: EventEndOfExecution})
 }
 
 func (r *run) timeoutError(what string) Event {
@@ -225,8 +238,8 @@ func (r *run) stuck(cancelled bool, ctx context.Context) error {
 type output struct {
 	line     []byte // status bytes after the last newline
 	skipping bool   // the rest of an oversized event is being dropped
-	stdout   utf8Tail
-	stderr   utf8Tail
+	stdout   rawStream
+	stderr   rawStream
 
 	mu   sync.Mutex
 	sink *sink
@@ -241,6 +254,8 @@ type sink struct {
 	events  []Event
 	pending int
 	dropped bool
+	// marked counts the raw streams whose end marker for this cell came.
+	marked int
 }
 
 func (o *output) begin(cell uint64) *sink {
@@ -265,21 +280,28 @@ func (o *output) current() *sink {
 	return o.sink
 }
 
-func (o *output) Stdout(p []byte) { o.raw(EventStdout, o.stdout.complete(p)) }
-func (o *output) Stderr(p []byte) { o.raw(EventStderr, o.stderr.complete(p)) }
+func (o *output) Stdout(p []byte) { o.raw(&o.stdout, EventStdout, p) }
+func (o *output) Stderr(p []byte) { o.raw(&o.stderr, EventStderr, p) }
 
 // raw passes on output written to the process's own stdout or stderr
-// (subprocesses', mostly) during a cell; between cells it is dropped.
-func (o *output) raw(typ string, text string) {
-	if s := o.current(); s != nil && text != "" {
-		s.add(Event{Type: typ, Text: text})
-	}
+// (subprocesses', mostly) during a cell, up to the cell's end marker;
+// between cells it is dropped.
+func (o *output) raw(rs *rawStream, typ string, p []byte) {
+	rs.split(p, func(text string) {
+		if s := o.current(); s != nil && text != "" {
+			s.add(Event{Type: typ, Text: text})
+		}
+	}, func(cell uint64) {
+		if s := o.current(); s != nil && s.cell == cell {
+			s.mark()
+		}
+	})
 }
 
 // Status splits the event stream into lines, one event each.
 func (o *output) Status(p []byte) {
 	for len(p) > 0 {
-		i := indexByte(p, '\n')
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			if !o.skipping {
 				o.line = append(o.line, p...)
@@ -297,15 +319,6 @@ func (o *output) Status(p []byte) {
 		o.line, o.skipping = o.line[:0], false
 		p = p[i+1:]
 	}
-}
-
-func indexByte(p []byte, c byte) int {
-	for i, b := range p {
-		if b == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // event hands one event line to the running cell's sink, if it is that
@@ -358,6 +371,24 @@ func (s *sink) add(ev Event) {
 	}
 }
 
+// mark notes a raw stream's end marker.
+func (s *sink) mark() {
+	s.mu.Lock()
+	s.marked++
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// rawEnded reports whether both raw streams' end markers came.
+func (s *sink) rawEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.marked >= 2
+}
+
 // take returns the queued events.
 func (s *sink) take() []Event {
 	s.mu.Lock()
@@ -367,27 +398,92 @@ func (s *sink) take() []Event {
 	return evs
 }
 
-// utf8Tail holds back an incomplete UTF-8 sequence at the end of a chunk
-// of raw output, so that a character split between two reads is not
-// mangled.
-type utf8Tail struct{ held []byte }
+// rawEndMark starts the marker a context writes to its raw stdout and
+// stderr at the end of each cell: the prefix, the cell's id in decimal, a
+// NUL.
+var rawEndMark = []byte("\x00corral-end:")
 
-// complete returns p's text after what was held, less a trailing
-// incomplete sequence, which it holds for the next chunk.
-func (u *utf8Tail) complete(p []byte) string {
-	b := append(u.held, p...)
-	u.held = nil
-	cut := len(b)
+// maxRawEndMark is the longest marker (a uint64 in decimal).
+const maxRawEndMark = 14 + 20 + 1
+
+// rawEndWait bounds the wait for a cell's raw end markers after its end
+// event (a cell that closed its stdout writes none).
+const rawEndWait = time.Second
+
+// rawStream splits a raw output stream into text and end markers. It holds
+// back what may be the start of a marker, or of a UTF-8 sequence, until the
+// next chunk says.
+type rawStream struct{ held []byte }
+
+// split calls text with p's text and mark with each marker's cell, in
+// order.
+func (rs *rawStream) split(p []byte, text func(string), mark func(cell uint64)) {
+	b := append(rs.held, p...)
+	rs.held = nil
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, 0)
+		if i < 0 {
+			cut := completeUTF8(b)
+			text(string(b[:cut]))
+			rs.held = append(rs.held, b[cut:]...)
+			return
+		}
+		text(string(b[:i]))
+		b = b[i:]
+		n, cell, ok := parseRawEndMark(b)
+		switch {
+		case ok:
+			mark(cell)
+			b = b[n:]
+		case n == 0: // too short to tell
+			rs.held = append(rs.held, b...)
+			return
+		default: // a NUL of the program's own
+			text(string(b[:1]))
+			b = b[1:]
+		}
+	}
+}
+
+// parseRawEndMark reads a marker at the start of b (which starts with a
+// NUL): its length and cell; n == 0 when b is too short to tell, !ok with
+// n > 0 when b does not start with one.
+func parseRawEndMark(b []byte) (n int, cell uint64, ok bool) {
+	if len(b) < len(rawEndMark) {
+		if bytes.HasPrefix(rawEndMark, b) {
+			return 0, 0, false
+		}
+		return 1, 0, false
+	}
+	if !bytes.HasPrefix(b, rawEndMark) {
+		return 1, 0, false
+	}
+	j := bytes.IndexByte(b[len(rawEndMark):], 0)
+	if j < 0 {
+		if len(b) < maxRawEndMark {
+			return 0, 0, false
+		}
+		return 1, 0, false
+	}
+	cell, err := strconv.ParseUint(string(b[len(rawEndMark):len(rawEndMark)+j]), 10, 64)
+	if err != nil {
+		return 1, 0, false
+	}
+	return len(rawEndMark) + j + 1, cell, true
+}
+
+// completeUTF8 returns the length of b without a trailing incomplete UTF-8
+// sequence.
+func completeUTF8(b []byte) int {
 	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
 		if utf8.RuneStart(b[i]) {
 			if !utf8.FullRune(b[i:]) {
-				cut = i
+				return i
 			}
 			break
 		}
 	}
-	u.held = append([]byte(nil), b[cut:]...)
-	return string(b[:cut])
+	return len(b)
 }
 
 var _ agent.Output = (*output)(nil)

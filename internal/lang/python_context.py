@@ -51,6 +51,13 @@ EXIT_SETUP_FAILED = 70
 # when this much is waiting.
 MAX_PENDING_TEXT = 1 << 16
 
+# At the end of each cell, after the interpreter's own buffers are
+# flushed, this marker (with the cell's id) goes to the process's raw stdout
+# and stderr: the host waits for it, so that what subprocesses wrote during
+# the cell arrives before the cell's end, although it travels on other
+# pipes than the events.
+RAW_END_MARK = b'\x00corral-end:%d\x00'
+
 # Cells are compiled under this name, with their number, so that
 # tracebacks say which cell a line is in (and find its source in linecache).
 CELL_FILENAME = '<cell %d>'
@@ -481,7 +488,20 @@ def run_cell(state, request):
         flush_text(state)
     except Exception as e:
         emit_error(state, e)
+    mark_raw_streams(state)
     emit(state, {'type': 'end_of_execution'})
+
+
+# Write the cell's end marker to the raw stdout and stderr (a cell that
+# closed or redirected them gets none: the host waits a little, then ends
+# the cell without it).
+def mark_raw_streams(state):
+    flush_raw_streams()
+    for fd in (STDOUT_FD, STDERR_FD):
+        try:
+            write_all(fd, RAW_END_MARK % state.cell)
+        except OSError:
+            pass
 
 
 # Run code, and show the figures it left open; returns the exception that

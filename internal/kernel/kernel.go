@@ -19,8 +19,13 @@
 // the context's own stdout and stderr arrives as stdout / stderr events
 // too, in order with each other but not with the rest.
 //
+// Languages: python (internal/lang/python_context.py), which forks as
+// above; bash (bash_context.sh), an interactive shell started on its own
+// for each context, which keeps variables, functions, the working directory
+// and the environment, and cannot fork.
+//
 // Interrupt sends SIGINT to the context's process group: the runner raises
-// KeyboardInterrupt in the running cell. A cell past its timeout is
+// KeyboardInterrupt in the running cell (bash ends the command line). A cell past its timeout is
 // interrupted; one that does not stop within the grace period has its
 // context killed and restarted.
 package kernel
@@ -151,9 +156,13 @@ type Kernels struct {
 	c *agent.Client
 	o Options
 
+	// rootMu is held while a root zygote starts (an interpreter's start),
+	// so that one starts per language; mu is not.
+	rootMu sync.Mutex
+	roots  map[string]*agent.Process // root zygotes, by language; under both
+
 	mu       sync.Mutex
 	closed   bool
-	roots    map[string]*agent.Process // root zygotes, by language
 	contexts map[string]*kctx
 	order    []string // context ids in creation order
 }
@@ -176,6 +185,7 @@ func New(c *agent.Client, o Options) *Kernels {
 // kctx is one context.
 type kctx struct {
 	info Info
+	cr   lang.Contexter
 	env  []string // the full environment it was created with
 	// turn is held by the run in progress (and by Fork): one at a time.
 	turn chan struct{}
@@ -224,7 +234,7 @@ func (k *Kernels) Create(ctx context.Context, o ContextOptions) (Info, error) {
 		}
 	}
 	env := mergeEnv(k.o.Env, cr.ContextEnv(), o.Env)
-	c := &kctx{info: Info{ID: newID(), Language: r.Name(), Cwd: cwd}, env: env, turn: make(chan struct{}, 1)}
+	c := &kctx{info: Info{ID: newID(), Language: r.Name(), Cwd: cwd}, cr: cr, env: env, turn: make(chan struct{}, 1)}
 	inst, err := k.spawn(ctx, c)
 	if err != nil {
 		return Info{}, err
@@ -277,12 +287,15 @@ func newID() string {
 // root returns the root zygote of c's language, starting it if it is not
 // running.
 func (k *Kernels) root(ctx context.Context, language string) (*agent.Process, error) {
+	k.rootMu.Lock()
+	defer k.rootMu.Unlock()
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
+	p, closed := k.roots[language], k.closed
+	k.mu.Unlock()
+	if closed {
 		return nil, ErrClosed
 	}
-	if p := k.roots[language]; p != nil {
+	if p != nil {
 		select {
 		case <-p.Done():
 		default:
@@ -294,21 +307,54 @@ func (k *Kernels) root(ctx context.Context, language string) (*agent.Process, er
 		return nil, err
 	}
 	step := cr.ContextStep()
-	p, err := k.c.Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(k.o.Env, step.Env), Dir: "/", Zygote: true}, nil)
+	p, err = k.c.Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(k.o.Env, step.Env), Dir: "/", Zygote: true}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("start the %s context runner: %w", language, err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed { // Close missed it
+		_ = p.Signal(ctx, syscall.SIGKILL)
+		return nil, ErrClosed
 	}
 	k.roots[language] = p
 	return p, nil
 }
 
-// spawn forks a fresh process for c from its language's root.
+// spawn starts a fresh process for c: forked from its language's root, or
+// started on its own for a language without a zygote.
 func (k *Kernels) spawn(ctx context.Context, c *kctx) (*instance, error) {
+	if !c.cr.ContextZygote() {
+		return k.startAlone(ctx, c)
+	}
 	root, err := k.root(ctx, c.info.Language)
 	if err != nil {
 		return nil, err
 	}
 	return k.startVia(ctx, root, agent.StartRequest{Argv: []string{"context"}, Env: c.env, Dir: c.info.Cwd})
+}
+
+// startAlone starts c's runner as a process of its own and sends it its
+// setup.
+func (k *Kernels) startAlone(ctx context.Context, c *kctx) (*instance, error) {
+	step := c.cr.ContextStep()
+	out := &output{}
+	p, err := k.c.Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(c.env, step.Env), Dir: c.info.Cwd,
+		Stdin: true, StatusFD: true, Persistent: true}, out)
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, fmt.Errorf("start a %s context in %s: %w: %w", c.info.Language, c.info.Cwd, ErrInvalid, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start a context: %w", err)
+	}
+	inst := &instance{proc: p, out: out}
+	if setup := c.cr.ContextSetup(); setup != nil {
+		if err := p.WriteStdin(setup); err != nil {
+			k.kill(inst)
+			return nil, fmt.Errorf("set up a context: %w", err)
+		}
+	}
+	return inst, nil
 }
 
 // startVia starts a context process through the zygote via (the root, or
@@ -445,11 +491,14 @@ func (k *Kernels) Fork(ctx context.Context, id string) (Info, error) {
 		return Info{}, err
 	}
 	defer c.release()
+	if !c.cr.ContextZygote() {
+		return Info{}, fmt.Errorf("%s contexts cannot fork: %w", c.info.Language, ErrInvalid)
+	}
 	inst, err := c.current()
 	if err != nil {
 		return Info{}, err
 	}
-	f := &kctx{info: Info{ID: newID(), Language: c.info.Language, Cwd: c.info.Cwd}, env: c.env, turn: make(chan struct{}, 1)}
+	f := &kctx{info: Info{ID: newID(), Language: c.info.Language, Cwd: c.info.Cwd}, cr: c.cr, env: c.env, turn: make(chan struct{}, 1)}
 	if f.cur, err = k.startVia(ctx, inst.proc, agent.StartRequest{Argv: []string{"fork"}, Env: c.env, Dir: c.info.Cwd}); err != nil {
 		return Info{}, fmt.Errorf("fork context %s: %w", id, err)
 	}

@@ -626,3 +626,65 @@ func BenchmarkLocal(b *testing.B) {
 		})
 	}
 }
+
+// TestBash: a bash context keeps variables, the working directory and the
+// environment; a failing command is an error, an interrupt ends the
+// running command line and keeps the shell; bash contexts do not fork.
+func TestBash(t *testing.T) {
+	s := start(t, kernel.Options{Grace: 500 * time.Millisecond})
+	id := s.create(t, kernel.ContextOptions{Language: "bash"})
+	if err := os.MkdirAll(filepath.Join(s.root, "workspace", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.run(t, id, "x=5; export Y=7; cd sub\nf() { echo \"f $1\"; }"); c.err() != nil {
+		t.Fatalf("first cell: %+v", c.events)
+	}
+	c := s.run(t, id, "echo $x $Y; basename \"$PWD\"; f 1; bash -c 'echo child $Y' >&2")
+	if got := c.stdout(); got != "5 7\nsub\nf 1\n" {
+		t.Errorf("state kept: stdout %q (%+v)", got, c.events)
+	}
+	if got := c.of(kernel.EventStderr); len(got) != 1 || got[0].Text != "child 7\n" {
+		t.Errorf("stderr %+v", got)
+	}
+	if n := c.of(kernel.EventNumberOfExecutions); len(n) != 1 || n[0].ExecutionCount != 2 {
+		t.Errorf("execution count %+v", n)
+	}
+	if e := s.run(t, id, "false").err(); e == nil || e.Name != "ExitStatus" || e.Value != "1" {
+		t.Errorf("false: %+v", e)
+	}
+	if got := s.run(t, id, "read line; echo \"[$line]\"").stdout(); got != "[]\n" {
+		t.Errorf("a cell's stdin: %q, want empty", got)
+	}
+	for _, code := range []string{"echo started; sleep 600; echo never", "echo started; while :; do :; done"} {
+		evs, errc := s.runAsync(id, code, 0)
+		next(t, evs, kernel.EventStdout)
+		if err := s.k.Interrupt(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		if e := next(t, evs, kernel.EventError); e.Name != "KeyboardInterrupt" {
+			t.Errorf("%q interrupted: %+v", code, e)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if got := s.run(t, id, "echo $x").stdout(); got != "5\n" {
+			t.Errorf("after interrupting %q: %q", code, got)
+		}
+	}
+	c = s.runTimeout(t, id, "sleep 600", 200*time.Millisecond)
+	if e := c.err(); e == nil || e.Name != kernel.ErrorTimeout {
+		t.Errorf("timeout: %+v", c.events)
+	}
+	if _, err := s.k.Fork(t.Context(), id); !errors.Is(err, kernel.ErrInvalid) {
+		t.Errorf("fork of a bash context: %v, want ErrInvalid", err)
+	}
+	if _, err := s.k.Create(t.Context(), kernel.ContextOptions{Language: "bash", Cwd: "/workspace/missing"}); !errors.Is(err, kernel.ErrInvalid) {
+		t.Errorf("bash in a missing directory: %v, want ErrInvalid", err)
+	}
+	if c := s.run(t, id, "exit 3"); c.err() == nil || c.err().Name != kernel.ErrorContextRestarted {
+		t.Errorf("exit: %+v", c.events)
+	}
+	if got := s.run(t, id, "echo \"[$x]\"").stdout(); got != "[]\n" {
+		t.Errorf("after exit: %q, want a fresh shell", got)
+	}
+}

@@ -28,12 +28,6 @@ const MaxPending = 64 << 20
 // one cell are never taken for another's.
 var cellIDs atomic.Uint64
 
-// request is one cell, as the runner reads it.
-type request struct {
-	ID   uint64 `json:"id"`
-	Code string `json:"code"`
-}
-
 // wireEvent is an event as the runner writes it.
 type wireEvent struct {
 	Event
@@ -100,8 +94,7 @@ func (r *run) do(ctx context.Context, code string) error {
 	cell := cellIDs.Add(1)
 	s := r.inst.out.begin(cell)
 	defer r.inst.out.end(s)
-	b, _ := json.Marshal(request{ID: cell, Code: code})
-	if err := r.inst.proc.WriteStdin(append(b, '\n')); err != nil {
+	if err := r.inst.proc.WriteStdin(r.c.cr.ContextRequest(cell, code)); err != nil {
 		return fmt.Errorf("send cell to context %s: %w", r.c.info.ID, err)
 	}
 	var timeout, grace, rawWait <-chan time.Time

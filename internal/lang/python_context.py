@@ -27,7 +27,7 @@
 #   {"type": "error", "name": "...", "value": "...", "traceback": [...]}
 #   {"type": "end_of_execution"}                              last
 # Binary MIME data (image/png, image/jpeg, application/pdf) is base64.
-import sys, os, io, json, socket, signal, ast, builtins, binascii, linecache, traceback, select, _thread
+import sys, os, io, gc, json, socket, signal, ast, builtins, binascii, linecache, traceback, select, _thread
 
 # The root's control socket (the fd after stdio, as the agent starts zygotes).
 ROOT_CONTROL_FD = 3
@@ -598,6 +598,10 @@ def load_root():
         sys.modules['IPython'] = package
         sys.modules['IPython.display'] = module
     sys.meta_path.append(BackendFinder)
+    # The root's objects are never collected in a context: a collection
+    # would write to (and so copy) every page that holds them.
+    gc.collect()
+    gc.freeze()
     # Signals: none should end the root or interrupt it mid-fork.
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
               signal.SIGPIPE):

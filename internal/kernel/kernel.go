@@ -565,7 +565,8 @@ func (k *Kernels) Close(ctx context.Context) error {
 		_ = p.Signal(ctx, syscall.SIGKILL)
 	}
 	for _, p := range procs {
-		if _, err := p.Wait(ctx); err != nil {
+		// A sandbox that is gone has ended them all.
+		if _, err := p.Wait(ctx); err != nil && !errors.Is(err, agent.ErrLost) {
 			errs = append(errs, err)
 		}
 	}

@@ -22,7 +22,8 @@
 // Languages: python (internal/lang/python_context.py), which forks as
 // above; bash (bash_context.sh), an interactive shell started on its own
 // for each context, which keeps variables, functions, the working directory
-// and the environment, and cannot fork.
+// and the environment, and cannot fork; javascript (javascript_context.js),
+// a node process of its own for each context, which cannot fork either.
 //
 // Interrupt sends SIGINT to the context's process group: the runner raises
 // KeyboardInterrupt in the running cell (bash ends the command line). A cell past its timeout is

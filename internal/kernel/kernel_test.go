@@ -688,3 +688,47 @@ func TestBash(t *testing.T) {
 		t.Errorf("after exit: %q, want a fresh shell", got)
 	}
 }
+
+// TestJavascript: a javascript context keeps globals and functions, shows
+// its last value, awaits a promise, reports errors with the cell's frames,
+// and an interrupt stops a running cell and keeps the context.
+func TestJavascript(t *testing.T) {
+	_, err := os.Stat("/usr/bin/node")
+	testenv.Need(t, err == nil, "/usr/bin/node (javascript contexts' unit tests run it)")
+	s := start(t, kernel.Options{})
+	id := s.create(t, kernel.ContextOptions{Language: "javascript"})
+	s.run(t, id, "var x = 21; let y = 2; function f(a) { return a * 2 }")
+	c := s.run(t, id, "console.log('hi', {a: 1}); process.stdout.write('raw\\n'); f(x)")
+	if got := c.main(); got != "42" {
+		t.Errorf("f(x): %q (%+v)", got, c.events)
+	}
+	if got := c.stdout(); got != "hi { a: 1 }\nraw\n" {
+		t.Errorf("stdout %q", got)
+	}
+	if got := s.run(t, id, "new Promise(r => setTimeout(() => r(x + y), 10))").main(); got != "23" {
+		t.Errorf("a promise: %q", got)
+	}
+	e := s.run(t, id, "null.foo").err()
+	if e == nil || e.Name != "TypeError" || !strings.Contains(strings.Join(e.Traceback, ""), "<cell 4>") || strings.Contains(strings.Join(e.Traceback, ""), "node:vm") {
+		t.Errorf("error %+v", e)
+	}
+	for _, code := range []string{"console.log('spin'); while (true) {}", "console.log('wait'); new Promise(() => {})"} {
+		evs, errc := s.runAsync(id, code, 0)
+		next(t, evs, kernel.EventStdout)
+		if err := s.k.Interrupt(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		if e := next(t, evs, kernel.EventError); e.Name != "KeyboardInterrupt" {
+			t.Errorf("%q interrupted: %+v", code, e)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.run(t, id, "x").main(); got != "21" {
+		t.Errorf("after interrupts: %q", got)
+	}
+	if _, err := s.k.Fork(t.Context(), id); !errors.Is(err, kernel.ErrInvalid) {
+		t.Errorf("fork of a javascript context: %v, want ErrInvalid", err)
+	}
+}

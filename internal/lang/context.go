@@ -80,3 +80,20 @@ func (bash) ContextRequest(id uint64, code string) []byte {
 	return []byte("__corral_run " + n + " " + base64.StdEncoding.EncodeToString([]byte(code)) +
 		"\ntrap '' INT; __corral_end " + n + "; trap - INT\n")
 }
+
+//go:embed javascript_context.js
+var javascriptContext string
+
+// ContextStep runs node with the context runner.
+func (javascript) ContextStep() Step {
+	return Step{Argv: []string{"node", "-e", javascriptContext}}
+}
+
+func (javascript) ContextZygote() bool  { return false }
+func (javascript) ContextEnv() []string { return nil }
+func (javascript) ContextSetup() []byte { return nil }
+
+// ContextRequest is one JSON line, as python's.
+func (javascript) ContextRequest(id uint64, code string) []byte {
+	return python{}.ContextRequest(id, code)
+}

@@ -38,7 +38,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -136,9 +135,6 @@ type Options struct {
 	// Grace is how long an interrupted cell may take to stop after its
 	// timeout; DefaultGrace if zero.
 	Grace time.Duration
-	// Log receives what goes wrong outside any call (a context that
-	// cannot be restarted after a timeout is reported to the caller).
-	Log *slog.Logger
 }
 
 // ContextOptions describe a context to create.
@@ -176,9 +172,6 @@ func New(c *agent.Client, o Options) *Kernels {
 	}
 	if o.Grace <= 0 {
 		o.Grace = DefaultGrace
-	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Kernels{c: c, o: o, roots: map[string]*agent.Process{}, contexts: map[string]*kctx{}}
 }
@@ -230,7 +223,7 @@ func (k *Kernels) Create(ctx context.Context, o ContextOptions) (Info, error) {
 		return Info{}, fmt.Errorf("working directory %q: not an absolute, clean path: %w", cwd, ErrInvalid)
 	}
 	for _, kv := range o.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+		if key, _, ok := strings.Cut(kv, "="); !ok || key == "" || strings.ContainsRune(kv, 0) {
 			return Info{}, fmt.Errorf("environment variable %q: want KEY=VALUE: %w", kv, ErrInvalid)
 		}
 	}

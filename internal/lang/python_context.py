@@ -650,10 +650,19 @@ def fork_context(state, m, fds, fresh):
         send_control(state, {'id': rid, 'error': 'not a context request'})
         return
     flush_raw_streams()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as e:  # the sandbox's process limit, its memory
+        close_fds(fds)
+        send_control(state, {'id': rid, 'error': 'fork: %s' % e})
+        return
     if pid == 0:
         try:
-            gpid = os.fork()
+            try:
+                gpid = os.fork()
+            except OSError as e:
+                send_control(state, {'id': rid, 'error': 'fork: %s' % e})
+                os._exit(0)
             if gpid == 0:
                 become_context(state, m, fds, fresh)  # never returns
             send_control(state, {'id': rid, 'pid': gpid})
@@ -712,6 +721,8 @@ def become_context(state, m, fds, fresh):
             for closing in old:
                 close_quietly(closing)
             os.setsid()
+            # A thread of the cells (not in the copy) may have held it.
+            state.lock = _thread.allocate_lock()
         send_control(state, {'ready': {'pid': os.getpid(), 'execution_count': state.execution_count}})
         serve_context(state)
     finally:

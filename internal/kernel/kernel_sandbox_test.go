@@ -204,11 +204,29 @@ func TestSandboxStreamingInterruptTimeout(t *testing.T) {
 // context (Fork), and as the baseline the start of a bare `python3 -c
 // pass` through the agent in the same sandbox (Spawn); and on runc the
 // memory of the sandbox idle with one context (Idle: the sandbox cgroup's
-// memory.current, and the sum of its processes' PSS).
+// memory.current and the sum of its processes' PSS, with one context and,
+// for comparison, before the first).
 func BenchmarkSandbox(b *testing.B) {
 	for tier, s := range pythonSandboxes(b) {
+		var bare, bareErr = int64(0), error(nil)
+		if tier == runtime.TierContainer {
+			bare, _, bareErr = sandboxMemory(s.sb)
+		}
 		id := s.create(b, kernel.ContextOptions{})
 		s.run(b, id, "x = 1")
+		if tier == runtime.TierContainer {
+			b.Run(string(tier)+"/Idle", func(b *testing.B) {
+				cur, pss, err := sandboxMemory(s.sb)
+				if err != nil || bareErr != nil {
+					b.Fatal(err, bareErr)
+				}
+				for b.Loop() {
+				}
+				b.ReportMetric(float64(cur)/(1<<20), "MB-cgroup")
+				b.ReportMetric(float64(pss)/(1<<20), "MB-PSS")
+				b.ReportMetric(float64(bare)/(1<<20), "MB-cgroup-no-context")
+			})
+		}
 		b.Run(string(tier)+"/Spawn", func(b *testing.B) {
 			for b.Loop() {
 				p, err := s.sb.Agent().Start(b.Context(), agent.StartRequest{Argv: []string{"python3", "-c", "pass"},
@@ -244,18 +262,6 @@ func BenchmarkSandbox(b *testing.B) {
 			}
 			reportMS(b)
 		})
-		if tier == runtime.TierContainer {
-			b.Run(string(tier)+"/Idle", func(b *testing.B) {
-				for b.Loop() {
-				}
-				cur, pss, err := sandboxMemory(s.sb)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(cur)/(1<<20), "MB-cgroup")
-				b.ReportMetric(float64(pss)/(1<<20), "MB-PSS")
-			})
-		}
 	}
 }
 

@@ -34,6 +34,7 @@ def serve(ctl, level):
                 stdin, out, err, status, child = fds
                 for i, fd in enumerate((stdin, out, err)):
                     os.dup2(fd, i)
+                    os.close(fd)
                 os.write(1, b'hello from level %d\n' % (level + 1))
                 os.write(status, b'status of level %d' % (level + 1))
                 os.close(status)

@@ -358,6 +358,17 @@ func waitFile(path string) string {
 	return "import os, time\nfor _ in range(3000):\n    if os.path.exists(" + quote(path) + "):\n        break\n    time.sleep(0.01)\nelse:\n    raise TimeoutError('no ' + " + quote(path) + ")\n"
 }
 
+// waitForFile polls for a file that a cell makes (bounded by waitLimit).
+func waitForFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("no %s", path)
+}
+
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }
 
 // runAsync runs code in the background; events arrive on the channel,
@@ -419,8 +430,11 @@ func TestInterruptAndTimeout(t *testing.T) {
 	s := start(t, kernel.Options{Grace: 500 * time.Millisecond})
 	id := s.create(t, kernel.ContextOptions{})
 	s.run(t, id, "x = 1")
-	evs, errc := s.runAsync(id, "print('spinning', flush=True)\nwhile True:\n    pass", 0)
-	next(t, evs, kernel.EventStdout)
+	// The cell says it spins by a file, not by output: an interrupt while
+	// an event is written is raised after it, another path.
+	flag := filepath.Join(s.root, "tmp", "spinning")
+	evs, errc := s.runAsync(id, "open("+quote(flag)+", 'w').close()\nwhile True:\n    pass", 0)
+	waitForFile(t, flag)
 	ctx := t.Context()
 	if err := s.k.Interrupt(ctx, id); err != nil {
 		t.Fatal(err)

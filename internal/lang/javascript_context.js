@@ -11,16 +11,22 @@
 // global scope (declaring one again is a SyntaxError, as in a script). The
 // value of the cell's last expression is its main result (text/plain, by
 // util.inspect); a promise is awaited first. console.* write events; what
-// process.stdout/stderr and subprocesses write is raw output. SIGINT stops
-// a running cell (its error is named KeyboardInterrupt, as every
-// context's interrupted cell is); node cannot fork, so neither do its
-// contexts.
+// process.stdout/stderr and subprocesses write is raw output. node cannot
+// fork, so neither do its contexts.
+//
+// SIGINT stops a running cell (its error is named KeyboardInterrupt, as
+// every context's interrupted cell is), but only as well as node's
+// vm.runInThisContext breakOnSigint does: the agent signals the process's
+// group and the process, so it gets SIGINT twice, and a second SIGINT that
+// lands as node tears its SIGINT watchdog down either kills the process
+// (the host restarts the context) or ends the runner's JavaScript for good
+// (the cell never ends; past a timeout, the host restarts the context).
+// An interrupt of a javascript context is best effort.
 'use strict';
 const fs = require('fs');
 const vm = require('vm');
 const util = require('util');
 const { Console } = require('console');
-const { Writable } = require('stream');
 const { createRequire } = require('module');
 
 const STDOUT_FD = 1;
@@ -61,14 +67,21 @@ function emit(ev) {
   writeAll(EVENT_FD, JSON.stringify(ev) + '\n');
 }
 
-// A stream whose writes are events of the given type, at once.
+// What console writes to: each write an event of the given type, at once.
+// Not a stream.Writable: an interrupt that stops a cell inside a write
+// would leave a stream's state mid-write, and its later writes buffered.
 function eventStream(type) {
-  return new Writable({
-    write(chunk, encoding, done) {
-      emit({ type, text: chunk.toString() });
-      done();
+  return {
+    write(chunk) {
+      emit({ type, text: String(chunk) });
+      return true;
     },
-  });
+    // console listens for a stream's errors around each write.
+    on() { return this; },
+    once() { return this; },
+    removeListener() { return this; },
+    listenerCount() { return 0; },
+  };
 }
 
 // The error event of e: its name and message, and its stack down to the

@@ -269,16 +269,20 @@ func reportMS(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
 }
 
-// sandboxMemory returns a runc sandbox's cgroup memory use and the sum of
-// its processes' PSS.
+// sandboxMemory returns a runc sandbox's cgroup memory use (memory.current,
+// or v1's memory.usage_in_bytes: with the page cache it charged) and the
+// sum of its processes' PSS.
 func sandboxMemory(sb runtime.Sandbox) (current, pss int64, err error) {
-	dir := filepath.Join(cgroup.Root, testenv.CgroupParent, sb.ID())
-	b, err := os.ReadFile(filepath.Join(dir, "memory.current"))
-	if err != nil {
+	mu, ok := sb.(interface{ MemoryUsage() (int64, error) })
+	if !ok {
+		return 0, 0, fmt.Errorf("%T does not report its memory", sb)
+	}
+	if current, err = mu.MemoryUsage(); err != nil {
 		return 0, 0, err
 	}
-	if current, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
-		return 0, 0, err
+	dir := filepath.Join(cgroup.Root, testenv.CgroupParent, sb.ID())
+	if !cgroup.Unified() {
+		dir = filepath.Join(cgroup.Root, "memory", testenv.CgroupParent, sb.ID())
 	}
 	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {

@@ -16,7 +16,10 @@ PS1= PS2= PS4=
 #
 # An interrupt stops the first line; the second always runs, and reports
 # the cell's end (with the end markers on the raw streams that the python
-# runner writes too). The events are those of python_context.py, less
+# runner writes too). An interrupt is lost when it lands as bash starts a
+# command, between its fork and its exec: the child takes it, and bash,
+# seeing the child not die of it, runs on. Past its timeout such a cell
+# ends all the same: the host restarts the shell. The events are those of python_context.py, less
 # results: a cell's output is its commands' raw output, and a non-zero
 # status is an error named ExitStatus (KeyboardInterrupt if interrupted).
 unset HISTFILE PROMPT_COMMAND

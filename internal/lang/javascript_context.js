@@ -16,12 +16,12 @@
 //
 // SIGINT stops a running cell (its error is named KeyboardInterrupt, as
 // every context's interrupted cell is), but only as well as node's
-// vm.runInThisContext breakOnSigint does: the agent signals the process's
-// group and the process, so it gets SIGINT twice, and a second SIGINT that
-// lands as node tears its SIGINT watchdog down either kills the process
-// (the host restarts the context) or ends the runner's JavaScript for good
-// (the cell never ends; past a timeout, the host restarts the context).
-// An interrupt of a javascript context is best effort.
+// vm.runInThisContext breakOnSigint does: a SIGINT that lands as node
+// sets its SIGINT watchdog up or tears it down (the SIGINT listeners are
+// removed meanwhile) either kills the process (the host restarts the
+// context) or ends the runner's JavaScript for good (the cell never ends;
+// past a timeout, the host restarts the context). An interrupt of a
+// javascript context is best effort.
 'use strict';
 const fs = require('fs');
 const vm = require('vm');

@@ -110,8 +110,12 @@ func (a *Agent) onSignal(f frame) {
 	if req.All {
 		a.killAll(sig, false)
 	} else if p := a.byID(f.id); p != nil {
-		_ = syscall.Kill(-p.pid, sig)
-		_ = syscall.Kill(p.pid, sig)
+		// The process's group, which includes it when it leads it (as
+		// every process the agent starts does): signalled once, not
+		// twice (a second SIGINT can land in a handler of the first).
+		if syscall.Kill(-p.pid, sig) != nil {
+			_ = syscall.Kill(p.pid, sig)
+		}
 	}
 	a.send(msgOK, f.id, nil)
 }

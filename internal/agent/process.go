@@ -47,7 +47,7 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 		return 0, refuse(KindInvalid, "start: empty argv")
 	}
 	if req.Via != 0 && req.Zygote {
-		return 0, refuse(KindInvalid, "start: a zygote cannot be started through a zygote")
+		return a.startZygoteVia(id, req) // zygote_via.go
 	}
 	if req.PTY != nil && (req.Via != 0 || req.Zygote) {
 		return 0, refuse(KindInvalid, "start: a terminal is for a process of the agent's own, not a zygote's")

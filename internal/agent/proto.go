@@ -116,7 +116,9 @@ type StartRequest struct {
 	Zygote bool `json:"zygote,omitempty"`
 	// Via, when set, runs the process as a child of the zygote the host
 	// started under this id: the zygote forks and the child runs Argv its
-	// way (for python, Argv is the script and its arguments).
+	// way (for python, Argv is the script and its arguments). With Zygote
+	// too, the child is a zygote itself (zygote_via.go) and may have a
+	// status fd.
 	Via uint32 `json:"via,omitempty"`
 	// PTY, when set, runs the process on a new pseudo-terminal of this
 	// size: its stdin, stdout and stderr are the terminal, and it leads a
@@ -184,6 +186,9 @@ type zygoteMsg struct {
 	Ready    json.RawMessage `json:"ready,omitempty"`
 	Spare    int             `json:"spare,omitempty"`
 	Error    string          `json:"error,omitempty"`
+	// Zygote: the request's last fd is the child's control socket; the
+	// child is a zygote (zygote_via.go).
+	Zygote bool `json:"zygote,omitempty"`
 }
 
 // ExitStatus is how a process ended.

@@ -30,10 +30,10 @@ type stdinAck struct {
 }
 
 var (
-	// ErrStdinEnded: the process takes no more stdin. It ended, or closed
-	// its stdin (the error then also matches syscall.EPIPE, as the agent
-	// saw it; a process that is ending can show so too). What it had not
-	// taken is lost.
+	// ErrStdinEnded: the process takes no more stdin. It ended, or the
+	// agent ended its stdin: the process closed it (the error then also
+	// matches syscall.EPIPE, which a process that is ending can show
+	// too), or it has none (KindInvalid). What it had not taken is lost.
 	ErrStdinEnded = errors.New("the process takes no more stdin")
 	// ErrStdinClosed: a write after CloseStdin.
 	ErrStdinClosed = errors.New("stdin was closed")

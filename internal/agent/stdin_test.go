@@ -20,9 +20,11 @@ import (
 )
 
 // gated is a script that holds its stdin unread until it gets SIGUSR1, then
-// runs then. It says "ready" once the signal is handled.
+// runs then. It says "ready" once the signal is handled. then runs with
+// SIGUSR1 ignored: Signal sends it to the process's group and then to the
+// process, which may have moved on to then in between.
 func gated(then string) string {
-	return `trap 'go=1' USR1; echo ready; while [ -z "$go" ]; do sleep 0.05; done; ` + then
+	return `trap 'go=1' USR1; echo ready; while [ -z "$go" ]; do sleep 0.05; done; trap '' USR1; ` + then
 }
 
 // persistent is req as a live sandbox starts its processes: one ending
@@ -129,7 +131,8 @@ func TestLocalStdinStalled(t *testing.T) {
 			}
 			r := <-wrote
 			if r.err != nil || r.n != len(data) {
-				t.Fatalf("write: %d bytes, %v", r.n, r.err)
+				st, err := p.Wait(ctx)
+				t.Fatalf("write: %d bytes, %v (the process: %+v %v, output %q)", r.n, r.err, st, err, s.String())
 			}
 			if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
 				t.Fatalf("exit: %+v %v (output %q)", st, err, s.String())

@@ -26,11 +26,11 @@ import (
 // environment or file descriptors through /proc.
 //
 // This file is its start-up; dispatch.go reads the host's frames,
-// process.go runs processes, pty.go gives them terminals, files.go places
-// and reads files, fileops.go stats, lists, makes and moves them, watch.go
-// reports changes in directories, forward.go relays TCP to the host,
-// zygote.go talks to zygotes, reset.go returns a pooled sandbox to a clean
-// state.
+// process.go runs processes, stdin.go writes their stdin, pty.go gives them
+// terminals, files.go places and reads files, fileops.go stats, lists,
+// makes and moves them, watch.go reports changes in directories,
+// forward.go relays TCP to the host, zygote.go talks to zygotes, reset.go
+// (and reset_live.go) returns a pooled sandbox to a clean state.
 type Agent struct {
 	in  io.Reader
 	log *slog.Logger

@@ -216,6 +216,10 @@ func (c *Client) readLoop() {
 					k.werr = werr
 				}
 			}
+		case msgStdinAck, msgStdinEnd:
+			if err = c.stdinFrame(f); err != nil {
+				return
+			}
 		case msgWatchEvents, msgWatchEnd:
 			if err = c.watchFrame(f); err != nil {
 				return
@@ -258,6 +262,8 @@ type Process struct {
 	done   chan struct{}
 	status ExitStatus
 	err    error
+	// in is the process's stdin (client_stdin.go).
+	in stdinFlow
 }
 
 func (p *Process) deliver(typ byte, b []byte) {
@@ -276,6 +282,7 @@ func (p *Process) deliver(typ byte, b []byte) {
 
 func (p *Process) end(st ExitStatus, err error) {
 	p.status, p.err = st, err
+	p.endStdin(err)
 	close(p.done)
 }
 
@@ -287,6 +294,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest, out Output) (*Proc
 	}
 	id, k := c.newCall()
 	p := &Process{c: c, id: id, out: out, done: make(chan struct{})}
+	p.in.noStdin = !req.Stdin && req.PTY == nil
 	// Register before sending: output can arrive before the started reply.
 	c.mu.Lock()
 	c.procs[id] = p
@@ -333,21 +341,6 @@ func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
 	b, _ := json.Marshal(signalRequest{Signal: int(sig)})
 	return p.c.procCall(ctx, msgSignal, p.id, b)
 }
-
-// WriteStdin sends bytes to the process's stdin (started with Stdin true).
-func (p *Process) WriteStdin(b []byte) error {
-	for len(b) > 0 {
-		n := min(len(b), MaxPayload)
-		if err := p.c.send(msgStdin, p.id, b[:n]); err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// CloseStdin closes the process's stdin.
-func (p *Process) CloseStdin() error { return p.c.send(msgCloseStdin, p.id, nil) }
 
 // KillAll sends sig to every process in the sandbox except the agent and
 // persistent processes.

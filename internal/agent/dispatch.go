@@ -82,25 +82,6 @@ func (a *Agent) onStart(f frame) {
 	}
 }
 
-func (a *Agent) onStdin(f frame) {
-	p := a.byID(f.id)
-	if p == nil || p.stdin == nil {
-		return
-	}
-	if f.typ == msgCloseStdin {
-		if p.pty != nil {
-			p.typeEOF()
-		} else {
-			p.stdin.Close()
-		}
-		return
-	}
-	// A program that stops reading its stdin must not stall the agent.
-	if _, err := p.stdin.Write(f.payload); err != nil {
-		p.stdin.Close()
-	}
-}
-
 func (a *Agent) onSignal(f frame) {
 	var req signalRequest
 	if !a.decode(f, "signal", &req) {

@@ -38,6 +38,9 @@ const (
 	// KindLimit: the request would pass one of the agent's caps (watches
 	// at once).
 	KindLimit Kind = "limit"
+	// KindReset: the sandbox was reset for its next use (a pooled
+	// sandbox): what the request held, a watch, ended with it.
+	KindReset Kind = "reset"
 	// KindInternal: anything else; the message says what.
 	KindInternal Kind = "internal"
 )

@@ -25,6 +25,9 @@ type proc struct {
 	// pty is the master of the process's terminal (it is stdin too), or
 	// nil (pty.go).
 	pty *os.File
+	// in queues what the host sends for stdin, for the process's writer
+	// (stdin.go); nil without a stdin.
+	in *stdinQueue
 }
 
 func (a *Agent) byID(id uint32) *proc {
@@ -76,6 +79,9 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	}
 	if err != nil {
 		return 0, err
+	}
+	if p.stdin != nil {
+		p.in = newStdinQueue()
 	}
 	defer io.closeChild()
 	if z != nil {
@@ -209,6 +215,9 @@ func (a *Agent) run(p *proc, io *procIO) {
 		p.readers.Add(1)
 		go a.pump(p, io.types[i], r)
 	}
+	if p.in != nil {
+		go a.writeStdin(p)
+	}
 	go a.finish(p)
 }
 
@@ -241,9 +250,7 @@ func (a *Agent) finish(p *proc) {
 		p.status.Reaped = a.killAll(syscall.SIGKILL, false)
 	}
 	p.readers.Wait()
-	if p.stdin != nil {
-		p.stdin.Close()
-	}
+	p.endStdin()
 	a.mu.Lock()
 	delete(a.procs, p.pid)
 	a.reporting(p) // resume.go

@@ -26,8 +26,9 @@ import (
 // the host ship together (the agent is bound into each sandbox from the
 // host's own installation), so the host speaks one version only. 2: error
 // frames carry a Kind. 3: listings stream as lines of JSON in msgFileData
-// frames; terminals, stat, mkdir, move and watches.
-const Version = 3
+// frames; terminals, stat, mkdir, move and watches. 4: stdin flow control
+// (msgStdinAck, msgStdinEnd).
+const Version = 4
 
 // MaxPayload caps one frame's payload in either direction.
 const MaxPayload = 1 << 20
@@ -37,8 +38,8 @@ const headerSize = 9
 // Frame types sent by the host.
 const (
 	msgStart      byte = 1  // JSON StartRequest; answered by msgStarted or msgError
-	msgStdin      byte = 2  // raw bytes for the process's stdin
-	msgCloseStdin byte = 3  // close the process's stdin
+	msgStdin      byte = 2  // raw bytes for the process's stdin, within StdinWindow (client_stdin.go)
+	msgCloseStdin byte = 3  // close the process's stdin, after the data before it
 	msgSignal     byte = 4  // JSON signalRequest
 	msgFileBegin  byte = 5  // JSON fileHeader; data follows in msgFileData
 	msgFileData   byte = 6  // raw bytes
@@ -80,6 +81,13 @@ const (
 	// msgWatchEnd: JSON errorReply, under a watch's id: its last frame. An
 	// empty kind: the host stopped it; else why the agent ended it.
 	msgWatchEnd byte = 73
+	// msgStdinAck: JSON stdinAck, under a process's id: its stdin took
+	// that many more bytes of msgStdin payloads (stdin.go).
+	msgStdinAck byte = 80
+	// msgStdinEnd: JSON errorReply, under a process's id: its stdin takes
+	// nothing more (the process closed it, or has none, or the host sent
+	// past the window); what was not acknowledged is dropped.
+	msgStdinEnd byte = 81
 )
 
 // ErrProtocol reports a malformed frame.

@@ -79,6 +79,9 @@ func TestClientSurvivesHostileAgent(t *testing.T) {
 		"bad exit":         hostileAgent(put(msgHello, 0, hello), put(msgExit, 1, "not json")),
 		"truncated frame":  append(hostileAgent(put(msgHello, 0, hello)), 66, 0, 0, 0, 1, 0, 0, 0, 9, 'x'),
 		"unknown ids":      hostileAgent(put(msgHello, 0, hello), put(msgStdout, 77, "x"), put(msgOK, 78, ""), put(msgExit, 79, "{}")),
+		"bad stdin ack":    hostileAgent(put(msgHello, 0, hello), put(msgStdinAck, 1, `{"bytes":"many"}`)),
+		"bad stdin end":    hostileAgent(put(msgHello, 0, hello), put(msgStdinEnd, 1, "{")),
+		"stdin of no one":  hostileAgent(put(msgHello, 0, hello), put(msgStdinAck, 80, `{"bytes":-5}`), put(msgStdinEnd, 81, `{}`)),
 	}
 	for name, stream := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -100,6 +103,7 @@ func TestClientSurvivesHostileAgent(t *testing.T) {
 func FuzzClientReadLoop(f *testing.F) {
 	f.Add(hostileAgent(put(msgHello, 0, fmt.Sprintf(`{"version":%d}`, Version)), put(msgStdout, 1, "x")))
 	f.Add(hostileAgent(put(msgHello, 0, fmt.Sprintf(`{"version":%d}`, Version)), put(msgError, 1, `{"kind":"ENOENT","message":"x"}`)))
+	f.Add(hostileAgent(put(msgHello, 0, fmt.Sprintf(`{"version":%d}`, Version)), put(msgStdinAck, 1, `{"bytes":1099511627776}`)))
 	f.Add([]byte{64, 0, 0, 0, 0, 255, 255, 255, 255})
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		c := NewClient(bytes.NewReader(stream), io.Discard, nil)

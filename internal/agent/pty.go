@@ -88,7 +88,15 @@ func (a *Agent) ptyStdio(p *proc, sz PTYSize, status bool) (*procIO, error) {
 		slave.Close()
 		return nil, fmt.Errorf("dup pty: %w", err)
 	}
-	// os.NewFile makes them non-blocking and polled where it can.
+	// Non-blocking, so that os.NewFile polls both (they share the flag):
+	// closing the master then returns a write in progress (stdin.go), which
+	// a blocking write(2) would not.
+	if err := unix.SetNonblock(m, true); err != nil {
+		unix.Close(m)
+		unix.Close(d)
+		slave.Close()
+		return nil, fmt.Errorf("pty: %w", err)
+	}
 	p.pty = os.NewFile(uintptr(m), "/dev/ptmx")
 	p.stdin = p.pty
 	io := &procIO{

@@ -19,10 +19,12 @@ import (
 // two, the host asks the agent to reset it: nothing one program left may
 // reach the next.
 
-// reset kills every non-persistent process, empties req.Clear and the
-// sandbox's other shared places (/dev/shm, POSIX and System V IPC), checks
-// that no program changed what new processes inherit, and pings zygotes.
+// reset ends every watch (reset_live.go), kills every non-persistent
+// process, empties req.Clear and the sandbox's other shared places
+// (/dev/shm, POSIX and System V IPC), checks that no program changed what
+// new processes inherit, and pings zygotes.
 func (a *Agent) reset(req ResetRequest) error {
+	a.endWatches()
 	a.killAll(syscall.SIGKILL, false)
 	a.mu.Lock()
 	clear(a.orphans)

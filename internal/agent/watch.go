@@ -73,6 +73,9 @@ type watch struct {
 	// it, else why the agent did.
 	end  *errorReply
 	wake chan struct{}
+	// sent is closed when sendWatch has returned: the end is sent (or
+	// the host is gone).
+	sent chan struct{}
 }
 
 func (w *watch) poke() {
@@ -147,7 +150,7 @@ func (a *Agent) startWatch(id uint32, req watchRequest) (*watch, error) {
 		s.byID, s.byWD = map[uint32]*watch{}, map[int32]map[*watch]string{}
 		go a.readWatches(s.ino)
 	}
-	w := &watch{id: id, root: req.Path, recursive: req.Recursive, dirs: map[int32]string{}, wake: make(chan struct{}, 1)}
+	w := &watch{id: id, root: req.Path, recursive: req.Recursive, dirs: map[int32]string{}, wake: make(chan struct{}, 1), sent: make(chan struct{})}
 	if err := a.addDir(w, fd, req.Path, false); err != nil {
 		s.drop(w)
 		return nil, err
@@ -416,6 +419,7 @@ func (a *Agent) watchChange(w *watch, p string, mask uint32, name string) {
 
 // sendWatch sends w's events to the host as they come, and its end.
 func (a *Agent) sendWatch(w *watch) {
+	defer close(w.sent)
 	s := &a.watches
 	for range w.wake {
 		s.mu.Lock()

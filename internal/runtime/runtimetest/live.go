@@ -17,8 +17,9 @@ import (
 // live holds a runtime to what a sandbox that outlives one call needs from
 // its agent, inside a real sandbox: a terminal (the runtime's /dev/pts and
 // /dev/ptmx), the live file operations and their refusal of symbolic
-// links, and watches (the runtime's inotify).
+// links, and watches (the runtime's inotify); a stalled stdin (stdin.go).
 func live(t *testing.T, rt runtime.Runtime, env Env) {
+	stalledStdin(t, rt, env)
 	t.Run("Terminal", func(t *testing.T) {
 		t.Parallel()
 		sb := create(t, rt, env, defaultLimits)

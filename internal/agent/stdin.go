@@ -56,6 +56,12 @@ func (q *stdinQueue) poke() {
 	}
 }
 
+// maxStdinQueued is what the agent holds for one process's stdin: a window,
+// and another for a host client that took the process up again after a
+// restore (resume_client.go) and starts with a full window while the old
+// one's bytes may still be queued.
+const maxStdinQueued = 2 * StdinWindow
+
 // push queues a copy of b (the frame loop reuses its buffer).
 func (q *stdinQueue) push(b []byte) error {
 	q.mu.Lock()
@@ -63,8 +69,8 @@ func (q *stdinQueue) push(b []byte) error {
 	switch {
 	case q.stopped || q.closing:
 		return nil // dropped: the host was told, or closed it itself
-	case q.size+len(b) > StdinWindow:
-		return refuse(KindLimit, "stdin: more than %d bytes unacknowledged", StdinWindow)
+	case q.size+len(b) > maxStdinQueued:
+		return refuse(KindLimit, "stdin: more than %d bytes unacknowledged", maxStdinQueued)
 	}
 	q.chunks = append(q.chunks, append([]byte(nil), b...))
 	q.size += len(b)

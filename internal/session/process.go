@@ -412,10 +412,16 @@ func (m *Manager) WriteStdin(ctx context.Context, tenant, id string, pid int, r 
 	for {
 		k, rerr := r.Read(buf)
 		if k > 0 {
-			if err := p.p.WriteStdin(buf[:k]); err != nil {
+			w, err := p.p.WriteStdinContext(ctx, buf[:k])
+			n += int64(w)
+			switch {
+			case errors.Is(err, agent.ErrStdinEnded), errors.Is(err, agent.ErrStdinClosed):
+				return n, fmt.Errorf("write stdin: %w: %w", ErrEnded, err)
+			case errors.Is(err, agent.ErrNoStdin):
+				return n, fmt.Errorf("write stdin: %w: %w", ErrNoStdin, err)
+			case err != nil:
 				return n, fmt.Errorf("write stdin: %w", err)
 			}
-			n += int64(k)
 		}
 		if rerr == io.EOF {
 			return n, nil

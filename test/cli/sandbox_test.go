@@ -3,11 +3,16 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 	"github.com/corralhq/corral/test/testserver"
 )
@@ -194,5 +199,40 @@ func TestSandboxCLIUsage(t *testing.T) {
 		if r.status != 4 || !strings.Contains(r.stderr, c.msg) {
 			t.Errorf("%v: %+v; want 4 and %q", c.args, r, c.msg)
 		}
+	}
+}
+
+// TestSandboxCLIDoc runs the bash block of docs/sandboxes.md with corral
+// on PATH and checks its output, in order.
+func TestSandboxCLIDoc(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "sandboxes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```bash\n(.*?)```").FindAllSubmatch(b, -1)
+	if len(m) != 1 {
+		t.Fatalf("%d bash blocks in docs/sandboxes.md, want 1", len(m))
+	}
+	cmd := exec.CommandContext(t.Context(), "bash", "-c", "set -euo pipefail\n"+string(m[0][1]))
+	cmd.Env = append(os.Environ(), srv.Env()...)
+	cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(testenv.Corral(t))+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the CLI example: %v\n%s", err, out)
+	}
+	rest := string(out)
+	for _, p := range []string{
+		`SANDBOX +LANGUAGE +TIER +STATE +EXPIRES +METADATA\n(sbx_\w+) +python +container +running .* project=cli-demo\n`,
+		`^42\noops\nexit 3\n`,
+		`PID +STATE +TAG +STARTED +CMD\n`, `\d+ +running +web .* python3 -m http.server 8000\n`,
+		`/workspace/data/in.csv \(4 bytes\)\n`, `file +4 .* /workspace/data/in.csv\n`, `a,b\n`,
+		`sbx_\w+: expires .*\n`, `sbx_\w+: killed\n$`,
+	} {
+		loc := regexp.MustCompile(p).FindStringIndex(rest)
+		if loc == nil {
+			t.Fatalf("the CLI example's output lacks %q (in order):\n%s", p, out)
+		}
+		rest = rest[loc[1]:]
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -100,11 +101,33 @@ func sandboxFlags(name, synopsis, about string) (*flag.FlagSet, *clientFlags) {
 	return fs, cf
 }
 
+// parseSandbox parses a sandbox command's flags; ok is false (with the exit
+// status in code) when the command should stop. Of the environment it
+// reads only CORRAL_ENDPOINT and CORRAL_API_KEY: per-call flags such as
+// --timeout, --shell or --env take nothing from CORRAL_<NAME>, which the
+// other commands' flags of the same names read.
+func parseSandbox(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	lookup := func(name string) (string, bool) {
+		if name != config.EnvName("endpoint") && name != config.EnvName("api-key") {
+			return "", false
+		}
+		return os.LookupEnv(name)
+	}
+	_, err := config.ParseFlags(fs, args, lookup)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	case err != nil: // ParseFlags has said why
+		return 4, false
+	}
+	return 0, true
+}
+
 // parseInterspersed parses flags given before and after the leading id
 // argument ("exec ID --shell 'x'"); what follows "--" or the first other
 // argument is left in rest.
 func parseInterspersed(fs *flag.FlagSet, args []string) (id string, rest []string, code int, ok bool) {
-	if _, code, ok := parseRemote(fs, args); !ok {
+	if code, ok := parseSandbox(fs, args); !ok {
 		return "", nil, code, false
 	}
 	if fs.NArg() == 0 || fs.Arg(0) == "" {
@@ -149,7 +172,7 @@ func cmdSandboxCreate(args []string) int {
 	fs.StringVar(&allow, "network-allow", "", "comma-separated domains the sandbox may reach (default: no network)")
 	fs.StringVar(&req.SandboxID, "id", "", "sandbox id (default: the server makes one)")
 	fs.BoolVar(&jsonOut, "json", false, "print the sandbox's description as JSON")
-	if _, code, ok := parseRemote(fs, args); !ok {
+	if code, ok := parseSandbox(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -187,7 +210,7 @@ func cmdSandboxList(args []string) int {
 	var meta pairsFlag
 	fs.Var(&meta, "metadata", "only sandboxes with this key=value label (repeatable)")
 	jsonOut := fs.Bool("json", false, "print the list as JSON ({\"sandboxes\": [...]})")
-	if _, code, ok := parseRemote(fs, args); !ok {
+	if code, ok := parseSandbox(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -220,7 +243,7 @@ func cmdSandboxList(args []string) int {
 
 func cmdSandboxKill(args []string) int {
 	fs, cf := sandboxFlags("kill", "[flags] ID...", "Ends live sandboxes: their processes and files go.")
-	if _, code, ok := parseRemote(fs, args); !ok {
+	if code, ok := parseSandbox(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() == 0 {
@@ -245,7 +268,7 @@ func cmdSandboxTimeout(args []string) int {
 	fs, cf := sandboxFlags("timeout", "[flags] ID DURATION",
 		"Makes the sandbox end DURATION (e.g. 10m) from now, sooner or later than it would.")
 	jsonOut := fs.Bool("json", false, "print the sandbox's description as JSON")
-	if _, code, ok := parseRemote(fs, args); !ok {
+	if code, ok := parseSandbox(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() != 2 {
@@ -347,7 +370,7 @@ func cmdSandboxExec(args []string) int {
 func cmdSandboxPs(args []string) int {
 	fs, cf := sandboxFlags("ps", "[flags] ID", "Lists a sandbox's processes: those running and the latest that ended.")
 	jsonOut := fs.Bool("json", false, "print the list as JSON ({\"processes\": [...]})")
-	if _, code, ok := parseRemote(fs, args); !ok {
+	if code, ok := parseSandbox(fs, args); !ok {
 		return code
 	}
 	id, ok := oneID(fs)

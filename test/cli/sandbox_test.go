@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -115,6 +116,41 @@ func TestSandboxCLI(t *testing.T) {
 	if f := rows[strconv.Itoa(pid)]; len(f) < 3 || f[1] != "running" || f[2] != "sleeper" ||
 		!strings.HasPrefix(r.stdout, "PID ") || !strings.Contains(r.stdout, "exit 143 (SIGTERM)") {
 		t.Errorf("ps table:\n%s", r.stdout)
+	}
+
+	// Ctrl-C: the CLI exits 130 and the process gets SIGTERM. CORRAL_SHELL
+	// in the environment is not read (the command would be refused).
+	cmd := exec.Command(testenv.Corral(t), "sandbox", "exec", "--tag", "interrupted", id, "--", "sleep", "300")
+	cmd.Env = append(append(os.Environ(), srv.Env()...), "CORRAL_SHELL=echo from the environment")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	interrupted := 0
+	for deadline := time.Now().Add(30 * time.Second); interrupted == 0; {
+		r := corral(t, srv, "", "sandbox", "ps", "--json", id)
+		var l sandbox.ProcessList
+		json.Unmarshal([]byte(r.stdout), &l)
+		for _, p := range l.Processes {
+			if p.Tag == "interrupted" && p.Running {
+				interrupted = p.PID
+			}
+		}
+		if interrupted == 0 && time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the interrupted exec never ran: %s %s", r.stdout, stderr.String())
+		}
+	}
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); cmd.ProcessState.ExitCode() != 130 {
+		t.Errorf("interrupted exec: %v, %s", err, stderr.String())
+	}
+	sdk := sandbox.NewClient(sandbox.Config{Endpoint: srv.URL, APIKey: testserver.AlphaKey})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if exit, err := sdk.Sandbox(id).Process(interrupted).Wait(ctx); err != nil || exit.Signal != "SIGTERM" {
+		t.Errorf("the interrupted process: %+v, %v; want ended by SIGTERM", exit, err)
 	}
 
 	// files: put from stdin, ls, cat, rm; a path outside is refused.

@@ -332,9 +332,12 @@ func cmdSandboxExec(args []string) int {
 	}
 	if req.Stdin {
 		go func() {
-			if err := p.WriteStdin(ctx, os.Stdin); err == nil {
-				p.CloseStdin(ctx)
+			// The process reads end of file either way; a failed write is
+			// said, the exit still awaited.
+			if err := p.WriteStdin(ctx, os.Stdin); err != nil && ctx.Err() == nil {
+				fmt.Fprintln(os.Stderr, "corral sandbox exec: stdin:", strings.TrimPrefix(err.Error(), "corral: "))
 			}
+			p.CloseStdin(ctx)
 		}()
 	}
 	for ev, err := range p.Events(ctx, 0) {

@@ -25,6 +25,7 @@ func init() {
 		{"cancel", "cancel executions", cmdCancel},
 		{"logs", "follow an execution's output as it runs", cmdLogs},
 		{"ls", "list and query executions", cmdLs},
+		{"sandbox", "live sandboxes: create, list, exec, files, kill", cmdSandbox},
 		{"mcp", "serve a server's sandboxes to AI agents over MCP (stdio or HTTP)", cmdMCP},
 		{"image", "build, import, list and remove images", cmdImage},
 		{"doctor", "check that this machine can run sandboxes", cmdDoctor},

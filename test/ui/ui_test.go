@@ -2,7 +2,8 @@
 // with chromedp, against a real corral serve: sign-in with an API key,
 // the executions list and its filters, an execution whose output is
 // hostile HTML (shown as text, no dialog), live output, and an overview
-// whose percentiles are checked against the records themselves.
+// whose percentiles are checked against the records themselves; live
+// sandboxes, their metadata filter, their processes and Kill.
 package ui
 
 import (

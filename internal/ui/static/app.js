@@ -110,7 +110,7 @@
     for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== "view-" + view;
     $("top").hidden = view === "signin";
     for (const a of document.querySelectorAll("nav a")) a.classList.remove("active");
-    const nav = view === "execution" ? "executions" : view;
+    const nav = view === "execution" ? "executions" : view === "sandbox" ? "sandboxes" : view;
     const a = $("nav-" + nav);
     if (a) a.classList.add("active");
   }
@@ -144,6 +144,15 @@
       const id = decodeURIComponent(m[1]);
       document.title = id + " · Corral";
       loadExecution(id, signal);
+    } else if (path === "/sandboxes") {
+      show("sandboxes");
+      document.title = "Sandboxes · Corral";
+      loadSandboxes(params, signal);
+    } else if ((m = path.match(/^\/sandboxes\/([^/]+)$/))) {
+      show("sandbox");
+      const id = decodeURIComponent(m[1]);
+      document.title = id + " · Corral";
+      loadSandbox(id, signal);
     } else {
       location.hash = "#/overview";
     }
@@ -513,6 +522,165 @@
     }
   }
 
+  // ---- live sandboxes -----------------------------------------------------
+
+  // fmtUntil is how long until the time s, as "4m 05s" ("expired" if past).
+  function fmtUntil(s) {
+    const ms = new Date(s) - Date.now();
+    if (isNaN(ms)) return "";
+    if (ms <= 0) return "expired";
+    let sec = Math.floor(ms / 1000);
+    const h = Math.floor(sec / 3600), m = Math.floor((sec % 3600) / 60);
+    sec %= 60;
+    const two = (n) => String(n).padStart(2, "0");
+    return h ? h + "h " + two(m) + "m" : m ? m + "m " + two(sec) + "s" : sec + "s";
+  }
+
+  // metaChips shows a metadata map as key=value chips, sorted by key.
+  function metaChips(md) {
+    return Object.keys(md || {}).sort().map((k) => el("span", { className: "meta", dataset: { key: k }, text: k + "=" + md[k] }));
+  }
+
+  // The metadata filter is typed as "key=value, key2=value2" (a value may
+  // hold spaces, not commas) and kept in the address as metadata.key=value,
+  // the API's own query form.
+  function metaFromText(text) {
+    const p = new URLSearchParams();
+    for (const raw of text.split(",")) {
+      const pair = raw.trim();
+      if (!pair) continue;
+      const i = pair.indexOf("=");
+      if (i <= 0) throw new Error("give metadata as key=value: " + pair);
+      p.set("metadata." + pair.slice(0, i), pair.slice(i + 1));
+    }
+    return p;
+  }
+
+  function metaToText(params) {
+    const out = [];
+    for (const [k, v] of params) if (k.startsWith("metadata.")) out.push(k.slice("metadata.".length) + "=" + v);
+    return out.join(", ");
+  }
+
+  async function loadSandboxes(params, signal) {
+    $("sb-metadata").value = metaToText(params);
+    setText("sb-list-error", "");
+    const q = new URLSearchParams();
+    for (const [k, v] of params) if (k.startsWith("metadata.")) q.append(k, v);
+    let res;
+    try {
+      res = await api("/v1/sandboxes" + (q.toString() ? "?" + q.toString() : ""), { signal });
+    } catch (err) {
+      if (err.name === "AbortError") return;
+      setText("sb-list-error", (err.field ? err.field + ": " : "") + err.message);
+      $("sb-table").tBodies[0].replaceChildren();
+      return;
+    }
+    if (signal.aborted) return;
+    const rows = res.sandboxes.map((s) => el("tr", { dataset: { id: s.sandbox_id } },
+      el("td", {}, el("a", { href: "#/sandboxes/" + encodeURIComponent(s.sandbox_id), className: "sb-link", text: s.sandbox_id })),
+      el("td", { text: s.language }),
+      el("td", { text: s.image }),
+      el("td", { text: s.tier }),
+      el("td", {}, el("span", { className: "badge " + s.state, text: s.state })),
+      el("td", { text: fmtTime(s.created_at) }),
+      el("td", { className: "expires", title: fmtTime(s.expires_at), text: fmtUntil(s.expires_at) }),
+      el("td", { className: "num", text: s.executions }),
+      el("td", { className: "num", text: s.restarts }),
+      el("td", { className: "metadata" }, ...metaChips(s.metadata))));
+    $("sb-table").tBodies[0].replaceChildren(...rows);
+    $("sb-empty").hidden = rows.length > 0;
+  }
+
+  function applySandboxFilter(ev) {
+    if (ev) ev.preventDefault();
+    let p;
+    try {
+      p = metaFromText($("sb-metadata").value.trim());
+    } catch (err) {
+      setText("sb-list-error", err.message);
+      return;
+    }
+    const target = "#/sandboxes" + (p.toString() ? "?" + p.toString() : "");
+    if (location.hash === target) route();
+    else location.hash = target;
+  }
+
+  function procState(p) {
+    if (p.running) return "running";
+    const x = p.exit;
+    if (!x) return "ended";
+    if (x.error) return "ended: " + x.error;
+    return "exit " + x.exit_code + (x.signal ? " (" + x.signal + ")" : "") + " after " + fmtMS(x.duration_ms);
+  }
+
+  async function loadSandbox(id, signal) {
+    setText("sb-id", id);
+    setText("sb-error", "");
+    $("sb-confirm").hidden = true;
+    $("sb-kill").disabled = false;
+    $("sb-facts").replaceChildren();
+    $("sb-procs").tBodies[0].replaceChildren();
+    $("sb-procs-empty").hidden = true;
+    let s, procs;
+    try {
+      [s, procs] = await Promise.all([
+        api("/v1/sandboxes/" + encodeURIComponent(id), { signal }),
+        api("/v1/sandboxes/" + encodeURIComponent(id) + "/processes", { signal }),
+      ]);
+    } catch (err) {
+      if (err.name === "AbortError") return;
+      setText("sb-state", "");
+      $("sb-kill").disabled = true;
+      setText("sb-error", err.status === 404 ? "No such live sandbox (it may have ended)." : "Could not load it: " + err.message);
+      return;
+    }
+    if (signal.aborted) return;
+    const badge = $("sb-state");
+    badge.textContent = s.state;
+    badge.className = "badge " + s.state;
+    const dl = $("sb-facts");
+    fact(dl, "Language", s.language);
+    fact(dl, "Image", s.image);
+    fact(dl, "Tier", s.tier);
+    if (s.limits) {
+      const l = s.limits;
+      fact(dl, "Limits", [l.memory_mb ? l.memory_mb + " MB" : "", l.cpus ? l.cpus + " CPU" : "",
+        l.pids ? l.pids + " pids" : "", l.disk_mb ? l.disk_mb + " MB disk" : ""].filter(Boolean).join(", "));
+    }
+    if (s.network && s.network.allow && s.network.allow.length) fact(dl, "Network", s.network.allow.join(", "));
+    if (s.metadata && Object.keys(s.metadata).length) {
+      dl.append(el("dt", { text: "Metadata" }), el("dd", { id: "sb-meta" }, ...metaChips(s.metadata)));
+    }
+    fact(dl, "Created", fmtTime(s.created_at));
+    fact(dl, "Expires", fmtTime(s.expires_at) + " (in " + fmtUntil(s.expires_at) + ")");
+    fact(dl, "Executions", String(s.executions));
+    fact(dl, "Restarts", String(s.restarts));
+    const rows = procs.processes.map((p) => el("tr", { dataset: { pid: p.pid } },
+      el("td", { className: "num", text: p.pid }),
+      el("td", { text: p.tag || "" }),
+      el("td", { className: "cmd", text: (p.cmd || []).join(" ") }),
+      el("td", {}, el("span", { className: "badge proc " + (p.running ? "running" : "ended"), text: procState(p) })),
+      el("td", { text: fmtTime(p.started_at) })));
+    $("sb-procs").tBodies[0].replaceChildren(...rows);
+    $("sb-procs-empty").hidden = rows.length > 0;
+  }
+
+  async function killSandbox() {
+    const id = $("sb-id").textContent;
+    $("sb-confirm").hidden = true;
+    if (!id) return;
+    $("sb-kill").disabled = true;
+    try {
+      await api("/v1/sandboxes/" + encodeURIComponent(id), { method: "DELETE" });
+    } catch (err) {
+      $("sb-kill").disabled = false;
+      setText("sb-error", "Kill failed: " + err.message);
+      return;
+    }
+    location.hash = "#/sandboxes";
+  }
+
   // ---- wiring -------------------------------------------------------------
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -527,6 +695,13 @@
     $("ov-window").addEventListener("change", () => route());
     $("ov-refresh").addEventListener("click", () => route());
     $("ex-cancel").addEventListener("click", cancelExecution);
+    $("sb-filters").addEventListener("submit", applySandboxFilter);
+    $("sb-clear").addEventListener("click", () => { $("sb-metadata").value = ""; applySandboxFilter(); });
+    $("sb-refresh").addEventListener("click", () => route());
+    $("sb-reload").addEventListener("click", () => route());
+    $("sb-kill").addEventListener("click", () => { $("sb-confirm").hidden = false; $("sb-kill-no").focus(); });
+    $("sb-kill-no").addEventListener("click", () => { $("sb-confirm").hidden = true; });
+    $("sb-kill-yes").addEventListener("click", killSandbox);
     window.addEventListener("hashchange", route);
     route();
   });

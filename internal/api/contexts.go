@@ -2,10 +2,12 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/kernel"
@@ -164,7 +166,8 @@ func wantsJSON(r *http.Request) bool {
 // end_of_execution; with Accept: application/json it answers
 // {"events": [...]} once the cell has ended. A run that cannot go on
 // after its stream began (its context deleted, the sandbox ended) ends
-// the stream with "event: failure" and an error body.
+// the stream with "event: failure" and an error body. A silent cell's
+// stream gets a keep-alive comment every keepAlive.
 func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id, cid, ok := s.contextPath(w, r, t)
 	if !ok {
@@ -201,8 +204,33 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
 		return
 	}
+	// Events are written from the run's goroutine, keep-alive comments
+	// from a ticker's (a cell may be silent for long): mu orders them.
+	var mu sync.Mutex
 	var seq uint64
+	finished := false // no writes once the handler is about to return
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(keepAlive)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				mu.Lock()
+				if seq > 0 && !finished {
+					fmt.Fprint(w, ": keep-alive\n\n")
+					flusher.Flush()
+				}
+				mu.Unlock()
+			case <-stop:
+				return
+			}
+		}
+	}()
 	err := s.sessions.RunContext(r.Context(), t.Name, id, cid, req.Code, timeout, func(ev kernel.Event) {
+		mu.Lock()
+		defer mu.Unlock()
 		if seq == 0 {
 			// The header goes with the first event, so that a run that
 			// cannot start answers with its error's status.
@@ -217,6 +245,9 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeEvent(w, seq, ev.Type, data)
 		flusher.Flush()
 	})
+	mu.Lock()
+	finished = true
+	mu.Unlock()
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:

@@ -38,8 +38,8 @@ var (
 	ErrTooMany = errors.New("too many processes")
 	// ErrEnded: the process has ended (no stdin, no signal).
 	ErrEnded = errors.New("process ended")
-	// ErrUnsupported: a feature this server does not have yet (code
-	// contexts).
+	// ErrUnsupported: a feature this server does not have (answered
+	// 501).
 	ErrUnsupported = errors.New("not supported by this server")
 	// ErrNoStdin: the process was started without stdin.
 	ErrNoStdin = errors.New("process has no stdin")

@@ -56,13 +56,6 @@ func (m *Manager) CreateContext(ctx context.Context, tenant, id string, o kernel
 	if err != nil {
 		return kernel.Info{}, err
 	}
-	if o.Language == "" {
-		m.mu.Lock()
-		if e, ok := m.sessions[key(tenant, id)]; ok && e.spec != nil {
-			o.Language = e.spec.Request.Language
-		}
-		m.mu.Unlock()
-	}
 	return k.Create(ctx, o)
 }
 

@@ -193,7 +193,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	case r.body != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
 	req.Header.Set("User-Agent", "corral-go/"+Version)
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)

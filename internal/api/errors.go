@@ -13,6 +13,7 @@ import (
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/store"
@@ -82,6 +83,16 @@ func asError(err error, log *slog.Logger) *Error {
 			"session "+se.Session+" is held by a node that is not answering; retry after the delay in Retry-After")
 		e.RetryAfter = 2
 		return e
+	case errors.Is(err, kernel.ErrNotFound), errors.Is(err, kernel.ErrClosed):
+		return errorf(http.StatusNotFound, "not_found", "",
+			"no such code context in the sandbox (a sandbox made again after it ended has lost its contexts)")
+	case errors.Is(err, kernel.ErrInvalid):
+		// The kernel's own words may quote the sandbox's agent: a fixed
+		// message lists what is refused.
+		return errorf(http.StatusBadRequest, "invalid_request", "",
+			"the context request is invalid: a language without code contexts (python, bash and javascript have them), "+
+				"a working directory that is not an absolute clean path or does not exist in the sandbox, an environment variable that is not KEY=VALUE, "+
+				"code over 1 MiB, or a fork of a context whose language cannot fork (only python can)")
 	case errors.Is(err, session.ErrNoProcess):
 		return errorf(http.StatusNotFound, "not_found", "", "no such process in the sandbox (ended processes stay listed for a while)")
 	case errors.Is(err, session.ErrNotFound):

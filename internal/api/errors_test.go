@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/session"
 )
 
@@ -90,6 +91,9 @@ func TestSandboxErrors(t *testing.T) {
 		{session.ErrEnded, 409, "process_ended"},
 		{fmt.Errorf("%w: a PTY", session.ErrUnsupported), 501, "not_implemented"},
 		{fmt.Errorf("start: %w", agent.ErrLost), 503, "sandbox_restarting"},
+		{fmt.Errorf("context %q: %w", "c1", kernel.ErrNotFound), 404, "not_found"},
+		{kernel.ErrClosed, 404, "not_found"},
+		{fmt.Errorf("start a python context: %w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), 400, "invalid_request"},
 	} {
 		e := asError(c.err, log)
 		if e.Status != c.status || e.Code != c.code {
@@ -98,5 +102,8 @@ func TestSandboxErrors(t *testing.T) {
 	}
 	if e := asError(fmt.Errorf("process 7: %w", session.ErrNoProcess), log); !strings.Contains(e.Message, "process") {
 		t.Errorf("a missing process: %q", e.Message)
+	}
+	if e := asError(fmt.Errorf("%w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), log); strings.Contains(e.Message, "agent words") {
+		t.Errorf("an invalid context request shows the agent's words: %q", e.Message)
 	}
 }

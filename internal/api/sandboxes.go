@@ -690,21 +690,3 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 		}
 	}
 }
-
-// notYet answers the routes whose support comes later (code contexts).
-func (s *Server) notYet(what string) authed {
-	return func(w http.ResponseWriter, r *http.Request, t *Tenant) {
-		if !s.sandboxesOn(w) {
-			return
-		}
-		id, ok := s.sandboxRoute(w, r, t, 0)
-		if !ok {
-			return
-		}
-		if _, err := s.sessions.Sandbox(t.Name, id); err != nil {
-			writeError(w, asError(err, s.log))
-			return
-		}
-		writeError(w, asError(fmt.Errorf("%w: %s", session.ErrUnsupported, what), s.log))
-	}
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -37,8 +38,8 @@ var (
 	ErrTooMany = errors.New("too many processes")
 	// ErrEnded: the process has ended (no stdin, no signal).
 	ErrEnded = errors.New("process ended")
-	// ErrUnsupported: a feature this server does not have yet (code
-	// contexts).
+	// ErrUnsupported: a feature this server does not have (answered
+	// 501).
 	ErrUnsupported = errors.New("not supported by this server")
 	// ErrNoStdin: the process was started without stdin.
 	ErrNoStdin = errors.New("process has no stdin")
@@ -69,12 +70,14 @@ type LiveSpec struct {
 // liveState is a live sandbox's running part. mu is held while the
 // sandbox is made or torn down, and guards every field.
 type liveState struct {
-	mu    sync.Mutex
-	sb    runtime.Sandbox
-	env   map[string]string // what every process starts with
-	img   images.Image      // what the sandbox runs
-	stop  func()            // ends the egress proxy
-	procs map[int]*process  // by pid, ended ones included
+	mu   sync.Mutex
+	sb   runtime.Sandbox
+	env  map[string]string // what every process starts with
+	img  images.Image      // what the sandbox runs
+	stop func()            // ends the egress proxy
+	// kernels holds the sandbox's code contexts (contexts.go).
+	kernels *kernel.Kernels
+	procs   map[int]*process // by pid, ended ones included
 	// ended lists the pids of ended processes, oldest first.
 	ended []int
 	// lost: the sandbox was lost with this node's last run; making it
@@ -293,6 +296,7 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 		maps.Copy(env, engine.ProxyEnv())
 	}
 	ls.sb, ls.env, ls.stop, ls.img = sb, env, stop, job.Image
+	ls.kernels = kernel.New(sb.Agent(), kernel.Options{Env: sortedEnv(env)})
 	return sb, nil
 }
 
@@ -329,9 +333,10 @@ func (m *Manager) makeSandbox(ctx context.Context, e *entry, job *engine.Job, sp
 	return m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSession)
 }
 
-// dropLocked tears down a live sandbox's sandbox (ls.mu is held); its
-// processes end as their agent goes.
+// dropLocked tears down a live sandbox's sandbox (ls.mu is held): its
+// code contexts are closed, its processes end as their agent goes.
 func (m *Manager) dropLocked(ls *liveState) {
+	m.closeKernelsLocked(ls)
 	if ls.stop != nil {
 		ls.stop()
 	}

@@ -165,22 +165,53 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "DELETE", path: f + "d", want: 401})
 	c.do(call{method: "DELETE", path: "/v1/sandboxes/nope/files?path=d", key: key, want: 404})
 
-	// What comes later: 501 now.
-	for _, op := range []struct{ method, path string }{
-		{"POST", "/contexts"}, {"GET", "/contexts"}, {"DELETE", "/contexts/c1"}, {"POST", "/contexts/c1/run"},
-		{"POST", "/contexts/c1/restart"}, {"POST", "/contexts/c1/fork"}, {"POST", "/contexts/c1/interrupt"},
-	} {
-		var body []byte
-		if op.method == "POST" {
-			body = js(map[string]any{})
-			if strings.HasSuffix(op.path, "/run") {
-				body = js(map[string]any{"code": "1"})
-			}
-		}
-		c.do(call{method: op.method, path: base + op.path, key: key, want: 501, body: body, invalid: true})
-		c.do(call{method: op.method, path: base + op.path, want: 401, body: body, invalid: true})
-		c.do(call{method: op.method, path: "/v1/sandboxes/nope" + op.path, key: key, want: 404, body: body, invalid: true})
+	// Code contexts (the sandbox runs the host image, whose python3 and
+	// bash serve).
+	var pyCtx, shCtx sandbox.CodeContext
+	json.Unmarshal(c.do(call{method: "POST", path: base + "/contexts", key: key, want: 201,
+		body: js(sandbox.ContextRequest{Language: "python", Env: map[string]string{"GREETING": "hi"}})}), &pyCtx)
+	json.Unmarshal(c.do(call{method: "POST", path: base + "/contexts", key: key, want: 201,
+		body: js(sandbox.ContextRequest{Language: "bash"})}), &shCtx)
+	if pyCtx.ID == "" || shCtx.ID == "" {
+		t.Fatalf("contexts %+v %+v", pyCtx, shCtx)
 	}
+	cx := base + "/contexts/" + pyCtx.ID
+	c.do(call{method: "POST", path: base + "/contexts", key: key, want: 400, body: js(sandbox.ContextRequest{Language: "cobol"})})
+	c.do(call{method: "POST", path: base + "/contexts", want: 401, body: js(map[string]any{})})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/contexts", key: key, want: 404, body: js(map[string]any{})})
+	listedCtx := c.do(call{method: "GET", path: base + "/contexts", key: key, want: 200})
+	if !strings.Contains(string(listedCtx), pyCtx.ID) {
+		t.Errorf("contexts: %s", listedCtx)
+	}
+	c.do(call{method: "GET", path: base + "/contexts", want: 401})
+	c.do(call{method: "GET", path: "/v1/sandboxes/nope/contexts", key: key, want: 404})
+	streamed := c.do(call{method: "POST", path: cx + "/run", key: key, want: 200, header: http.Header{"Accept": {"text/event-stream"}},
+		body: js(sandbox.RunCodeRequest{Code: "import os\nprint(os.environ['GREETING'])\n6 * 7", TimeoutSeconds: 60})})
+	if !strings.Contains(string(streamed), "event: result") || !strings.Contains(string(streamed), `"text/plain":"42"`) {
+		t.Errorf("run, streamed: %s", clip(streamed))
+	}
+	var evs sandbox.ContextEventList
+	json.Unmarshal(c.do(call{method: "POST", path: cx + "/run", key: key, want: 200, header: http.Header{"Accept": {"application/json"}},
+		body: js(sandbox.RunCodeRequest{Code: "1 / 0"})}), &evs)
+	if n := len(evs.Events); n < 3 || evs.Events[n-2].Name != "ZeroDivisionError" {
+		t.Errorf("run as JSON: %+v", evs)
+	}
+	c.do(call{method: "POST", path: cx + "/run", key: key, want: 400, body: js(map[string]any{"code": "1", "timeout_seconds": -1}), invalid: true})
+	c.do(call{method: "POST", path: cx + "/run", want: 401, body: js(map[string]any{"code": "1"})})
+	c.do(call{method: "POST", path: base + "/contexts/nope/run", key: key, want: 404, body: js(map[string]any{"code": "1"})})
+	var forked sandbox.CodeContext
+	json.Unmarshal(c.do(call{method: "POST", path: cx + "/fork", key: key, want: 201}), &forked)
+	c.do(call{method: "POST", path: base + "/contexts/" + shCtx.ID + "/fork", key: key, want: 400})
+	c.do(call{method: "POST", path: cx + "/fork", want: 401})
+	c.do(call{method: "POST", path: base + "/contexts/nope/fork", key: key, want: 404})
+	for _, op := range []string{"/restart", "/interrupt"} {
+		c.do(call{method: "POST", path: cx + op, key: key, want: 204})
+		c.do(call{method: "POST", path: cx + op, want: 401})
+		c.do(call{method: "POST", path: base + "/contexts/nope" + op, key: key, want: 404})
+	}
+	c.do(call{method: "DELETE", path: base + "/contexts/" + forked.ID, key: key, want: 204})
+	c.do(call{method: "DELETE", path: base + "/contexts/" + forked.ID, key: key, want: 404})
+	c.do(call{method: "DELETE", path: cx, want: 401})
 
 	// Delete: 204, 401, 404.
 	c.do(call{method: "DELETE", path: base, want: 401})

@@ -50,8 +50,8 @@ func TestDocExamples(t *testing.T) {
 
 	t.Run("curl", func(t *testing.T) {
 		sh := blocks(t, doc, "sh")
-		if len(sh) != 3 {
-			t.Fatalf("%d shell blocks in docs/sandboxes.md, want 3", len(sh))
+		if len(sh) != 4 {
+			t.Fatalf("%d shell blocks in docs/sandboxes.md, want 4", len(sh))
 		}
 		cmd := exec.CommandContext(t.Context(), "bash", "-c", "set -euo pipefail\n"+strings.Join(sh, "\n"))
 		cmd.Env = append(os.Environ(), s.Env()...)
@@ -64,7 +64,9 @@ func TestDocExamples(t *testing.T) {
 			`200\n`, `hello through cat\n`, `\{"exit_code":143,"signal":"SIGTERM"\}\n`,
 			`\d+ web running=false\n`,
 			`/workspace/data/in.csv\n8\n`, `a,b\n1,2\n`, `dir /workspace/data\nfile /workspace/data/in.csv\n`, `dir\n`, `dir\n`, `/workspace/data/sub/in.csv\n`,
-			`\[.*\]\n`, `deleted\n`,
+			`\[.*\]\n`,
+			`42\n`, `event: number_of_executions\n(event: stdout\n)+event: end_of_execution\n`, `0\n`, `0\.047619047619047616\n`, `2\n`,
+			`deleted\n`,
 		})
 	})
 
@@ -96,7 +98,8 @@ func TestDocExamples(t *testing.T) {
 		}
 		inOrder(t, "Go example", string(out), []string{
 			`created on the container tier\n`, `stdout: hello from a file\n`, `exit code 0\n`,
-			`shell: 42 \(exit 0\)\n`, `cat: round trip\n`, `listed: 1\n`,
+			`shell: 42 \(exit 0\)\n`, `cat: round trip\n`,
+			`context stdout: thinking\n`, `context: 42\n`, `context error: NameError\n`, `listed: 1\n`,
 		})
 	})
 }

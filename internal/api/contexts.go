@@ -1,0 +1,262 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/kernel"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// Code contexts of live sandboxes (internal/session contexts.go,
+// internal/kernel): create, list, delete, run a cell, restart, fork,
+// interrupt.
+
+// maxRunTimeout bounds a cell's timeout_seconds.
+const maxRunTimeout = 24 * time.Hour
+
+func contextInfo(i kernel.Info) sandbox.CodeContext {
+	return sandbox.CodeContext{ID: i.ID, Language: i.Language, Cwd: i.Cwd}
+}
+
+func contextEvent(ev kernel.Event) sandbox.ContextEvent {
+	return sandbox.ContextEvent{Type: ev.Type, Text: ev.Text, Data: ev.Data, IsMain: ev.IsMain, Name: ev.Name,
+		Value: ev.Value, Traceback: ev.Traceback, ExecutionCount: ev.ExecutionCount}
+}
+
+// contextPath reads a context call's sandbox and context ids and routes
+// it to the sandbox's node.
+func (s *Server) contextPath(w http.ResponseWriter, r *http.Request, t *Tenant) (string, string, bool) {
+	if !s.sandboxesOn(w) {
+		return "", "", false
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return "", "", false
+	}
+	return id, r.PathValue("cid"), true
+}
+
+func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	var req sandbox.ContextRequest
+	if e := decodeBody(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	o := kernel.ContextOptions{Language: req.Language, Cwd: req.Cwd}
+	if o.Language == "" {
+		o.Language = "python"
+	}
+	for k, v := range req.Env {
+		o.Env = append(o.Env, k+"="+v)
+	}
+	slices.Sort(o.Env)
+	info, err := s.sessions.CreateContext(r.Context(), t.Name, id, o)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusCreated, contextInfo(info))
+}
+
+func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	if !s.sandboxesOn(w) {
+		return
+	}
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	infos, err := s.sessions.Contexts(r.Context(), t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	out := sandbox.ContextList{Contexts: []sandbox.CodeContext{}}
+	for _, i := range infos {
+		out.Contexts = append(out.Contexts, contextInfo(i))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, cid, ok := s.contextPath(w, r, t)
+	if !ok {
+		return
+	}
+	if err := s.sessions.DeleteContext(r.Context(), t.Name, id, cid); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, cid, ok := s.contextPath(w, r, t)
+	if !ok {
+		return
+	}
+	if err := s.sessions.RestartContext(r.Context(), t.Name, id, cid); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) interruptContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, cid, ok := s.contextPath(w, r, t)
+	if !ok {
+		return
+	}
+	if err := s.sessions.InterruptContext(r.Context(), t.Name, id, cid); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, cid, ok := s.contextPath(w, r, t)
+	if !ok {
+		return
+	}
+	info, err := s.sessions.ForkContext(r.Context(), t.Name, id, cid)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusCreated, contextInfo(info))
+}
+
+// wantsJSON reports whether the client asked for one JSON answer rather
+// than an event stream: an Accept of application/json without
+// text/event-stream.
+func wantsJSON(r *http.Request) bool {
+	json, sse := false, false
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/json":
+			json = true
+		case "text/event-stream":
+			sse = true
+		}
+	}
+	return json && !sse
+}
+
+// runContext runs a cell. It streams the cell's events as Server-Sent
+// Events ("event: <type>", "data: <KernelEvent JSON>"), the last
+// end_of_execution; with Accept: application/json it answers
+// {"events": [...]} once the cell has ended. A run that cannot go on
+// after its stream began (its context deleted, the sandbox ended) ends
+// the stream with "event: failure" and an error body. A silent cell's
+// stream gets a keep-alive comment every keepAlive.
+func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, cid, ok := s.contextPath(w, r, t)
+	if !ok {
+		return
+	}
+	var req sandbox.RunCodeRequest
+	if e := decodeBody(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	timeout := time.Duration(req.TimeoutSeconds) * time.Second
+	if req.TimeoutSeconds < 0 || timeout > maxRunTimeout {
+		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "timeout_seconds",
+			"must be between 0 (none) and 86400"))
+		return
+	}
+	if wantsJSON(r) {
+		out := sandbox.ContextEventList{Events: []sandbox.ContextEvent{}}
+		err := s.sessions.RunContext(r.Context(), t.Name, id, cid, req.Code, timeout, func(ev kernel.Event) {
+			out.Events = append(out.Events, contextEvent(ev))
+		})
+		if err != nil {
+			if r.Context().Err() != nil {
+				return // the client left
+			}
+			writeError(w, asError(err, s.log))
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
+		return
+	}
+	// Events are written from the run's goroutine, keep-alive comments
+	// from a ticker's (a cell may be silent for long): mu orders them.
+	var mu sync.Mutex
+	var seq uint64
+	finished := false // no writes once the handler is about to return
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(keepAlive)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				mu.Lock()
+				if seq > 0 && !finished {
+					fmt.Fprint(w, ": keep-alive\n\n")
+					flusher.Flush()
+				}
+				mu.Unlock()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err := s.sessions.RunContext(r.Context(), t.Name, id, cid, req.Code, timeout, func(ev kernel.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seq == 0 {
+			// The header goes with the first event, so that a run that
+			// cannot start answers with its error's status.
+			h := w.Header()
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-store")
+			h.Set("X-Accel-Buffering", "no")
+			w.WriteHeader(http.StatusOK)
+		}
+		seq++
+		data, _ := json.Marshal(contextEvent(ev))
+		writeEvent(w, seq, ev.Type, data)
+		flusher.Flush()
+	})
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		// The client left; the cell was interrupted.
+	case seq == 0:
+		writeError(w, asError(err, s.log))
+	default:
+		data, _ := json.Marshal(map[string]*Error{"error": asError(err, s.log)})
+		writeEvent(w, seq+1, "failure", data)
+		flusher.Flush()
+	}
+}

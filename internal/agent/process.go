@@ -80,9 +80,6 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if p.stdin != nil {
-		p.in = newStdinQueue()
-	}
 	defer io.closeChild()
 	if z != nil {
 		if sp := z.takeSpare(); sp != nil {
@@ -165,6 +162,7 @@ func (a *Agent) stdio(p *proc, stdin, status bool) (*procIO, error) {
 			return nil, fmt.Errorf("stdin pipe: %w", err)
 		}
 		io.child, p.stdin = append(io.child, r), w
+		p.in = newStdinQueue()
 	} else {
 		null, err := os.Open(os.DevNull)
 		if err != nil {

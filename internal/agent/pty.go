@@ -99,6 +99,7 @@ func (a *Agent) ptyStdio(p *proc, sz PTYSize, status bool) (*procIO, error) {
 	}
 	p.pty = os.NewFile(uintptr(m), "/dev/ptmx")
 	p.stdin = p.pty
+	p.in = newStdinQueue()
 	io := &procIO{
 		child:   []*os.File{slave, slave, slave},
 		readers: []*os.File{os.NewFile(uintptr(d), "/dev/ptmx")},

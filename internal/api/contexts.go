@@ -33,9 +33,6 @@ func contextEvent(ev kernel.Event) sandbox.ContextEvent {
 // contextPath reads a context call's sandbox and context ids and routes
 // it to the sandbox's node.
 func (s *Server) contextPath(w http.ResponseWriter, r *http.Request, t *Tenant) (string, string, bool) {
-	if !s.sandboxesOn(w) {
-		return "", "", false
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return "", "", false
@@ -44,9 +41,6 @@ func (s *Server) contextPath(w http.ResponseWriter, r *http.Request, t *Tenant) 
 }
 
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -73,9 +67,6 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 }
 
 func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return

@@ -52,9 +52,13 @@ func (s *Server) sandboxesOn(w http.ResponseWriter) bool {
 	return true
 }
 
-// sandboxRoute checks the path's sandbox id and sends the call to the
-// sandbox's node; it reports whether this node serves it.
+// sandboxRoute checks that sandboxes are on and the path's sandbox id,
+// and sends the call to the sandbox's node; it reports whether this node
+// serves it.
 func (s *Server) sandboxRoute(w http.ResponseWriter, r *http.Request, t *Tenant, how int) (string, bool) {
+	if !s.sandboxesOn(w) {
+		return "", false
+	}
 	id, ok := s.sessionID(w, r)
 	if !ok {
 		return "", false
@@ -172,9 +176,6 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -188,9 +189,6 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, forgetLost)
 	if !ok {
 		return
@@ -203,9 +201,6 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 }
 
 func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -228,9 +223,6 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 // ---- processes ----
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -249,9 +241,6 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant)
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -457,9 +446,6 @@ func filePathParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 func (s *Server) sandboxFiles(w http.ResponseWriter, r *http.Request, t *Tenant) (string, string, bool) {
-	if !s.sandboxesOn(w) {
-		return "", "", false
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return "", "", false
@@ -524,9 +510,6 @@ func (s *Server) removeSandboxFile(w http.ResponseWriter, r *http.Request, t *Te
 }
 
 func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -566,9 +549,6 @@ func (s *Server) statSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 }
 
 func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -590,9 +570,6 @@ func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenan
 }
 
 func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
@@ -622,9 +599,6 @@ const watchBacklog = 4096
 // {"path", "op"}". The stream ends after an end event (the directory
 // went, or the sandbox) or when the client leaves.
 func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	if !s.sandboxesOn(w) {
-		return
-	}
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return

@@ -339,15 +339,21 @@ func (n *Node) run(ctx context.Context, job *engine.Job, sink engine.Sink) sandb
 // process never started, to the queue: another node (or this one, back)
 // runs it. Only the node running it may: the update is conditional on
 // running.
+//
+// The queued event goes into the log before the record changes: once the
+// record says queued, any node may claim it and log running, and the log
+// must show the hand-back before that claim. If the update then fails the
+// record was no longer running (cancelled, or declared lost and requeued),
+// and whoever changed it logs what it became.
 func (n *Node) handBack(ex *store.Execution) {
 	ex.Record.Status, ex.Record.QueueMS, ex.Node = sandbox.StatusQueued, 0, ""
+	_, _ = n.state.Append(context.Background(), key(ex.Tenant, ex.ID), state.EventStatus, []byte(sandbox.StatusQueued))
 	deadline := time.Now().Add(n.cfg.StoreRetry)
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
 		err := n.store.UpdateExecution(context.Background(), ex, sandbox.StatusRunning)
 		switch {
 		case err == nil:
 			n.log.Info("execution handed back to the queue", "execution_id", ex.ID)
-			_, _ = n.state.Append(context.Background(), key(ex.Tenant, ex.ID), state.EventStatus, []byte(sandbox.StatusQueued))
 			_ = n.state.Notify(context.Background(), state.ChannelWork, "")
 			return
 		case errors.Is(err, store.ErrStale), errors.Is(err, store.ErrNotFound), time.Now().After(deadline):

@@ -181,11 +181,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	info, err := s.sessions.Sandbox(t.Name, id)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	s.reply(w, http.StatusOK, info, err)
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -193,11 +189,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Delete(r.Context(), t.Name, id))
 }
 
 func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -213,11 +205,7 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 		return
 	}
 	info, err := s.sessions.SetTimeout(r.Context(), t.Name, id, time.Duration(body.TimeoutSeconds)*time.Second)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	s.reply(w, http.StatusOK, info, err)
 }
 
 // ---- processes ----
@@ -233,11 +221,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant)
 		return
 	}
 	info, err := s.sessions.StartProcess(r.Context(), t.Name, id, req)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusCreated, info)
+	s.reply(w, http.StatusCreated, info, err)
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -305,11 +289,7 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !ok {
 		return
 	}
-	if err := s.sessions.CloseStdin(t.Name, id, pid); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.CloseStdin(t.Name, id, pid))
 }
 
 func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -333,11 +313,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "signal", "give a signal name (\"SIGTERM\") or number (15)"))
 		return
 	}
-	if err := s.sessions.Signal(r.Context(), t.Name, id, pid, sig); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Signal(r.Context(), t.Name, id, pid, sig))
 }
 
 func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -350,11 +326,7 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, e)
 		return
 	}
-	if err := s.sessions.Resize(r.Context(), t.Name, id, pid, size); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Resize(r.Context(), t.Name, id, pid, size))
 }
 
 // processEvents streams a process's events as Server-Sent Events: "id:
@@ -502,11 +474,7 @@ func (s *Server) removeSandboxFile(w http.ResponseWriter, r *http.Request, t *Te
 	if !ok {
 		return
 	}
-	if err := s.sessions.RemoveFile(r.Context(), t.Name, id, p); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.RemoveFile(r.Context(), t.Name, id, p))
 }
 
 func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -541,11 +509,7 @@ func (s *Server) statSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 		return
 	}
 	f, err := s.sessions.StatFile(r.Context(), t.Name, id, p)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, f)
+	s.reply(w, http.StatusOK, f, err)
 }
 
 func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -562,11 +526,7 @@ func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenan
 		return
 	}
 	f, err := s.sessions.MakeDir(r.Context(), t.Name, id, body.Path, body.Parents)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusCreated, f)
+	s.reply(w, http.StatusCreated, f, err)
 }
 
 func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -583,11 +543,7 @@ func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 		return
 	}
 	f, err := s.sessions.Move(r.Context(), t.Name, id, body.From, body.To)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, f)
+	s.reply(w, http.StatusOK, f, err)
 }
 
 // watchBacklog bounds the events a watch stream holds for a slow client;

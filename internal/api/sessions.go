@@ -118,11 +118,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	info, err := s.sessions.Get(t.Name, id)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	s.reply(w, http.StatusOK, info, err)
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -133,11 +129,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !s.route(w, r, t, id, forgetLost) {
 		return
 	}
-	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Delete(r.Context(), t.Name, id))
 }
 
 // listing answers GET on a directory of a session's workspace.
@@ -235,9 +227,5 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !s.route(w, r, t, id, 0) {
 		return
 	}
-	if err := s.sessions.Remove(r.Context(), t.Name, id, r.PathValue("path")); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Remove(r.Context(), t.Name, id, r.PathValue("path")))
 }

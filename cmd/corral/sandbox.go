@@ -28,6 +28,7 @@ func init() {
 		{"kill", "end sandboxes, their processes and files", cmdSandboxKill},
 		{"timeout", "make a sandbox end a duration from now", cmdSandboxTimeout},
 		{"exec", "run a command in a sandbox, streaming its output", cmdSandboxExec},
+		{"run", "run code in a sandbox's code context; variables persist", cmdSandboxRun},
 		{"ps", "list a sandbox's processes", cmdSandboxPs},
 		{"files", "ls, cat, put or rm a sandbox's files", cmdSandboxFiles},
 	}

@@ -23,6 +23,11 @@ type Tenant struct {
 
 var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// ValidTenantName reports whether name can be a tenant's: 1-63 lowercase
+// letters, digits, - and _ (never a dot: E2B's access tokens end the
+// tenant's name with one).
+func ValidTenantName(name string) bool { return tenantName.MatchString(name) }
+
 // Auth maps API keys to tenants.
 type Auth struct {
 	byHash  map[[32]byte]*Tenant

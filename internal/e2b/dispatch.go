@@ -21,6 +21,13 @@ import (
 // Either carries the sandbox's access token as X-Access-Token, and no API
 // key.
 
+// refused answers in-sandbox traffic for a sandbox that is not there, or
+// not the token's: one answer for both, so a token never tells whether
+// another tenant's sandbox exists. (E2B's own proxy answers 502 for a
+// sandbox it does not know, which the SDKs read as gone: isRunning false,
+// SandboxNotFoundError from a command.)
+const refused = http.StatusNotFound
+
 // Traffic reports whether r is in-sandbox traffic rather than a
 // control-plane call.
 func (s *Server) Traffic(r *http.Request) bool {
@@ -76,7 +83,7 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	notFound := func() { target.WriteError(w, http.StatusNotFound, fmt.Sprintf("sandbox '%s' not found", id)) }
+	notFound := func() { target.WriteError(w, refused, fmt.Sprintf("sandbox '%s' not found", id)) }
 	token := r.Header.Get("X-Access-Token")
 	if token == "" {
 		target.WriteError(w, http.StatusUnauthorized, "send the sandbox's access token (envdAccessToken) as X-Access-Token")

@@ -66,6 +66,8 @@ func (s *Server) hostTarget(host string) (port int, id string, ok bool) {
 // the token and hands the call, its Target in the context, to the service
 // of its port.
 func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
+	// Without E2b-Sandbox-Port, the call is envd's (the SDKs always send
+	// it).
 	port, id := EnvdPort, r.Header.Get("E2b-Sandbox-Id")
 	if id != "" {
 		if p := r.Header.Get("E2b-Sandbox-Port"); p != "" {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,31 +136,13 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, e)
 		return
 	}
-	var all []sandbox.SandboxInfo
-	if s.cluster == nil {
-		all = s.sessions.Sandboxes(t.Name)
-	} else {
-		// Every node's, from what each published in the shared store.
-		list, err := s.cluster.Sandboxes(r.Context(), t.Name)
-		if err != nil {
-			writeError(w, asError(err, s.log))
-			return
-		}
-		for _, sb := range list {
-			var info sandbox.SandboxInfo
-			if err := json.Unmarshal(sb.Info, &info); err != nil {
-				s.log.Warn("a sandbox's published description is not JSON", "sandbox", sb.ID, "node", sb.Node, "err", err)
-				continue
-			}
-			all = append(all, info)
-		}
+	all, err := s.Sandboxes(r.Context(), t.Name)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
 	}
-	now := time.Now()
 	out := []sandbox.SandboxInfo{}
 	for _, info := range all {
-		if now.After(info.ExpiresAt) {
-			continue // the reaper of its node removes it
-		}
 		match := true
 		for k, v := range want {
 			if got, ok := info.Metadata[k]; !ok || got != v {
@@ -173,6 +156,34 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	writeJSON(w, http.StatusOK, sandbox.SandboxList{Sandboxes: out})
+}
+
+// Sandboxes lists tenant's live sandboxes that have not expired, on every
+// node (from what each published in the shared store), in no order.
+func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.SandboxInfo, error) {
+	var all []sandbox.SandboxInfo
+	switch {
+	case s.sessions == nil:
+		return nil, nil
+	case s.cluster == nil:
+		all = s.sessions.Sandboxes(tenant)
+	default:
+		list, err := s.cluster.Sandboxes(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range list {
+			var info sandbox.SandboxInfo
+			if err := json.Unmarshal(sb.Info, &info); err != nil {
+				s.log.Warn("a sandbox's published description is not JSON", "sandbox", sb.ID, "node", sb.Node, "err", err)
+				continue
+			}
+			all = append(all, info)
+		}
+	}
+	now := time.Now()
+	// Expired ones are the reaper's of their node.
+	return slices.DeleteFunc(all, func(info sandbox.SandboxInfo) bool { return now.After(info.ExpiresAt) }), nil
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {

@@ -21,12 +21,11 @@ import (
 // Either carries the sandbox's access token as X-Access-Token, and no API
 // key.
 
-// refused answers in-sandbox traffic for a sandbox that is not there, or
-// not the token's: one answer for both, so a token never tells whether
-// another tenant's sandbox exists. (E2B's own proxy answers 502 for a
-// sandbox it does not know, which the SDKs read as gone: isRunning false,
-// SandboxNotFoundError from a command.)
-const refused = http.StatusNotFound
+// gone answers in-sandbox traffic for a sandbox that is not there (or not
+// the token's tenant's): 502, as E2B's own proxy answers for a sandbox it
+// does not know, which the SDKs read as gone (isRunning false,
+// SandboxNotFoundError from a command).
+const gone = http.StatusBadGateway
 
 // Traffic reports whether r is in-sandbox traffic rather than a
 // control-plane call.
@@ -85,14 +84,18 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	notFound := func() { target.WriteError(w, refused, fmt.Sprintf("sandbox '%s' not found", id)) }
+	notFound := func() { target.WriteError(w, gone, fmt.Sprintf("sandbox '%s' not found", id)) }
 	token := r.Header.Get("X-Access-Token")
 	if token == "" {
 		target.WriteError(w, http.StatusUnauthorized, "send the sandbox's access token (envdAccessToken) as X-Access-Token")
 		return
 	}
 	tenant, ok := tokenTenant(token)
-	if !ok || !engine.ValidID(id) {
+	if !ok {
+		target.WriteError(w, http.StatusUnauthorized, "the access token is not one this server made")
+		return
+	}
+	if !engine.ValidID(id) {
 		notFound()
 		return
 	}
@@ -109,9 +112,7 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		target.WriteError(w, status, msg)
 		return
 	case !tokenMatches(token, want):
-		// The same answer as no such sandbox: a token never tells whether
-		// another tenant's sandbox exists.
-		notFound()
+		target.WriteError(w, http.StatusUnauthorized, "the access token is not this sandbox's")
 		return
 	}
 	var h http.Handler

@@ -466,17 +466,22 @@ func TestTraffic(t *testing.T) {
 	code, body = send(a.SandboxID, "49983", "")
 	e2bError(t, "no token", code, body, http.StatusUnauthorized)
 	wrong := "alpha." + strings.Repeat("0", 64)
-	for _, c := range []struct{ what, id, token string }{
-		{"a wrong token", a.SandboxID, wrong},
-		{"a token of no tenant's shape", a.SandboxID, "nodot"},
-		{"beta's token for alpha's sandbox", a.SandboxID, b.EnvdAccessToken},
-		{"alpha's token for beta's sandbox", b.SandboxID, a.EnvdAccessToken},
-		{"beta's sandbox as alpha", b.SandboxID, "alpha." + strings.TrimPrefix(b.EnvdAccessToken, "beta.")},
-		{"an id that cannot be", "../x", a.EnvdAccessToken},
-		{"no such sandbox", "i0000000000000000000", a.EnvdAccessToken},
+	// A wrong token is refused; a sandbox the token's tenant does not have
+	// is gone (502, as E2B's proxy answers), whoever else has it.
+	for _, c := range []struct {
+		what, id, token string
+		want            int
+	}{
+		{"a wrong token", a.SandboxID, wrong, http.StatusUnauthorized},
+		{"a token of no tenant's shape", a.SandboxID, "nodot", http.StatusUnauthorized},
+		{"beta's token for alpha's sandbox", a.SandboxID, b.EnvdAccessToken, http.StatusBadGateway},
+		{"alpha's token for beta's sandbox", b.SandboxID, a.EnvdAccessToken, http.StatusBadGateway},
+		{"beta's sandbox as alpha", b.SandboxID, "alpha." + strings.TrimPrefix(b.EnvdAccessToken, "beta."), http.StatusBadGateway},
+		{"an id that cannot be", "../x", a.EnvdAccessToken, http.StatusBadGateway},
+		{"no such sandbox", "i0000000000000000000", a.EnvdAccessToken, http.StatusBadGateway},
 	} {
 		code, body := send(c.id, "49983", c.token)
-		e2bError(t, c.what, code, body, http.StatusNotFound)
+		e2bError(t, c.what, code, body, c.want)
 	}
 	code, body = send(a.SandboxID, "8080", a.EnvdAccessToken)
 	e2bError(t, "another port", code, body, http.StatusBadGateway)
@@ -493,7 +498,7 @@ func TestTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, body = send(v1.SandboxID, "49983", wrong)
-	e2bError(t, "a /v1 sandbox before connect", code, body, http.StatusNotFound)
+	e2bError(t, "a /v1 sandbox before connect", code, body, http.StatusUnauthorized)
 	var c1, c2 created
 	u.call(keyA, "POST", "/v2/sandboxes/"+v1.SandboxID+"/connect", `{}`, http.StatusOK, &c1)
 	u.call(keyA, "POST", "/v2/sandboxes/"+v1.SandboxID+"/connect", `{}`, http.StatusOK, &c2)
@@ -506,7 +511,7 @@ func TestTraffic(t *testing.T) {
 	// Killed: its token opens nothing.
 	u.call(keyA, "DELETE", "/sandboxes/"+a.SandboxID, "", http.StatusNoContent, nil)
 	code, body = send(a.SandboxID, "49983", a.EnvdAccessToken)
-	e2bError(t, "a killed sandbox", code, body, http.StatusNotFound)
+	e2bError(t, "a killed sandbox", code, body, http.StatusBadGateway)
 }
 
 // TestParseMetadata: E2B's filter form, with its double encoding.

@@ -89,14 +89,14 @@ func TestE2BAcrossNodes(t *testing.T) {
 
 	// Through B to A: with its token the call passes the check on A and
 	// reaches the port (which no service serves: 502); B alone would not
-	// know the sandbox (404), nor does A with a wrong token.
+	// know the sandbox, and A refuses a wrong token (401).
 	traffic := func(token string) []string {
 		return []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-Access-Token", token}
 	}
 	if code, body := e2bCall(t, b, "GET", "/", "", traffic(sb.EnvdAccessToken)...); code != http.StatusBadGateway {
 		t.Errorf("traffic through B with the token: %d %s, want the owner's 502 for an unserved port", code, body)
 	}
-	if code, body := e2bCall(t, b, "GET", "/", "", traffic("alpha."+strings.Repeat("0", 64))...); code != http.StatusNotFound {
+	if code, body := e2bCall(t, b, "GET", "/", "", traffic("alpha."+strings.Repeat("0", 64))...); code != http.StatusUnauthorized {
 		t.Errorf("traffic through B with a wrong token: %d %s", code, body)
 	}
 

@@ -189,12 +189,13 @@ func TestE2BAPI(t *testing.T) {
 		return h
 	}
 	c.want(http.StatusUnauthorized, nil, "GET", "/health", "", traffic("")...)
-	c.want(http.StatusNotFound, nil, "GET", "/health", "", traffic("alpha."+strings.Repeat("0", 64))...)
-	c.want(http.StatusNotFound, nil, "GET", "/health", "", traffic("beta."+strings.TrimPrefix(a.EnvdAccessToken, "alpha."))...)
+	c.want(http.StatusUnauthorized, nil, "GET", "/health", "", traffic("alpha."+strings.Repeat("0", 64))...)
+	// Beta's prefix: beta has no such sandbox, so for that token it is gone.
+	c.want(http.StatusBadGateway, nil, "GET", "/health", "", traffic("beta."+strings.TrimPrefix(a.EnvdAccessToken, "alpha."))...)
 
 	// Kill: 204, then 404.
 	c.want(http.StatusNoContent, nil, "DELETE", "/sandboxes/"+a.SandboxID, "", alpha...)
 	c.want(http.StatusNotFound, nil, "DELETE", "/sandboxes/"+a.SandboxID, "", alpha...)
 	c.want(http.StatusNotFound, nil, "GET", "/sandboxes/"+a.SandboxID, "", alpha...)
-	c.want(http.StatusNotFound, nil, "GET", "/health", "", traffic(a.EnvdAccessToken)...)
+	c.want(http.StatusBadGateway, nil, "GET", "/health", "", traffic(a.EnvdAccessToken)...)
 }

@@ -1,8 +1,10 @@
 // Package mcp drives `corral mcp` — the binary built from this checkout, as
 // a subprocess — with the go-sdk's own MCP client, over stdio and over
 // streamable HTTP, against a real corral serve: the tools it lists, python
-// runs that succeed and fail, session files, and the tool errors a model
-// gets for bad arguments, a wrong API key and an unreachable server.
+// runs that succeed and fail, session files, cells in the code contexts of
+// live sandboxes (variables kept between calls, a second context apart, a
+// fork, images, close), and the tool errors a model gets for bad
+// arguments, a wrong API key and an unreachable server.
 package mcp
 
 import (

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -247,6 +248,14 @@ func (s *Server) runCell(ctx context.Context, a *RunCellArgs) (*gomcp.CallToolRe
 	failed := func(err error) (*gomcp.CallToolResult, error) {
 		if made {
 			s.kill(ctx, sb)
+		}
+		var ae *sandbox.APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusOK {
+			// The run began, then could not go on: its context or its
+			// sandbox ended under it.
+			return toolError(fmt.Sprintf("The cell could not finish (%s): %s. Omit context_id to run in a new context of the sandbox, "+
+				"or sandbox_id as well for a new sandbox; the old state is gone.", ae.Code, ae.Message),
+				errorData{Reason: ReasonInvalidArguments, Code: ae.Code}), nil
 		}
 		res, rerr := s.callFailed(ToolRunCell, err)
 		if tc, ok := firstText(res); ok && errors.Is(err, sandbox.ErrNotFound) {

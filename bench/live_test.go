@@ -222,9 +222,10 @@ func BenchmarkLive(b *testing.B) {
 	}
 	fmt.Fprintf(&out, "\nlive sandboxes: %d rounds at concurrency 1\n", iters)
 	printTable(&out, base, rows)
-	fmt.Fprintf(&out, "host memory per idle live python sandbox with one context, runc (%d idle, MemAvailable drop): %.1f MB:\n"+
-		"  %.1f MB charged to its cgroup (page cache included), %.1f MB more corral serve RSS, %.1f MB more unreclaimable kernel slab, %.1f MB else (page tables, runc and mount state, unreclaimable cache)\n",
-		liveIdleN, mem.total/(1<<20), mem.cgroup/(1<<20), mem.server/(1<<20), mem.slab/(1<<20), (mem.total-mem.cgroup-mem.server-mem.slab)/(1<<20))
+	mb := func(v float64) float64 { return v / (1 << 20) }
+	fmt.Fprintf(&out, "host memory per idle live python sandbox with one context, runc (%d idle): %.1f MB = %.1f MB its cgroup + %.1f MB host share "+
+		"(corral serve RSS %.1f, kernel slab %.1f, page tables %.1f); MemAvailable dropped %.1f MB per sandbox meanwhile\n",
+		liveIdleN, mb(mem.accounted()), mb(mem.cgroup), mb(mem.server+mem.slab+mem.pageTables), mb(mem.server), mb(mem.slab), mb(mem.pageTables), mb(mem.available))
 
 	p50 := func(i int) float64 {
 		return ratio(float64(cells[i].series(1).median()), float64(cells[0].series(1).median()))
@@ -237,7 +238,7 @@ func BenchmarkLive(b *testing.B) {
 		{"live-run/bare-p50", "run x + 1 in a context p50 ÷ bare p50", p50(2), 0.2},
 		{"live-fork-ctr/bare-p50", "fork a context, container p50 ÷ bare p50", p50(3), 0.5},
 		{"live-fork-gvisor/bare-p50", "fork a context, gvisor p50 ÷ bare p50", p50(4), math.NaN()},
-		{"live-idle-MB", "MB per idle live sandbox + context, runc", mem.total / (1 << 20), 25},
+		{"live-idle-MB", "MB per idle live sandbox + context, runc", mb(mem.accounted()), 25},
 	}
 	fmt.Fprintln(&out, "targets (docs/bench.md):")
 	for _, t := range targets {
@@ -263,18 +264,24 @@ func BenchmarkLive(b *testing.B) {
 	os.Stderr.Write(out.Bytes())
 }
 
-// liveMemory is host memory per idle live sandbox: all of it, and the
-// parts charged to the sandbox's cgroup, grown in the server's resident
-// memory and in the kernel's unreclaimable slab.
-type liveMemory struct{ total, cgroup, server, slab float64 }
+// liveMemory is host memory per idle live sandbox, in bytes: the sum of
+// its parts (accounted), and the drop in MemAvailable (which other
+// processes on the machine move too). The parts: the sandbox's cgroup
+// (its processes: the agent, the runner's root interpreter, the context),
+// and the host's share, which is the growth of corral serve's resident
+// memory, of the kernel's unreclaimable slab (mounts, namespaces, the
+// loop device of its disk) and of page tables.
+type liveMemory struct{ available, cgroup, server, slab, pageTables float64 }
+
+func (m liveMemory) accounted() float64 { return m.cgroup + m.server + m.slab + m.pageTables }
 
 // liveIdleMemory is the host memory one idle live python sandbox on runc
-// with one context (holding x = 1) costs: the drop in MemAvailable while a
-// server without a pool makes liveIdleN of them, divided by liveIdleN. It
-// includes what the server, runc and the kernel hold for each on the host;
-// the cgroup part is the sandboxes' own memory use summed over their
-// cgroups. One sandbox made and killed first keeps the server's one-time
-// costs (caches, first connections) out of the figure.
+// with one context (holding x = 1) costs, while a server without a pool
+// makes liveIdleN of them: their cgroups' memory use, and how much the
+// server's resident memory, the kernel's unreclaimable slab and page
+// tables grew, divided by liveIdleN (liveMemory). One sandbox made and
+// killed first keeps the server's one-time costs (caches, first
+// connections) out of the figure.
 func liveIdleMemory(b *testing.B) (liveMemory, error) {
 	ctx := b.Context()
 	s, err := startServer(b, "live-memory")
@@ -305,6 +312,10 @@ func liveIdleMemory(b *testing.B) (liveMemory, error) {
 	if err != nil {
 		return liveMemory{}, err
 	}
+	pt0, err := meminfo("PageTables:")
+	if err != nil {
+		return liveMemory{}, err
+	}
 	var made []*liveSandbox
 	defer func() {
 		for _, l := range made {
@@ -330,6 +341,10 @@ func liveIdleMemory(b *testing.B) (liveMemory, error) {
 	if err != nil {
 		return liveMemory{}, err
 	}
+	pt1, err := meminfo("PageTables:")
+	if err != nil {
+		return liveMemory{}, err
+	}
 	dirs, err := oci.SandboxDirs(s.data)
 	if err != nil {
 		return liveMemory{}, err
@@ -346,7 +361,8 @@ func liveIdleMemory(b *testing.B) (liveMemory, error) {
 		cg += n
 	}
 	per := func(v int64) float64 { return float64(v) / liveIdleN }
-	return liveMemory{total: per(before - after), cgroup: per(cg), server: per(rss1 - rss0), slab: per(slab1 - slab0)}, nil
+	return liveMemory{available: per(before - after), cgroup: per(cg), server: per(rss1 - rss0), slab: per(slab1 - slab0),
+		pageTables: per(pt1 - pt0)}, nil
 }
 
 // meminfo is a field of /proc/meminfo, in bytes.

@@ -45,7 +45,7 @@ type CreateSandboxArgs struct {
 	Language       string            `json:"language,omitempty" jsonschema:"the language of the sandbox's first code context: python (the default), javascript or bash"`
 	Image          string            `json:"image,omitempty" jsonschema:"the root filesystem (e.g. python, with numpy, pandas and matplotlib); default: the server's choice for the language"`
 	Tier           string            `json:"tier,omitempty" jsonschema:"the isolation: container (runc), gvisor (a kernel in user space: stronger, slower) or auto (by what the code does); default: the server's"`
-	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"how long the sandbox lives from now, in seconds (default: the server's, 300); using it does not extend it"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"how long the sandbox lives from now, in seconds (default: the server's, 300 unless configured); using it does not extend it"`
 	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"memory for the whole sandbox (every context and process in it) in MB"`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU cores for the whole sandbox, e.g. 0.5 or 2"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for everything that runs in the sandbox"`
@@ -69,7 +69,7 @@ type RunCellArgs struct {
 	SandboxID      string `json:"sandbox_id,omitempty" jsonschema:"the live sandbox to run in (from create_sandbox or an earlier run_cell); omit it to create one, whose sandbox_id and context_id the result gives"`
 	ContextID      string `json:"context_id,omitempty" jsonschema:"the code context whose variables the cell sees and sets; omit it to create a new context (a fresh interpreter) in the sandbox"`
 	Language       string `json:"language,omitempty" jsonschema:"the language of a context this call creates: python (the default), javascript or bash; not used with context_id"`
-	TimeoutSeconds int64  `json:"timeout_seconds,omitempty" jsonschema:"bound on this cell in seconds (default 60, at most 3600); past it the cell is interrupted and the context kept"`
+	TimeoutSeconds int64  `json:"timeout_seconds,omitempty" jsonschema:"bound on this cell in seconds (default 60, at most 3600); past it the cell is interrupted, and its TimeoutError says whether the context kept its state"`
 }
 
 // CellOutput is the structured result of run_cell.

@@ -89,9 +89,9 @@ test-image:
 	$(MAKE) --no-print-directory image IMAGE_LOCK=warn
 	CORRAL_TEST_STRICT=1 CORRAL_TEST_IMAGE=1 CORRAL_IMAGE=$(abspath $(IMAGE_OUT))/oci $(GO) test -count=1 -v -timeout 10m ./test/container
 
-# The warm-pool harness (docs/bench.md): one table, ratios to a bare
-# python3 spawn measured in the same run; about 10 minutes once the python
-# image is built (6 more the first time on a machine).
+# The warm-pool harness and the live sandbox rows (docs/bench.md): ratios
+# to a bare python3 spawn measured in the same run; about 12 minutes once
+# the python image is built (6 more the first time on a machine).
 bench: build
 	CORRAL_TEST_STRICT=1 $(GO) test -run '^$$' -bench . -benchtime 80s -count 1 -timeout 40m ./bench/...
 

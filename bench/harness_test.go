@@ -48,6 +48,10 @@ type cell struct {
 	na string
 	// serial cells run at concurrency 1 only.
 	serial string
+	// after, if set, runs untimed after each execution: it checks and
+	// undoes what the execution made (a sandbox created, a context
+	// forked).
+	after func(ctx context.Context) error
 	// srv and pool are a warm cell's server and the pool its requests
 	// should hit.
 	srv  *server
@@ -138,6 +142,9 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 				t0 := time.Now()
 				err := c.run(ectx)
 				d := time.Since(t0)
+				if err == nil && c.after != nil {
+					err = c.after(ectx)
+				}
 				ecancel()
 				if err != nil {
 					cancel(fmt.Errorf("%s (concurrency %d): %w", c.name, conc, err))

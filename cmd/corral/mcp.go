@@ -20,9 +20,10 @@ func cmdMCP(args []string) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	remoteUsage(fs, "[flags]",
 		"Serves Corral to AI agents over the Model Context Protocol (MCP). Its tools run code\n"+
-			"(run_code), read executions (get_execution) and list, read and write session files\n"+
-			"(list_files, read_file, write_file) on the server named by --endpoint / CORRAL_ENDPOINT\n"+
-			"with --api-key / CORRAL_API_KEY.\n\n"+
+			"(run_code), read executions (get_execution), list, read and write session files\n"+
+			"(list_files, read_file, write_file), and run cells in live sandboxes whose variables\n"+
+			"persist between calls (create_sandbox, run_cell, fork_context, close_sandbox) on the\n"+
+			"server named by --endpoint / CORRAL_ENDPOINT with --api-key / CORRAL_API_KEY.\n\n"+
 			"By default it speaks MCP on stdin and stdout, for a client that starts it (Claude\n"+
 			"Desktop, an IDE); logs go to stderr. With --http ADDR it serves streamable HTTP at\n"+
 			"http://ADDR/mcp instead and prints that URL on stderr (port 0 picks a free port).\n"+

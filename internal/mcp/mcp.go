@@ -1,7 +1,8 @@
 // Package mcp serves Corral to AI agents over the Model Context Protocol:
-// tools that run code, read executions and move files in and out of a
-// session's workspace, each answered by a Corral server through the Go SDK
-// (package sandbox). It owns the tool names, descriptions and schemas, the
+// tools that run code, read executions, move files in and out of a
+// session's workspace, and run cells in the code contexts of live
+// sandboxes, whose variables persist between calls (live.go), each
+// answered by a Corral server through the Go SDK (package sandbox). It owns the tool names, descriptions and schemas, the
 // mapping of SDK errors to tool errors and protocol errors, and the stdio and
 // streamable HTTP transports.
 package mcp
@@ -43,7 +44,8 @@ type Server struct {
 const instructions = `Corral runs code in isolated sandboxes (no network unless asked for, bounded time and memory).
 Call run_code with a language and the code; read the text summary: on failure it names the error type, shows the failing line and says what to do next.
 To keep files between calls, pass the same session_id: every run of a session shares its /workspace, and list_files, read_file and write_file reach the same files.
-Programs start in /workspace. Files written under /workspace/output are returned as artifacts with download links.`
+Programs start in /workspace. Files written under /workspace/output are returned as artifacts with download links.
+For work that builds on earlier steps (load data once, then explore it), use run_cell instead: it runs code in a live sandbox's code context, where variables, imports and functions persist between calls, like a notebook. The first run_cell without sandbox_id creates the sandbox and a context and returns their ids; pass both on later calls. fork_context copies a context's state to try something without losing it; close_sandbox ends a sandbox (or one context) when you are done.`
 
 // New returns a Server whose tools call Corral through client.
 func New(client *sandbox.Client, opts Options) *Server {

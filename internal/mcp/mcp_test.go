@@ -53,11 +53,15 @@ func TestToolsAndSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	required := map[string][]string{
-		ToolRunCode:      {"code", "language"},
-		ToolGetExecution: {"execution_id"},
-		ToolListFiles:    {"session_id"},
-		ToolReadFile:     {"path", "session_id"},
-		ToolWriteFile:    {"path", "session_id"},
+		ToolRunCode:       {"code", "language"},
+		ToolGetExecution:  {"execution_id"},
+		ToolListFiles:     {"session_id"},
+		ToolReadFile:      {"path", "session_id"},
+		ToolWriteFile:     {"path", "session_id"},
+		ToolCreateSandbox: nil,
+		ToolRunCell:       {"code"},
+		ToolForkContext:   {"context_id", "sandbox_id"},
+		ToolCloseSandbox:  {"sandbox_id"},
 	}
 	got := map[string][]string{}
 	for _, tool := range res.Tools {
@@ -145,6 +149,17 @@ func TestInvalidArguments(t *testing.T) {
 		{ToolWriteFile, `{"session_id":"s","path":"a"}`, "", "exactly one"},
 		{ToolWriteFile, `{"session_id":"s","path":"a","content":"x","content_base64":"eA=="}`, "", "exactly one"},
 		{ToolWriteFile, `{"session_id":"s","path":"a","content_base64":"%%"}`, "content_base64", "base64"},
+		{ToolCreateSandbox, `{"timeout_seconds":0}`, "timeout_seconds", "exclusiveMinimum"},
+		{ToolCreateSandbox, `{"cpus":-1}`, "cpus", "exclusiveMinimum"},
+		{ToolCreateSandbox, `{"tier":"kvm"}`, "tier", "enum"},
+		{ToolRunCell, `{}`, "", "code"},
+		{ToolRunCell, `{"code":"x","timeout_seconds":0}`, "timeout_seconds", "minimum"},
+		{ToolRunCell, `{"code":"x","timeout_seconds":3601}`, "timeout_seconds", "maximum"},
+		{ToolRunCell, `{"code":"x","context_id":"c"}`, "context_id", "needs the sandbox_id"},
+		{ToolRunCell, `{"code":"x","persistent":true}`, "", "persistent"},
+		{ToolForkContext, `{"sandbox_id":"s"}`, "", "context_id"},
+		{ToolForkContext, `{"sandbox_id":"","context_id":"c"}`, "sandbox_id", "minLength"},
+		{ToolCloseSandbox, `{}`, "", "sandbox_id"},
 	} {
 		res, err := cs.CallTool(t.Context(), &gomcp.CallToolParams{Name: c.tool, Arguments: json.RawMessage(c.args)})
 		text, data := toolErr(t, res, err)
@@ -166,6 +181,11 @@ func TestUnreachable(t *testing.T) {
 		{Name: ToolListFiles, Arguments: map[string]any{"session_id": "s"}},
 		{Name: ToolReadFile, Arguments: map[string]any{"session_id": "s", "path": "a.txt"}},
 		{Name: ToolWriteFile, Arguments: map[string]any{"session_id": "s", "path": "a.txt", "content": "x"}},
+		{Name: ToolCreateSandbox, Arguments: map[string]any{}},
+		{Name: ToolRunCell, Arguments: map[string]any{"code": "1"}},
+		{Name: ToolRunCell, Arguments: map[string]any{"code": "1", "sandbox_id": "s", "context_id": "c"}},
+		{Name: ToolForkContext, Arguments: map[string]any{"sandbox_id": "s", "context_id": "c"}},
+		{Name: ToolCloseSandbox, Arguments: map[string]any{"sandbox_id": "s"}},
 	} {
 		res, err := cs.CallTool(t.Context(), call)
 		text, data := toolErr(t, res, err)
@@ -202,7 +222,7 @@ func TestHTTPToken(t *testing.T) {
 	}
 	defer cs.Close()
 	res, err := cs.ListTools(t.Context(), nil)
-	if err != nil || len(res.Tools) != 5 {
+	if err != nil || len(res.Tools) != 9 {
 		t.Fatalf("list tools with the token: %v %v", res, err)
 	}
 }

@@ -180,6 +180,8 @@ Text comes back as text; images (PNG, JPEG, GIF, WebP) as images; other bytes as
 		minLen(in, "session_id")
 		minLen(in, "path")
 	}, s.writeFile)
+
+	s.addLiveTools()
 }
 
 func minLen(s *jsonschema.Schema, prop string) { s.Properties[prop].MinLength = jsonschema.Ptr(1) }
@@ -541,8 +543,13 @@ func (s *Server) writeFile(ctx context.Context, a *WriteFileArgs) (*gomcp.CallTo
 func (s *Server) logCall(ctx context.Context, tool string, start time.Time, res *gomcp.CallToolResult, err error) {
 	attrs := []any{"tool", tool, "duration_ms", time.Since(start).Milliseconds()}
 	if res != nil {
-		if r, ok := res.StructuredContent.(*sandbox.Result); ok {
+		switch r := res.StructuredContent.(type) {
+		case *sandbox.Result:
 			attrs = append(attrs, "execution_id", r.ExecutionID, "session_id", r.SessionID, "status", r.Status)
+		case CellOutput:
+			attrs = append(attrs, "sandbox_id", r.SandboxID, "context_id", r.ContextID, "execution_count", r.ExecutionCount)
+		case LiveSandbox:
+			attrs = append(attrs, "sandbox_id", r.SandboxID, "context_id", r.ContextID)
 		}
 	}
 	switch {

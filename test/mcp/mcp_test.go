@@ -1,8 +1,10 @@
 // Package mcp drives `corral mcp` — the binary built from this checkout, as
 // a subprocess — with the go-sdk's own MCP client, over stdio and over
 // streamable HTTP, against a real corral serve: the tools it lists, python
-// runs that succeed and fail, session files, and the tool errors a model
-// gets for bad arguments, a wrong API key and an unreachable server.
+// runs that succeed and fail, session files, cells in the code contexts of
+// live sandboxes (variables kept between calls, a second context apart, a
+// fork, images, close), and the tool errors a model gets for bad
+// arguments, a wrong API key and an unreachable server.
 package mcp
 
 import (
@@ -11,6 +13,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"image/png"
 	"net"
 	"net/http"
 	"os"
@@ -172,6 +176,8 @@ func TestMCP(t *testing.T) {
 			t.Run("SessionFiles", func(t *testing.T) { testSessionFiles(t, cs, "mcp-"+tr.name) })
 			t.Run("CorralRefuses", func(t *testing.T) { testCorralRefuses(t, cs) })
 			t.Run("CancelledCall", func(t *testing.T) { testCancelledCall(t, cs, srv) })
+			t.Run("LiveContexts", func(t *testing.T) { testLiveContexts(t, cs, srv) })
+			t.Run("CreateSandbox", func(t *testing.T) { testCreateSandbox(t, cs, srv) })
 			t.Run("WrongKey", func(t *testing.T) {
 				cs := tr.connect(t, "not-a-key")
 				res := call(t, cs, "run_code", map[string]any{"language": "python", "code": "print(1)"})
@@ -271,7 +277,7 @@ func testTools(t *testing.T, cs *gomcp.ClientSession) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"get_execution", "list_files", "read_file", "run_code", "write_file"}
+	want := []string{"close_sandbox", "create_sandbox", "fork_context", "get_execution", "list_files", "read_file", "run_cell", "run_code", "write_file"}
 	if !slices.Equal(names, want) {
 		t.Errorf("tools %q, want %q", names, want)
 	}
@@ -544,11 +550,15 @@ func TestUnreachable(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			cs := tr.connect(t)
 			for tool, args := range map[string]map[string]any{
-				"run_code":      {"language": "python", "code": "print(1)"},
-				"get_execution": {"execution_id": "ex_1"},
-				"list_files":    {"session_id": "s"},
-				"read_file":     {"session_id": "s", "path": "a.txt"},
-				"write_file":    {"session_id": "s", "path": "a.txt", "content": "x"},
+				"run_code":       {"language": "python", "code": "print(1)"},
+				"get_execution":  {"execution_id": "ex_1"},
+				"list_files":     {"session_id": "s"},
+				"read_file":      {"session_id": "s", "path": "a.txt"},
+				"write_file":     {"session_id": "s", "path": "a.txt", "content": "x"},
+				"create_sandbox": {},
+				"run_cell":       {"code": "1"},
+				"fork_context":   {"sandbox_id": "s", "context_id": "c"},
+				"close_sandbox":  {"sandbox_id": "s"},
 			} {
 				txt := wantToolError(t, call(t, cs, tool, args), "corral_unavailable")
 				if !strings.Contains(txt, "unreachable at "+endpoint) {
@@ -602,5 +612,216 @@ func TestHTTPGuards(t *testing.T) {
 		if resp.StatusCode != c.want {
 			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.want)
 		}
+	}
+}
+
+// cellOutput is run_cell's structured result, decoded as a client would.
+type cellOutput struct {
+	SandboxID      string   `json:"sandbox_id"`
+	ContextID      string   `json:"context_id"`
+	Created        []string `json:"created"`
+	ExecutionCount int      `json:"execution_count"`
+	Stdout         string   `json:"stdout"`
+	Stderr         string   `json:"stderr"`
+	Results        []struct {
+		MIMETypes []string          `json:"mime_types"`
+		Data      map[string]string `json:"data"`
+		IsMain    bool              `json:"is_main_result"`
+	} `json:"results"`
+	Error *struct {
+		Name      string   `json:"name"`
+		Value     string   `json:"value"`
+		Traceback []string `json:"traceback"`
+	} `json:"error"`
+}
+
+// main is the text/plain of the cell's main result ("" if none).
+func (o cellOutput) main() string {
+	for _, r := range o.Results {
+		if r.IsMain {
+			return r.Data["text/plain"]
+		}
+	}
+	return ""
+}
+
+// cell calls run_cell and returns its text, its images and its structured
+// result.
+func cell(t *testing.T, cs *gomcp.ClientSession, args map[string]any) (string, []*gomcp.ImageContent, cellOutput, bool) {
+	t.Helper()
+	res := call(t, cs, "run_cell", args)
+	var out cellOutput
+	structured(t, res, &out)
+	if len(res.Content) == 0 {
+		t.Fatalf("run_cell %v: no content", args)
+	}
+	txt, ok := res.Content[0].(*gomcp.TextContent)
+	if !ok {
+		t.Fatalf("run_cell %v: first content %T, want text", args, res.Content[0])
+	}
+	var imgs []*gomcp.ImageContent
+	for _, c := range res.Content[1:] {
+		img, ok := c.(*gomcp.ImageContent)
+		if !ok {
+			t.Fatalf("run_cell %v: content %T after the text, want images", args, c)
+		}
+		imgs = append(imgs, img)
+	}
+	if res.IsError != (out.Error != nil) {
+		t.Errorf("run_cell %v: isError %v with error %+v", args, res.IsError, out.Error)
+	}
+	return txt.Text, imgs, out, res.IsError
+}
+
+// sandboxGone checks through the SDK, not through corral mcp, that live
+// sandbox id no longer exists.
+func sandboxGone(t *testing.T, srv *testserver.Server, id string) {
+	t.Helper()
+	c := sandbox.NewClient(sandbox.Config{Endpoint: srv.URL, APIKey: testserver.AlphaKey})
+	if info, err := c.Sandbox(id).Info(t.Context()); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("sandbox %s after close_sandbox: %+v, %v; want not found", id, info, err)
+	}
+}
+
+// A model's variables persist between run_cell calls in one context: the
+// first call makes the sandbox and the context, the next ones name them; a
+// second context does not see the first's variables; a fork does, and the
+// two then diverge; images come as image content; closing a context, then
+// the sandbox, ends them.
+func testLiveContexts(t *testing.T, cs *gomcp.ClientSession, srv *testserver.Server) {
+	txt, _, first, isErr := cell(t, cs, map[string]any{"code": "x = 21"})
+	if isErr || first.SandboxID == "" || first.ContextID == "" || !slices.Equal(first.Created, []string{"sandbox", "context"}) ||
+		first.ExecutionCount != 1 || len(first.Results) != 0 {
+		t.Fatalf("x = 21: %+v\n%s", first, txt)
+	}
+	sb, cid := first.SandboxID, first.ContextID
+	defer func() {
+		// A failed test must not leave the sandbox to its timeout.
+		if t.Failed() {
+			c := sandbox.NewClient(sandbox.Config{Endpoint: srv.URL, APIKey: testserver.AlphaKey})
+			c.Sandbox(sb).Kill(context.Background())
+		}
+	}()
+	if !strings.Contains(txt, "sandbox "+sb+", context "+cid+", cell 1 (sandbox and context made by this call") {
+		t.Errorf("x = 21: text %q", txt)
+	}
+	in := func(ctx, code string) map[string]any {
+		return map[string]any{"sandbox_id": sb, "context_id": ctx, "code": code}
+	}
+
+	txt, _, out, isErr := cell(t, cs, in(cid, "x * 2"))
+	if isErr || out.main() != "42" || out.SandboxID != sb || out.ContextID != cid || out.Created != nil || out.ExecutionCount != 2 {
+		t.Errorf("x * 2: %+v\n%s", out, txt)
+	}
+	if !strings.Contains(txt, "result: 42\n") {
+		t.Errorf("x * 2: text %q lacks the result", txt)
+	}
+
+	// stdout, stderr and the result, in text and structured.
+	txt, _, out, _ = cell(t, cs, in(cid, "import sys\nprint('hello', x)\nprint('careful', file=sys.stderr)\nx + 1"))
+	if out.Stdout != "hello 21\n" || out.Stderr != "careful\n" || out.main() != "22" ||
+		!strings.Contains(txt, "stdout:\nhello 21\n") || !strings.Contains(txt, "stderr:\ncareful\n") || !strings.Contains(txt, "result: 22\n") {
+		t.Errorf("print and value: %+v\n%s", out, txt)
+	}
+
+	// A second context, made by leaving out context_id, does not see x.
+	txt, _, other, isErr := cell(t, cs, map[string]any{"sandbox_id": sb, "code": "x"})
+	if !isErr || other.ContextID == "" || other.ContextID == cid || !slices.Equal(other.Created, []string{"context"}) ||
+		other.Error == nil || other.Error.Name != "NameError" || !strings.Contains(other.Error.Value, "'x'") || len(other.Error.Traceback) == 0 {
+		t.Errorf("x in a second context: %+v\n%s", other, txt)
+	}
+	if !strings.Contains(txt, "error: NameError: name 'x' is not defined\ntraceback:\n") {
+		t.Errorf("x in a second context: text %q", txt)
+	}
+
+	// A fork sees x; then the two diverge.
+	res := call(t, cs, "fork_context", map[string]any{"sandbox_id": sb, "context_id": cid})
+	var fork struct {
+		SandboxID  string `json:"sandbox_id"`
+		ContextID  string `json:"context_id"`
+		ForkedFrom string `json:"forked_from"`
+	}
+	structured(t, res, &fork)
+	if res.IsError || fork.SandboxID != sb || fork.ForkedFrom != cid || fork.ContextID == "" || fork.ContextID == cid || fork.ContextID == other.ContextID {
+		t.Fatalf("fork_context: %+v, %q", fork, text(t, res))
+	}
+	if _, _, out, _ := cell(t, cs, in(fork.ContextID, "x")); out.main() != "21" {
+		t.Errorf("x in the fork: %+v", out)
+	}
+	cell(t, cs, in(fork.ContextID, "x = -1"))
+	cell(t, cs, in(cid, "x += 1"))
+	_, _, a, _ := cell(t, cs, in(cid, "x"))
+	_, _, f, _ := cell(t, cs, in(fork.ContextID, "x"))
+	if a.main() != "22" || f.main() != "-1" {
+		t.Errorf("after diverging: original %q, fork %q; want 22, -1", a.main(), f.main())
+	}
+
+	// An image/png result is image content that decodes as PNG. The PNG is
+	// made by hand (the default image has no matplotlib): 3x2, grey.
+	txt, imgs, out, _ := cell(t, cs, in(cid, `import struct, zlib
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+png = b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 3, 2, 8, 0, 0, 0, 0)) + \
+    chunk(b'IDAT', zlib.compress(b'\x00\x80\x80\x80' * 2)) + chunk(b'IEND', b'')
+class Picture:
+    def _repr_png_(self):
+        return png
+display(Picture())
+print('shown')`))
+	if len(imgs) != 1 || imgs[0].MIMEType != "image/png" || len(out.Results) != 1 || !slices.Contains(out.Results[0].MIMETypes, "image/png") ||
+		out.Stdout != "shown\n" || !strings.Contains(txt, "display [image/png attached as an image]") {
+		t.Fatalf("display of a PNG: %d images, %+v\n%s", len(imgs), out, txt)
+	}
+	img, err := png.Decode(bytes.NewReader(imgs[0].Data))
+	if err != nil || img.Bounds().Dx() != 3 || img.Bounds().Dy() != 2 {
+		t.Errorf("the image content: %v, %v", err, img)
+	}
+
+	// Closing a context ends it alone.
+	res = call(t, cs, "close_sandbox", map[string]any{"sandbox_id": sb, "context_id": fork.ContextID})
+	if res.IsError || !strings.Contains(text(t, res), "Closed context "+fork.ContextID) {
+		t.Errorf("close the fork: %q", text(t, res))
+	}
+	txt = wantToolError(t, call(t, cs, "run_cell", in(fork.ContextID, "x")), "invalid_arguments")
+	if !strings.Contains(txt, "404") || !strings.Contains(txt, "Omit context_id") {
+		t.Errorf("run in a closed context: %q", txt)
+	}
+	if _, _, out, _ := cell(t, cs, in(cid, "x")); out.main() != "22" {
+		t.Errorf("x after the fork was closed: %+v", out)
+	}
+
+	// Closing the sandbox ends it: the server no longer knows it.
+	res = call(t, cs, "close_sandbox", map[string]any{"sandbox_id": sb})
+	if res.IsError || !strings.Contains(text(t, res), "Closed sandbox "+sb) {
+		t.Errorf("close the sandbox: %q", text(t, res))
+	}
+	sandboxGone(t, srv, sb)
+	wantToolError(t, call(t, cs, "run_cell", in(cid, "x")), "invalid_arguments")
+}
+
+// create_sandbox makes a sandbox with the settings asked for and one
+// context that run_cell uses.
+func testCreateSandbox(t *testing.T, cs *gomcp.ClientSession, srv *testserver.Server) {
+	res := call(t, cs, "create_sandbox", map[string]any{"tier": "container", "timeout_seconds": 120, "env": map[string]any{"GREETING": "hi"}})
+	var live struct {
+		SandboxID string    `json:"sandbox_id"`
+		ContextID string    `json:"context_id"`
+		Language  string    `json:"language"`
+		Tier      string    `json:"tier"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	structured(t, res, &live)
+	if res.IsError || live.SandboxID == "" || live.ContextID == "" || live.Language != "python" || live.Tier != "container" ||
+		time.Until(live.ExpiresAt) > 120*time.Second || time.Until(live.ExpiresAt) < 60*time.Second {
+		t.Fatalf("create_sandbox: %+v\n%s", live, text(t, res))
+	}
+	defer call(t, cs, "close_sandbox", map[string]any{"sandbox_id": live.SandboxID})
+	if !strings.Contains(text(t, res), "run_cell") {
+		t.Errorf("create_sandbox text: %q", text(t, res))
+	}
+	_, _, out, _ := cell(t, cs, map[string]any{"sandbox_id": live.SandboxID, "context_id": live.ContextID,
+		"code": "import os\nos.environ['GREETING'] + ' from ' + os.getcwd()"})
+	if out.main() != "'hi from /workspace'" || out.ExecutionCount != 1 {
+		t.Errorf("a cell in the created context: %+v", out)
 	}
 }

@@ -1,0 +1,375 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/runtime/cgroup"
+	"github.com/corralhq/corral/internal/runtime/oci"
+	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// liveIdleN is how many idle live sandboxes the live memory figure divides
+// by.
+const liveIdleN = 8
+
+// maxLiveRounds bounds the measured rounds: a round takes about a second
+// here (most of it the pool's refill after a create, waited for untimed),
+// and b.Loop's own estimate from its first rounds can overshoot
+// -benchtime by half.
+const maxLiveRounds = 60
+
+// liveTimeout is the lifetime of the live sandboxes the benchmark makes:
+// longer than it runs.
+const liveTimeout = 30 * 60
+
+// liveSandbox is a live python sandbox with one code context holding x = 1.
+type liveSandbox struct {
+	sb  *sandbox.Sandbox
+	cid string
+}
+
+// newLive makes a live python sandbox on tier with one context in which
+// x = 1.
+func newLive(ctx context.Context, c *sandbox.Client, tier sandbox.Isolation) (*liveSandbox, error) {
+	sb, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Tier: tier, TimeoutSeconds: liveTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("create a %s sandbox: %w", tier, err)
+	}
+	if info.Tier != string(tier) {
+		sb.Kill(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("sandbox %s on tier %s, want %s", sb.ID, info.Tier, tier)
+	}
+	cc, err := sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"})
+	if err == nil {
+		err = expectCell(ctx, sb, cc.ID, "x = 1", "")
+	}
+	if err != nil {
+		sb.Kill(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%s sandbox %s: %w", tier, sb.ID, err)
+	}
+	return &liveSandbox{sb: sb, cid: cc.ID}, nil
+}
+
+// expectCell runs code in context cid and checks that it raised nothing
+// and that its main result's text/plain is want.
+func expectCell(ctx context.Context, sb *sandbox.Sandbox, cid, code, want string) error {
+	ex, err := sb.RunCode(ctx, cid, code, sandbox.RunCodeOptions{Timeout: execTimeout})
+	if err != nil {
+		return fmt.Errorf("run %q in context %s: %w", code, cid, err)
+	}
+	if ex.Error != nil || ex.Text() != want {
+		return fmt.Errorf("run %q in context %s: result %q, error %+v; want %q", code, cid, ex.Text(), ex.Error, want)
+	}
+	return nil
+}
+
+// forkCell forks l's context; its after checks that the fork holds x and
+// deletes it.
+func forkCell(name string, l *liveSandbox) *cell {
+	var fork string
+	return &cell{
+		name: name,
+		run: func(ctx context.Context) error {
+			cc, err := l.sb.ForkContext(ctx, l.cid)
+			if err != nil {
+				return fmt.Errorf("fork context %s of %s: %w", l.cid, l.sb.ID, err)
+			}
+			fork = cc.ID
+			return nil
+		},
+		after: func(ctx context.Context) error {
+			if err := expectCell(ctx, l.sb, fork, "x", "1"); err != nil {
+				return err
+			}
+			return l.sb.DeleteContext(ctx, fork)
+		},
+	}
+}
+
+// BenchmarkLive measures live sandboxes (docs/bench.md, "Live sandboxes")
+// against a bare python3 spawn measured in the same loop: creating a live
+// python sandbox from the warm pool, running x + 1 in a code context over
+// HTTP, forking a context on runc and on gVisor; then host memory per idle
+// live python sandbox with one context on runc.
+//
+// Each b.Loop iteration runs every row once, in rotating order, as
+// BenchmarkHarness does at concurrency 1, for at most maxLiveRounds rounds
+// and -benchtime (make bench gives it 80s); there is no concurrency 8 or
+// 32 phase.
+func BenchmarkLive(b *testing.B) {
+	testenv.RequireRoot(b)
+	testenv.Runtime(b, "runc")
+	testenv.Runtime(b, "runsc")
+	testenv.Corral(b)
+	ctx := b.Context()
+
+	pool := warmPool{image: images.HostName, tier: "container", minIdle: 2, maxIdle: 4}
+	createNA := ""
+	srv, err := startServer(b, "live", pool)
+	if errors.Is(err, errNoPool) {
+		createNA = "n/a (pool not available)"
+		srv, err = startServer(b, "live")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := sandbox.NewClient(sandbox.Config{Endpoint: srv.url, APIKey: apiKey, Timeout: clientTimeout})
+	ctr, err := newLive(ctx, c, sandbox.IsolationContainer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctr.sb.Kill(context.WithoutCancel(ctx))
+	gv, err := newLive(ctx, c, sandbox.IsolationGVisor)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gv.sb.Kill(context.WithoutCancel(ctx))
+
+	var created *sandbox.Sandbox
+	create := &cell{
+		name: "live: create python sandbox, container (pool)", na: createNA,
+		run: func(ctx context.Context) error {
+			sb, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python",
+				Tier: sandbox.IsolationContainer, TimeoutSeconds: liveTimeout})
+			if err != nil {
+				return fmt.Errorf("create a sandbox: %w", err)
+			}
+			created = sb
+			if info.State != "running" {
+				return fmt.Errorf("sandbox %s is %s after its creation", sb.ID, info.State)
+			}
+			return nil
+		},
+		after: func(ctx context.Context) error { return created.Kill(ctx) },
+	}
+	if createNA == "" {
+		create.srv, create.pool = srv, pool
+	}
+	cells := []*cell{
+		{name: "bare /usr/bin/python3 -c", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+			return exec.CommandContext(ctx, "/usr/bin/python3", "-c", helloPy)
+		})},
+		create,
+		{name: "live: run x + 1 in a context (HTTP), container", run: func(ctx context.Context) error {
+			return expectCell(ctx, ctr.sb, ctr.cid, "x + 1", "2")
+		}},
+		forkCell("live: fork a context, container", ctr),
+		forkCell("live: fork a context, gvisor", gv),
+	}
+	h := &harness{cells: cells}
+	if createNA == "" {
+		h.warm = []*server{srv}
+	}
+
+	// One untimed round checks every row works and warms what it uses.
+	for _, c := range h.rotated(0) {
+		if err := h.block(ctx, c, 1, 1, 0, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	iters := 0
+	for b.Loop() {
+		if iters == maxLiveRounds {
+			// Enough: the loop's remaining iterations are empty and end
+			// it at once.
+			continue
+		}
+		for _, c := range h.rotated(iters) {
+			if err := h.block(ctx, c, 1, 1, 0, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		iters++
+	}
+	// An iteration is a round of every row, or nothing once the rounds
+	// are done: the time per iteration means nothing.
+	b.ReportMetric(0, "ns/op")
+
+	// Memory, with the rows' server and its sandboxes gone.
+	ctr.sb.Kill(ctx)
+	gv.sb.Kill(ctx)
+	if err := srv.stop(); err != nil {
+		b.Errorf("live server: %v", err)
+	}
+	mem, err := liveIdleMemory(b)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	base := map[int]*series{1: cells[0].series(1)}
+	var rows []row
+	for _, c := range cells {
+		r := row{s: &series{name: c.name}, conc: 1, na: c.na}
+		if r.na == "" {
+			r.s = c.series(1)
+			if c.srv != nil && c.claims[1] > 0 {
+				r.note = fmt.Sprintf("pool hits %.0f%%", 100*c.hits[1]/c.claims[1])
+			}
+		}
+		rows = append(rows, r)
+	}
+	fmt.Fprintf(&out, "\nlive sandboxes: %d rounds at concurrency 1\n", iters)
+	printTable(&out, base, rows)
+	mb := func(v float64) float64 { return v / (1 << 20) }
+	fmt.Fprintf(&out, "host memory per idle live python sandbox with one context, runc (%d idle): %.1f MB = %.1f MB its cgroup + %.1f MB host share "+
+		"(corral serve RSS %.1f, kernel slab %.1f, page tables %.1f); MemAvailable dropped %.1f MB per sandbox meanwhile\n",
+		liveIdleN, mb(mem.accounted()), mb(mem.cgroup), mb(mem.server+mem.slab+mem.pageTables), mb(mem.server), mb(mem.slab), mb(mem.pageTables), mb(mem.available))
+
+	p50 := func(i int) float64 {
+		return ratio(float64(cells[i].series(1).median()), float64(cells[0].series(1).median()))
+	}
+	targets := []struct {
+		metric, what string
+		v, limit     float64
+	}{
+		{"live-create/bare-p50", "create a live sandbox (pool) p50 ÷ bare p50", p50(1), 0.5},
+		{"live-run/bare-p50", "run x + 1 in a context p50 ÷ bare p50", p50(2), 0.2},
+		{"live-fork-ctr/bare-p50", "fork a context, container p50 ÷ bare p50", p50(3), 0.5},
+		{"live-fork-gvisor/bare-p50", "fork a context, gvisor p50 ÷ bare p50", p50(4), math.NaN()},
+		{"live-idle-MB", "MB per idle live sandbox + context, runc", mb(mem.accounted()), 25},
+	}
+	fmt.Fprintln(&out, "targets (docs/bench.md):")
+	for _, t := range targets {
+		verdict, v, target := "n/a", "-", "(no target)"
+		if !math.IsNaN(t.limit) {
+			target = fmt.Sprintf("(target ≤ %.2g)", t.limit)
+		}
+		if !math.IsNaN(t.v) {
+			v = fmt.Sprintf("%.2f", t.v)
+			b.ReportMetric(t.v, t.metric)
+			switch {
+			case math.IsNaN(t.limit):
+				verdict = ""
+			case t.v <= t.limit:
+				verdict = "met"
+			default:
+				verdict = "missed"
+			}
+		}
+		fmt.Fprintf(&out, "  %-48s %8s  %-16s %s\n", t.what, v, target, verdict)
+	}
+	b.ReportMetric(float64(cells[0].series(1).median().Microseconds())/1000, "bare-p50-ms")
+	os.Stderr.Write(out.Bytes())
+}
+
+// liveMemory is host memory per idle live sandbox, in bytes: the sum of
+// its parts (accounted), and the drop in MemAvailable (which other
+// processes on the machine move too). The parts: the sandbox's cgroup
+// (its processes: the agent, the runner's root interpreter, the context),
+// and the host's share, which is the growth of corral serve's resident
+// memory, of the kernel's unreclaimable slab (mounts, namespaces, the
+// loop device of its disk) and of page tables.
+type liveMemory struct{ available, cgroup, server, slab, pageTables float64 }
+
+func (m liveMemory) accounted() float64 { return m.cgroup + m.server + m.slab + m.pageTables }
+
+// liveIdleMemory is the host memory one idle live python sandbox on runc
+// with one context (holding x = 1) costs, while a server without a pool
+// makes liveIdleN of them: their cgroups' memory use, and how much the
+// server's resident memory, the kernel's unreclaimable slab and page
+// tables grew, divided by liveIdleN (liveMemory). One sandbox made and
+// killed first keeps the server's one-time costs (caches, first
+// connections) out of the figure.
+func liveIdleMemory(b *testing.B) (liveMemory, error) {
+	ctx := b.Context()
+	s, err := startServer(b, "live-memory")
+	if err != nil {
+		return liveMemory{}, err
+	}
+	defer s.stop()
+	c := sandbox.NewClient(sandbox.Config{Endpoint: s.url, APIKey: apiKey, Timeout: clientTimeout})
+	first, err := newLive(ctx, c, sandbox.IsolationContainer)
+	if err != nil {
+		return liveMemory{}, err
+	}
+	if err := first.sb.Kill(ctx); err != nil {
+		return liveMemory{}, err
+	}
+	if err := s.waitTornDown(ctx, 2*time.Minute); err != nil {
+		return liveMemory{}, err
+	}
+	before, err := settledMemAvailable(ctx)
+	if err != nil {
+		return liveMemory{}, err
+	}
+	rss0, err := s.rss()
+	if err != nil {
+		return liveMemory{}, err
+	}
+	slab0, err := meminfo("SUnreclaim:")
+	if err != nil {
+		return liveMemory{}, err
+	}
+	pt0, err := meminfo("PageTables:")
+	if err != nil {
+		return liveMemory{}, err
+	}
+	var made []*liveSandbox
+	defer func() {
+		for _, l := range made {
+			l.sb.Kill(context.WithoutCancel(ctx))
+		}
+	}()
+	for range liveIdleN {
+		l, err := newLive(ctx, c, sandbox.IsolationContainer)
+		if err != nil {
+			return liveMemory{}, err
+		}
+		made = append(made, l)
+	}
+	after, err := settledMemAvailable(ctx)
+	if err != nil {
+		return liveMemory{}, err
+	}
+	rss1, err := s.rss()
+	if err != nil {
+		return liveMemory{}, err
+	}
+	slab1, err := meminfo("SUnreclaim:")
+	if err != nil {
+		return liveMemory{}, err
+	}
+	pt1, err := meminfo("PageTables:")
+	if err != nil {
+		return liveMemory{}, err
+	}
+	dirs, err := oci.SandboxDirs(s.data)
+	if err != nil {
+		return liveMemory{}, err
+	}
+	if len(dirs) != liveIdleN {
+		return liveMemory{}, fmt.Errorf("%d sandboxes in %s, want %d", len(dirs), s.data, liveIdleN)
+	}
+	var cg int64
+	for _, d := range dirs {
+		n, err := cgroup.MemoryUsage("/" + testenv.CgroupParent + "/" + filepath.Base(d))
+		if err != nil {
+			return liveMemory{}, err
+		}
+		cg += n
+	}
+	per := func(v int64) float64 { return float64(v) / liveIdleN }
+	return liveMemory{available: per(before - after), cgroup: per(cg), server: per(rss1 - rss0), slab: per(slab1 - slab0),
+		pageTables: per(pt1 - pt0)}, nil
+}
+
+// meminfo is a field of /proc/meminfo, in bytes.
+func meminfo(key string) (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	return fieldKB(b, key)
+}

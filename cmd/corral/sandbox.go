@@ -358,7 +358,7 @@ func cmdSandboxResume(args []string) int {
 			if info.Resume != nil {
 				lost = info.Resume.ProcessesLost
 			}
-			fmt.Printf("%s: resumed with its files; %d processes and its contexts were lost\n", id, lost)
+			fmt.Printf("%s: resumed with its files only; lost %d process(es) and its code contexts\n", id, lost)
 		}
 	}
 	return status

@@ -366,6 +366,9 @@ func (m *Manager) makeSandbox(ctx context.Context, e *entry, job *engine.Job, sp
 // dropLocked tears down a live sandbox's sandbox (ls.mu is held): its
 // code contexts are closed, its processes end as their agent goes.
 func (m *Manager) dropLocked(ls *liveState) {
+	// Processes saved with a paused sandbox end with it.
+	settle(ls.moving, nil, true)
+	ls.moving = nil
 	m.closeKernelsLocked(ls)
 	if ls.stop != nil {
 		ls.stop()

@@ -261,6 +261,9 @@ func (m *Manager) restoreLocked(ctx context.Context, e *entry, rep *sandbox.Sand
 		return err
 	}
 	if _, err := sb.Agent().Ready(ctx); err != nil {
+		_, lost := settle(ls.moving, nil, true)
+		rep.ProcessesLost += lost
+		ls.moving = nil
 		m.dropLocked(ls)
 		return fmt.Errorf("the restored sandbox's agent: %w", err)
 	}

@@ -101,6 +101,7 @@ func TestDocExamples(t *testing.T) {
 			`created on the container tier\n`, `stdout: hello from a file\n`, `exit code 0\n`,
 			`shell: 42 \(exit 0\)\n`, `cat: round trip\n`,
 			`context stdout: thinking\n`, `context: 42\n`, `context error: NameError\n`, `listed: 1\n`,
+			`paused: calls are refused until a resume\n`, `resumed with memory: false\n`,
 		})
 	})
 }

@@ -154,9 +154,10 @@ type ProcessExit struct {
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed it ("SIGTERM"), if one did.
 	Signal string `json:"signal,omitempty"`
-	// Error says why the process's end is not known: the sandbox ended
-	// under it ("sandbox_ended"), or was paused without its memory
-	// ("sandbox_paused").
+	// Error says why the process ended outside its own doing: the sandbox
+	// ended under it ("sandbox_ended": its end is not known, ExitCode is
+	// -1), or was paused without its memory ("sandbox_paused": ExitCode
+	// and Signal say how the pause ended it, -1 if not known).
 	Error    string    `json:"error,omitempty"`
 	EndedAt  time.Time `json:"ended_at"`
 	Duration int64     `json:"duration_ms"`

@@ -356,14 +356,12 @@ func (p *process) handle() *agent.Process {
 	return p.p
 }
 
-// lostAs is the exit error of a process that ended with its sandbox.
-func (p *process) lostAs() string {
+// endedBy is the exit error of a process that ended with a pause that
+// could not keep it; "" for any other.
+func (p *process) endedBy() string {
 	p.out.mu.Lock()
 	defer p.out.mu.Unlock()
-	if p.endReason != "" {
-		return p.endReason
-	}
-	return "sandbox_ended"
+	return p.endReason
 }
 
 // activeProc returns a process of tenant's live sandbox id to act on: the

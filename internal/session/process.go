@@ -291,9 +291,13 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandb
 		exit := sandbox.ProcessExit{ExitCode: st.Code}
 		switch {
 		case werr != nil:
-			exit.ExitCode, exit.Error = -1, proc.lostAs()
+			exit.ExitCode, exit.Error = -1, "sandbox_ended"
 		case st.Signal != 0:
 			exit.ExitCode, exit.Signal = 128+st.Signal, unix.SignalName(syscall.Signal(st.Signal))
+		}
+		if by := proc.endedBy(); by != "" {
+			// Ended by a pause that could not keep it (killed, or lost).
+			exit.Error = by
 		}
 		exit.EndedAt = m.now().UTC()
 		exit.Duration = exit.EndedAt.Sub(started).Milliseconds()

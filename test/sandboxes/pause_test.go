@@ -135,6 +135,18 @@ func testPause(t *testing.T, s *testserver.Server, tier sandbox.Isolation, port 
 		t.Errorf("resume a running sandbox: %v, want ErrNotPaused", err)
 	}
 
+	// Before any new process: on runc a new sandbox's pids start again,
+	// and a new process may take cat's pid (and its place in the list).
+	procs, err := sb.Processes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var catNow *sandbox.ProcessInfo
+	for i := range procs {
+		if procs[i].PID == cat.PID {
+			catNow = &procs[i]
+		}
+	}
 	var b bytes.Buffer
 	if err := sb.Files().Read(ctx, "fetch.py", &b); err != nil || b.String() != fetch {
 		t.Errorf("a file after the resume: %v (%d bytes)", err, b.Len())
@@ -144,22 +156,12 @@ func testPause(t *testing.T, s *testserver.Server, tier sandbox.Isolation, port 
 		t.Errorf("egress after the resume: %q %q %v", out, errOut, err)
 	}
 	ex, err := sb.RunCode(ctx, cx.ID, "x * 2", sandbox.RunCodeOptions{Timeout: time.Minute})
-	procs, perr := sb.Processes(ctx)
-	if perr != nil {
-		t.Fatal(perr)
-	}
-	var catNow *sandbox.ProcessInfo
-	for i := range procs {
-		if procs[i].PID == cat.PID {
-			catNow = &procs[i]
-		}
-	}
 	if memory {
 		if err != nil || ex.Text() != "42" {
 			t.Errorf("x * 2 after the resume: %+v, %v; want 42", ex, err)
 		}
-		if catNow == nil || !catNow.Running {
-			t.Fatalf("the background process after the resume: %+v; want pid %d running", procs, cat.PID)
+		if catNow == nil || !catNow.Running || catNow.Tag != "cat" {
+			t.Fatalf("the background process after the resume: %+v; want cat (pid %d) running", procs, cat.PID)
 		}
 		if err := cat.WriteStdin(ctx, strings.NewReader("after\n")); err != nil {
 			t.Fatal(err)
@@ -176,7 +178,7 @@ func testPause(t *testing.T, s *testserver.Server, tier sandbox.Isolation, port 
 	if !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("the context after a resume of the files only: %+v, %v; want ErrNotFound", ex, err)
 	}
-	if catNow == nil || catNow.Running || catNow.Exit == nil || catNow.Exit.Error != "sandbox_paused" {
+	if catNow == nil || catNow.Tag != "cat" || catNow.Running || catNow.Exit == nil || catNow.Exit.Error != "sandbox_paused" {
 		t.Errorf("the background process after a pause of the files only: %+v; want it ended as sandbox_paused", catNow)
 	}
 }

@@ -202,3 +202,55 @@ func awaitStdout(t *testing.T, p *sandbox.Process, want string) {
 	}
 	t.Fatalf("process %d ended with stdout %q, want %q", p.PID, got, want)
 }
+
+// TestPauseFromPool: a gVisor sandbox taken from the warm pool (its disk
+// moved to be the sandbox's own) is paused with its memory too, and
+// resumed with its context's variables.
+func TestPauseFromPool(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := testserver.Start(t, testserver.Options{Config: `
+[[pool.warm]]
+tier = "gvisor"
+language = "python"
+min_idle = 1
+max_idle = 1
+`})
+	c := client(s)
+	ctx := t.Context()
+	if !testenv.Eventually(t, 2*time.Minute, func() bool { idle, _ := poolStats(t, s); return idle > 0 }) {
+		t.Fatal("the warm pool never filled")
+	}
+	_, before := poolStats(t, s)
+	sb, _, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Tier: sandbox.IsolationGVisor, TimeoutSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Kill(context.Background())
+	if _, after := poolStats(t, s); after != before+1 {
+		t.Fatalf("pool hits %d → %d: the sandbox was not taken from the pool", before, after)
+	}
+	cx, err := sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.RunCode(ctx, cx.ID, "x = 21", sandbox.RunCodeOptions{Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	paused, err := sb.Pause(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if paused.Pause == nil || !paused.Pause.Memory {
+		t.Errorf("a pooled gVisor sandbox paused without its memory: %+v", paused.Pause)
+	}
+	resumed, err := sb.Resume(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resumed.Resume.Memory || resumed.Resume.Contexts != 1 {
+		t.Errorf("resumed: %+v", *resumed.Resume)
+	}
+	if ex, err := sb.RunCode(ctx, cx.ID, "x * 2", sandbox.RunCodeOptions{Timeout: time.Minute}); err != nil || ex.Text() != "42" {
+		t.Errorf("x * 2 after the resume: %+v, %v; want 42", ex, err)
+	}
+}

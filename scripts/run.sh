@@ -8,8 +8,11 @@ data=${CORRAL_DATA_DIR:-/var/lib/corral}
 listen=${CORRAL_LISTEN:-127.0.0.1:8080}
 mkdir -p "$data"
 keyfile="$data/dev-api-key"
-if [ ! -s "$keyfile" ]; then
-	(umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$keyfile")
+# In the shape the E2B SDKs accept (e2b_ and 40 hex digits, as corral key
+# new mints them), so E2B_API_KEY=$(cat "$keyfile") works too; a key of an
+# older shape is replaced.
+if ! grep -qxE 'e2b_[0-9a-f]{40}' "$keyfile" 2>/dev/null; then
+	(umask 077 && printf 'e2b_%s\n' "$(head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$keyfile")
 fi
 key=$(cat "$keyfile")
 cat <<MSG

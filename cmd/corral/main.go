@@ -30,6 +30,7 @@ func init() {
 		{"image", "build, import, list and remove images", cmdImage},
 		{"doctor", "check that this machine can run sandboxes", cmdDoctor},
 		{"config", "check a serve configuration without serving (config check)", cmdConfig},
+		{"key", "mint an API key and its configuration line (key new)", cmdKey},
 		{"agent", "the in-sandbox agent (started by the runtime, not by hand)", cmdAgent},
 	}
 }

@@ -30,6 +30,7 @@ func init() {
 		{"pause", "pause sandboxes (gVisor: with their memory)", cmdSandboxPause},
 		{"resume", "resume paused sandboxes", cmdSandboxResume},
 		{"exec", "run a command in a sandbox, streaming its output", cmdSandboxExec},
+		{"run", "run code in a sandbox's code context; variables persist", cmdSandboxRun},
 		{"ps", "list a sandbox's processes", cmdSandboxPs},
 		{"files", "ls, cat, put or rm a sandbox's files", cmdSandboxFiles},
 	}

@@ -175,17 +175,26 @@ func (a *Agent) stdio(p *proc, stdin, status bool) (*procIO, error) {
 		streams = append(streams, msgStatus)
 	}
 	for _, typ := range streams {
-		r, w, err := os.Pipe()
-		if err != nil {
-			io.closeChild()
-			io.closeParent(p)
-			return nil, fmt.Errorf("output pipe: %w", err)
+		if err := io.addPipe(p, typ); err != nil {
+			return nil, err
 		}
-		io.child = append(io.child, w)
-		io.readers = append(io.readers, r)
-		io.types = append(io.types, typ)
 	}
 	return io, nil
+}
+
+// addPipe gives the child one more output stream, of frame type typ. On
+// error it closes every end made so far.
+func (io *procIO) addPipe(p *proc, typ byte) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		io.closeChild()
+		io.closeParent(p)
+		return fmt.Errorf("output pipe: %w", err)
+	}
+	io.child = append(io.child, w)
+	io.readers = append(io.readers, r)
+	io.types = append(io.types, typ)
+	return nil
 }
 
 // closeChild closes the child's ends (once the child has its own copies).

@@ -106,15 +106,9 @@ func (a *Agent) ptyStdio(p *proc, sz PTYSize, status bool) (*procIO, error) {
 		types:   []byte{msgStdout},
 	}
 	if status {
-		r, w, err := os.Pipe()
-		if err != nil {
-			io.closeChild()
-			io.closeParent(p)
-			return nil, fmt.Errorf("status pipe: %w", err)
+		if err := io.addPipe(p, msgStatus); err != nil {
+			return nil, err
 		}
-		io.child = append(io.child, w)
-		io.readers = append(io.readers, r)
-		io.types = append(io.types, msgStatus)
 	}
 	return io, nil
 }

@@ -23,6 +23,11 @@ type Tenant struct {
 
 var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// ValidTenantName reports whether name can be a tenant's: 1-63 lowercase
+// letters, digits, - and _ (never a dot: E2B's access tokens end the
+// tenant's name with one).
+func ValidTenantName(name string) bool { return tenantName.MatchString(name) }
+
 // Auth maps API keys to tenants.
 type Auth struct {
 	byHash  map[[32]byte]*Tenant
@@ -73,11 +78,30 @@ func (a *Auth) Authenticate(r *http.Request) (*Tenant, *Error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
 		return nil, errorf(http.StatusUnauthorized, "unauthorized", "", "send an API key as Authorization: Bearer <key>")
 	}
-	t := a.byHash[sha256.Sum256([]byte(strings.TrimSpace(key)))]
+	t := a.lookup(strings.TrimSpace(key))
 	if t == nil {
 		return nil, errorf(http.StatusUnauthorized, "unauthorized", "", "unknown API key")
 	}
 	return t, nil
+}
+
+// lookup is the one place an API key becomes a tenant: nil if the key is
+// unknown.
+func (a *Auth) lookup(key string) *Tenant {
+	if key == "" {
+		return nil
+	}
+	return a.byHash[sha256.Sum256([]byte(key))]
+}
+
+// TenantOf returns the name of the tenant whose API key key is, for
+// callers that take the key from elsewhere than Authorization (E2B's
+// X-API-Key).
+func (a *Auth) TenantOf(key string) (string, bool) {
+	if t := a.lookup(key); t != nil {
+		return t.Name, true
+	}
+	return "", false
 }
 
 // Secret returns a tenant's callback signing secret.

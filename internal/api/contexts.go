@@ -88,11 +88,7 @@ func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	if err := s.sessions.DeleteContext(r.Context(), t.Name, id, cid); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.DeleteContext(r.Context(), t.Name, id, cid))
 }
 
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -100,11 +96,7 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenan
 	if !ok {
 		return
 	}
-	if err := s.sessions.RestartContext(r.Context(), t.Name, id, cid); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.RestartContext(r.Context(), t.Name, id, cid))
 }
 
 func (s *Server) interruptContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -112,11 +104,7 @@ func (s *Server) interruptContext(w http.ResponseWriter, r *http.Request, t *Ten
 	if !ok {
 		return
 	}
-	if err := s.sessions.InterruptContext(r.Context(), t.Name, id, cid); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.InterruptContext(r.Context(), t.Name, id, cid))
 }
 
 func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) {

@@ -197,3 +197,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 }
+
+// reply answers a handler's call: err through the error table, else v as
+// JSON with status, or status alone when v is nil.
+func (s *Server) reply(w http.ResponseWriter, status int, v any, err error) {
+	switch {
+	case err != nil:
+		writeError(w, asError(err, s.log))
+	case v == nil:
+		w.WriteHeader(status)
+	default:
+		writeJSON(w, status, v)
+	}
+}

@@ -85,11 +85,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 
 func (s *Server) writeRecord(w http.ResponseWriter, r *http.Request, t *Tenant, id string) {
 	res, err := s.node.Get(r.Context(), t.Name, id)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	s.reply(w, http.StatusOK, res, err)
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -110,11 +106,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	res, err := s.node.Cancel(r.Context(), t.Name, id)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	s.reply(w, http.StatusOK, res, err)
 }
 
 // listed is the answer of the query endpoint.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,31 +136,13 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, e)
 		return
 	}
-	var all []sandbox.SandboxInfo
-	if s.cluster == nil {
-		all = s.sessions.Sandboxes(t.Name)
-	} else {
-		// Every node's, from what each published in the shared store.
-		list, err := s.cluster.Sandboxes(r.Context(), t.Name)
-		if err != nil {
-			writeError(w, asError(err, s.log))
-			return
-		}
-		for _, sb := range list {
-			var info sandbox.SandboxInfo
-			if err := json.Unmarshal(sb.Info, &info); err != nil {
-				s.log.Warn("a sandbox's published description is not JSON", "sandbox", sb.ID, "node", sb.Node, "err", err)
-				continue
-			}
-			all = append(all, info)
-		}
+	all, err := s.Sandboxes(r.Context(), t.Name)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
 	}
-	now := time.Now()
 	out := []sandbox.SandboxInfo{}
 	for _, info := range all {
-		if now.After(info.ExpiresAt) {
-			continue // the reaper of its node removes it
-		}
 		match := true
 		for k, v := range want {
 			if got, ok := info.Metadata[k]; !ok || got != v {
@@ -175,17 +158,41 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 	writeJSON(w, http.StatusOK, sandbox.SandboxList{Sandboxes: out})
 }
 
+// Sandboxes lists tenant's live sandboxes that have not expired, on every
+// node (from what each published in the shared store), in no order.
+func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.SandboxInfo, error) {
+	var all []sandbox.SandboxInfo
+	switch {
+	case s.sessions == nil:
+		return nil, nil
+	case s.cluster == nil:
+		all = s.sessions.Sandboxes(tenant)
+	default:
+		list, err := s.cluster.Sandboxes(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range list {
+			var info sandbox.SandboxInfo
+			if err := json.Unmarshal(sb.Info, &info); err != nil {
+				s.log.Warn("a sandbox's published description is not JSON", "sandbox", sb.ID, "node", sb.Node, "err", err)
+				continue
+			}
+			all = append(all, info)
+		}
+	}
+	now := time.Now()
+	// Expired ones are the reaper's of their node.
+	return slices.DeleteFunc(all, func(info sandbox.SandboxInfo) bool { return now.After(info.ExpiresAt) }), nil
+}
+
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
 	}
 	info, err := s.sessions.Sandbox(t.Name, id)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	s.reply(w, http.StatusOK, info, err)
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -193,11 +200,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Delete(r.Context(), t.Name, id))
 }
 
 func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -213,11 +216,7 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 		return
 	}
 	info, err := s.sessions.SetTimeout(r.Context(), t.Name, id, time.Duration(body.TimeoutSeconds)*time.Second)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	s.reply(w, http.StatusOK, info, err)
 }
 
 // pauseSandbox pauses a sandbox (session.Manager.Pause) and answers its
@@ -266,11 +265,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant)
 		return
 	}
 	info, err := s.sessions.StartProcess(r.Context(), t.Name, id, req)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusCreated, info)
+	s.reply(w, http.StatusCreated, info, err)
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -338,11 +333,7 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !ok {
 		return
 	}
-	if err := s.sessions.CloseStdin(t.Name, id, pid); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.CloseStdin(t.Name, id, pid))
 }
 
 func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -366,11 +357,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "signal", "give a signal name (\"SIGTERM\") or number (15)"))
 		return
 	}
-	if err := s.sessions.Signal(r.Context(), t.Name, id, pid, sig); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Signal(r.Context(), t.Name, id, pid, sig))
 }
 
 func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -383,11 +370,7 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, e)
 		return
 	}
-	if err := s.sessions.Resize(r.Context(), t.Name, id, pid, size); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Resize(r.Context(), t.Name, id, pid, size))
 }
 
 // processEvents streams a process's events as Server-Sent Events: "id:
@@ -535,11 +518,7 @@ func (s *Server) removeSandboxFile(w http.ResponseWriter, r *http.Request, t *Te
 	if !ok {
 		return
 	}
-	if err := s.sessions.RemoveFile(r.Context(), t.Name, id, p); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.RemoveFile(r.Context(), t.Name, id, p))
 }
 
 func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -574,11 +553,7 @@ func (s *Server) statSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 		return
 	}
 	f, err := s.sessions.StatFile(r.Context(), t.Name, id, p)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, f)
+	s.reply(w, http.StatusOK, f, err)
 }
 
 func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -595,11 +570,7 @@ func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenan
 		return
 	}
 	f, err := s.sessions.MakeDir(r.Context(), t.Name, id, body.Path, body.Parents)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusCreated, f)
+	s.reply(w, http.StatusCreated, f, err)
 }
 
 func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -616,11 +587,7 @@ func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 		return
 	}
 	f, err := s.sessions.Move(r.Context(), t.Name, id, body.From, body.To)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, f)
+	s.reply(w, http.StatusOK, f, err)
 }
 
 // watchBacklog bounds the events a watch stream holds for a slow client;

@@ -42,6 +42,7 @@ type Server struct {
 	cluster  *cluster.Cluster // nil: every session is this node's
 	blobs    http.Handler
 	stats    StatsSource // nil: GET /v1/stats is 404
+	ext      Extension   // nil: only /v1
 	// draining is set once the node is told to stop: /readyz answers 503
 	// so load balancers send its traffic elsewhere while it finishes.
 	draining atomic.Bool
@@ -56,6 +57,22 @@ func (s *Server) Drain() { s.draining.Store(true) }
 func (s *Server) SetFiles(sessions *session.Manager, blobs http.Handler) {
 	s.sessions, s.blobs = sessions, blobs
 }
+
+// Extension serves another API beside /v1 on the same listener
+// (internal/e2b: E2B's).
+type Extension interface {
+	// Routes registers the extension's routes with route (http.ServeMux
+	// patterns that do not collide with the API's own).
+	Routes(route func(pattern string, h http.HandlerFunc))
+	// Traffic reports whether r is for ServeTraffic instead of the
+	// routes at all (E2B's in-sandbox traffic, named by headers or host).
+	Traffic(r *http.Request) bool
+	// ServeTraffic serves a request Traffic claimed.
+	ServeTraffic(w http.ResponseWriter, r *http.Request)
+}
+
+// SetExtension serves x beside /v1; call it before Handler.
+func (s *Server) SetExtension(x Extension) { s.ext = x }
 
 // SetCluster makes session calls reach the node that holds the session.
 func (s *Server) SetCluster(c *cluster.Cluster) { s.cluster = c }
@@ -140,7 +157,18 @@ func (s *Server) Handler() http.Handler {
 	route("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
-	return mux
+	if s.ext == nil {
+		return mux
+	}
+	s.ext.Routes(route)
+	traffic := s.instrument("sandbox traffic", s.ext.ServeTraffic)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.ext.Traffic(r) {
+			traffic.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) withTenant(h authed) http.HandlerFunc {

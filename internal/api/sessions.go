@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,10 +53,40 @@ const (
 // reports whether this node serves r itself; if not, r was forwarded or
 // answered.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id string, how int) bool {
+	return s.routeAs(w, r, t.Name, id, how, writeError)
+}
+
+// RouteSandbox sends a call about tenant's sandbox id to the node that
+// holds it, as route does for /v1 (internal/e2b's calls). It reports
+// whether this node serves r itself; if not, r was forwarded, or answered
+// by fail with the status and message /v1 would give, or (forget: a
+// delete) answered 204 for a sandbox lost with its node, now forgotten.
+func (s *Server) RouteSandbox(w http.ResponseWriter, r *http.Request, tenant, id string, forget bool,
+	fail func(w http.ResponseWriter, status int, msg string)) bool {
+	how := 0
+	if forget {
+		how = forgetLost
+	}
+	return s.routeAs(w, r, tenant, id, how, func(w http.ResponseWriter, e *Error) {
+		if e.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+		}
+		fail(w, e.Status, e.Message)
+	})
+}
+
+// Explain is the status and message /v1 answers err with (the table of
+// errors.go), for the API of another shape (internal/e2b).
+func (s *Server) Explain(err error) (status int, msg string) {
+	e := asError(err, s.log)
+	return e.Status, e.Message
+}
+
+func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id string, how int, fail func(http.ResponseWriter, *Error)) bool {
 	if s.cluster == nil || cluster.Forwarded(r) {
 		return true
 	}
-	owner, err := s.cluster.SessionOwner(r.Context(), t.Name, id, how&claimSession != 0)
+	owner, err := s.cluster.SessionOwner(r.Context(), tenant, id, how&claimSession != 0)
 	var se *cluster.SessionError
 	switch {
 	case errors.Is(err, cluster.ErrNoSession):
@@ -64,18 +95,18 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id str
 		// Deleting a lost session: its files went with its node; the id
 		// is free again.
 		if err := s.cluster.ForgetSession(r.Context(), se); err != nil {
-			writeError(w, asError(err, s.log))
+			fail(w, asError(err, s.log))
 			return false
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return false
 	case err != nil:
-		writeError(w, asError(err, s.log))
+		fail(w, asError(err, s.log))
 		return false
 	case owner.Local:
 		return true
 	}
-	s.cluster.Forward(w, r, t.Name, id, owner, func(w http.ResponseWriter, err error) { writeError(w, asError(err, s.log)) })
+	s.cluster.Forward(w, r, tenant, id, owner, func(w http.ResponseWriter, err error) { fail(w, asError(err, s.log)) })
 	return false
 }
 
@@ -118,11 +149,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	info, err := s.sessions.Get(t.Name, id)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	s.reply(w, http.StatusOK, info, err)
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -133,11 +160,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !s.route(w, r, t, id, forgetLost) {
 		return
 	}
-	if err := s.sessions.Delete(r.Context(), t.Name, id); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Delete(r.Context(), t.Name, id))
 }
 
 // listing answers GET on a directory of a session's workspace.
@@ -235,9 +258,5 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !s.route(w, r, t, id, 0) {
 		return
 	}
-	if err := s.sessions.Remove(r.Context(), t.Name, id, r.PathValue("path")); err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, http.StatusNoContent, nil, s.sessions.Remove(r.Context(), t.Name, id, r.PathValue("path")))
 }

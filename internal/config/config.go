@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -223,6 +224,14 @@ type Config struct {
 		PausedTTL Duration `toml:"paused_ttl"`
 	} `toml:"sessions"`
 
+	// E2B is the E2B-compatible API (internal/e2b).
+	E2B struct {
+		// Domain, if set, lets {port}-{id}.{domain} hosts reach sandboxes
+		// (the wildcard DNS and TLS in front are the operator's) and is
+		// answered as the sandboxes' domain.
+		Domain string `toml:"domain"`
+	} `toml:"e2b"`
+
 	// Inputs bounds files[] downloads.
 	Inputs struct {
 		// AllowPrivate lets input URLs reach private and loopback addresses.
@@ -255,6 +264,9 @@ type Config struct {
 	APIKey         string `toml:"-" flag:"api-key"`
 	CallbackSecret string `toml:"-" flag:"callback-secret"`
 }
+
+// dnsName is a lowercase DNS name of one label or more.
+var dnsName = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Default returns the embedded defaults: SQLite, in-process state and local
 // blobs under /var/lib/corral, listening on loopback.
@@ -404,6 +416,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sessions.DiskMB < 16 || c.Sessions.DiskMB > c.Sessions.MaxDiskMB {
 		bad("sessions.disk_mb must be between 16 and sessions.max_disk_mb")
+	}
+	if d := c.E2B.Domain; d != "" && !dnsName.MatchString(d) {
+		bad("e2b.domain %q: a DNS name such as sandboxes.example.com", d)
 	}
 	for _, p := range c.Network.Allow {
 		if err := netpolicy.CheckPattern(p); err != nil {

@@ -9,8 +9,8 @@ import (
 	"github.com/corralhq/corral/internal/collect"
 )
 
-// TestSummaryAndMemory: the [summary] and [memory] sections load from TOML
-// and Validate refuses what cannot work.
+// TestSummaryAndMemory: the [summary], [memory] and [e2b] sections load
+// from TOML and Validate refuses what cannot work.
 func TestSummaryAndMemory(t *testing.T) {
 	for _, c := range []struct {
 		name, toml string
@@ -24,6 +24,10 @@ func TestSummaryAndMemory(t *testing.T) {
 		{"memory not http", "[memory]\nurl = \"ftp://memory.example/\"\nsecret = \"s\"\n", "memory.url"},
 		{"memory no host", "[memory]\nurl = \"http:///hook\"\nsecret = \"s\"\n", "memory.url"},
 		{"memory misspelt key", "[memory]\nurll = \"https://memory.example/\"\n", "urll"},
+		{"e2b domain", "[e2b]\ndomain = \"sb.example.com\"\n", ""},
+		{"e2b domain with a scheme", "[e2b]\ndomain = \"https://sb.example.com\"\n", "e2b.domain"},
+		{"e2b domain upper case", "[e2b]\ndomain = \"SB.example.com\"\n", "e2b.domain"},
+		{"e2b domain with a port", "[e2b]\ndomain = \"sb.example.com:443\"\n", "e2b.domain"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "corral.toml")

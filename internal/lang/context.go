@@ -31,7 +31,11 @@ type Contexter interface {
 }
 
 //go:embed python_context.py
-var pythonContext string
+var pythonContextBody string
+
+// pythonContext is the context runner with the forking helpers it shares
+// with the zygote.
+var pythonContext = pythonFork + pythonContextBody
 
 // ContextStep runs the context runner as `python3 -c RUNNER root`.
 func (python) ContextStep() Step {

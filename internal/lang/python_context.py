@@ -650,31 +650,7 @@ def fork_context(state, m, fds, fresh):
         send_control(state, {'id': rid, 'error': 'not a context request'})
         return
     flush_raw_streams()
-    try:
-        pid = os.fork()
-    except OSError as e:  # the sandbox's process limit, its memory
-        close_fds(fds)
-        send_control(state, {'id': rid, 'error': 'fork: %s' % e})
-        return
-    if pid == 0:
-        try:
-            try:
-                gpid = os.fork()
-            except OSError as e:
-                send_control(state, {'id': rid, 'error': 'fork: %s' % e})
-                os._exit(0)
-            if gpid == 0:
-                become_context(state, m, fds, fresh)  # never returns
-            send_control(state, {'id': rid, 'pid': gpid})
-        finally:
-            os._exit(0)
-    close_fds(fds)
-    reap(pid)
-
-
-def close_fds(fds):
-    for fd in fds:
-        os.close(fd)
+    fork_through(rid, fds, lambda msg: send_control(state, msg), lambda: become_context(state, m, fds, fresh))
 
 
 # Flush the interpreter's own stdout and stderr, so a fork does not carry
@@ -686,18 +662,6 @@ def flush_raw_streams():
                 f.flush()
         except Exception:
             pass
-
-
-# Wait for the intermediate child (it exits at once).
-def reap(pid):
-    while True:
-        try:
-            os.waitpid(pid, 0)
-            return
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            return
 
 
 # In the forked child: take the request's streams, become a context (fresh:

@@ -216,24 +216,6 @@ def servable(m, fds):
     return len(argv) >= ARGV_ARGS and argv[ARGV_FLAG] == '-c' and len(fds) in REQUEST_FD_COUNTS
 
 
-# Close the fds a request brought, once they are the child's.
-def close_all(fds):
-    for fd in fds:
-        os.close(fd)
-
-
-# Wait for an intermediate child (it exits at once).
-def reap(pid):
-    while True:
-        try:
-            os.waitpid(pid, 0)
-            return
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            return
-
-
 # End a child that could not become the program: it says why on its stderr
 # (the request's, once installed).
 def setup_failed(e):
@@ -711,34 +693,20 @@ def pong(z, tag):
 def fork_child(z, m, fds):
     rid = m.get('id')
     if not servable(m, fds):
-        close_all(fds)
+        close_fds(fds)
         z.send({'id': rid, 'error': 'bad request'})
         return
+    fork_through(rid, fds, z.send, lambda: start_child(z, m, fds))
+
+
+# In the new process: become the request's program (never returns).
+def start_child(z, m, fds):
     try:
-        pid = os.fork()
-    except OSError as e:
-        close_all(fds)
-        z.send({'id': rid, 'error': 'fork: %s' % e})
-        return
-    if pid == 0:
-        try:
-            try:
-                gpid = os.fork()
-            except OSError as e:
-                z.send({'id': rid, 'error': 'fork: %s' % e})
-                os._exit(0)
-            if gpid == 0:
-                try:
-                    z.ctl.close()
-                    prepare(z)
-                    become(z, m, fds)
-                finally:
-                    os._exit(EXIT_SETUP_FAILED)
-            z.send({'id': rid, 'pid': gpid})
-        finally:
-            os._exit(0)
-    close_all(fds)
-    reap(pid)
+        z.ctl.close()
+        prepare(z)
+        become(z, m, fds)
+    finally:
+        os._exit(EXIT_SETUP_FAILED)
 
 
 # The entry point, run as `python3 -c <this file> WRAPPER [PRELOAD...]`, so

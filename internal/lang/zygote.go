@@ -19,7 +19,14 @@ type Zygoter interface {
 }
 
 //go:embed python_zygote.py
-var pythonZygote string
+var pythonZygoteBody string
+
+//go:embed python_fork.py
+var pythonFork string
+
+// pythonZygote is the zygote with the forking helpers it shares with the
+// context runner.
+var pythonZygote = pythonFork + pythonZygoteBody
 
 // ZygoteStep starts python3 with the zygote script; the child of each
 // request runs `python3 -c CODE ARGS` (the Run step's argv) in-process. The

@@ -138,6 +138,10 @@ type entry struct {
 	sb   runtime.Sandbox // kept clean sandbox, if any
 	sbOf string          // what sb was made for (see runtime.Key)
 	gone bool            // deleted or expired
+
+	// token is a live sandbox's access token (access.go), "" until
+	// set or read from its file; guarded by Manager.mu.
+	token string
 }
 
 // New returns a manager; sessions already on disk (a restart) are loaded,

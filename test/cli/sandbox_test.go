@@ -153,6 +153,34 @@ func TestSandboxCLI(t *testing.T) {
 		t.Errorf("the interrupted process: %+v, %v; want ended by SIGTERM", exit, err)
 	}
 
+	// run: a new context says its id; the next run in it sees x; a second
+	// context does not; an error exits 1 with its traceback; code from stdin.
+	r = corral(t, srv, "", "sandbox", "run", id, "x = 21\nprint('set')")
+	cid, ok := strings.CutPrefix(strings.TrimSpace(r.stderr), "context: ")
+	if r.status != 0 || r.stdout != "set\n" || !ok || cid == "" {
+		t.Fatalf("run in a new context: %+v", r)
+	}
+	r = corral(t, srv, "", "sandbox", "run", id, "--context", cid, "x * 2")
+	if r.status != 0 || r.stdout != "42\n" || r.stderr != "" {
+		t.Errorf("run x * 2 in the context: %+v", r)
+	}
+	r = corral(t, srv, "", "sandbox", "run", id, "x")
+	if r.status != 1 || !strings.Contains(r.stderr, "NameError") || r.stdout != "" {
+		t.Errorf("x in a second context: %+v", r)
+	}
+	r = corral(t, srv, "y = x + 1\ny\n", "sandbox", "run", "--json", id, "--context", cid, "-")
+	var cell sandbox.ContextEventList
+	if err := json.Unmarshal([]byte(r.stdout), &cell); err != nil || r.status != 0 {
+		t.Fatalf("run --json from stdin: %+v (%v)", r, err)
+	}
+	var ex sandbox.Execution
+	for _, ev := range cell.Events {
+		ex.Add(ev)
+	}
+	if ex.Text() != "22" || ex.ExecutionCount != 3 {
+		t.Errorf("run --json: text %q after %d cells, want 22 after 3: %+v", ex.Text(), ex.ExecutionCount, cell)
+	}
+
 	// files: put from stdin, ls, cat, rm; a path outside is refused.
 	r = corral(t, srv, "line one\n", "sandbox", "files", id, "put", "-", "data/in.txt")
 	if r.status != 0 || r.stdout != "/workspace/data/in.txt (9 bytes)\n" {
@@ -251,6 +279,7 @@ func TestSandboxCLIDoc(t *testing.T) {
 		t.Fatalf("%d bash blocks in docs/sandboxes.md, want 1", len(m))
 	}
 	cmd := exec.CommandContext(t.Context(), "bash", "-c", "set -euo pipefail\n"+string(m[0][1]))
+	cmd.Dir = t.TempDir() // the example writes a file
 	cmd.Env = append(os.Environ(), srv.Env()...)
 	cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(testenv.Corral(t))+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
@@ -263,7 +292,7 @@ func TestSandboxCLIDoc(t *testing.T) {
 		`^42\noops\nexit 3\n`,
 		`PID +STATE +TAG +STARTED +CMD\n`, `\d+ +running +web .* python3 -m http.server 8000\n`,
 		`/workspace/data/in.csv \(4 bytes\)\n`, `file +4 .* /workspace/data/in.csv\n`, `a,b\n`,
-		`sbx_\w+: expires .*\n`, `sbx_\w+: paused with its files only.*\n`,
+		`sbx_\w+: expires .*\n`, `^42\n`, `sbx_\w+: paused with its files only.*\n`,
 		`sbx_\w+: resumed with its files only; lost 1 process\(es\) and its code contexts\n`, `sbx_\w+: killed\n$`,
 	} {
 		loc := regexp.MustCompile(p).FindStringIndex(rest)

@@ -1,0 +1,143 @@
+package e2b
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/session"
+)
+
+// In-sandbox traffic: the SDKs send every call made inside a sandbox
+// either to one URL with the headers E2b-Sandbox-Id and E2b-Sandbox-Port
+// (E2B_SANDBOX_URL set: no wildcard DNS), or to https://{port}-{id}.{domain}.
+// Either carries the sandbox's access token as X-Access-Token, and no API
+// key.
+
+// refused answers in-sandbox traffic for a sandbox that is not there, or
+// not the token's: one answer for both, so a token never tells whether
+// another tenant's sandbox exists. (E2B's own proxy answers 502 for a
+// sandbox it does not know, which the SDKs read as gone: isRunning false,
+// SandboxNotFoundError from a command.)
+const refused = http.StatusNotFound
+
+// Traffic reports whether r is in-sandbox traffic rather than a
+// control-plane call.
+func (s *Server) Traffic(r *http.Request) bool {
+	if r.Header.Get("E2b-Sandbox-Id") != "" {
+		return true
+	}
+	_, _, ok := s.hostTarget(r.Host)
+	return ok
+}
+
+// hostTarget reads the port and sandbox id of a {port}-{id}.{domain} host.
+func (s *Server) hostTarget(host string) (port int, id string, ok bool) {
+	if s.cfg.Domain == "" {
+		return 0, "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.Domain))
+	if !ok || strings.Contains(label, ".") {
+		return 0, "", false
+	}
+	p, id, ok := strings.Cut(label, "-")
+	if !ok || id == "" {
+		return 0, "", false
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return 0, "", false
+	}
+	return port, id, true
+}
+
+// ServeTraffic serves in-sandbox traffic: the access token names the
+// tenant, the call goes to the node that holds the sandbox, which checks
+// the token and hands the call, its Target in the context, to the service
+// of its port.
+func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
+	// Without E2b-Sandbox-Port, the call is envd's (the SDKs always send
+	// it).
+	port, id := EnvdPort, r.Header.Get("E2b-Sandbox-Id")
+	if id != "" {
+		if p := r.Header.Get("E2b-Sandbox-Port"); p != "" {
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 1 || n > 65535 {
+				target.WriteError(w, http.StatusBadRequest, "E2b-Sandbox-Port is a port number")
+				return
+			}
+			port = n
+		}
+	} else {
+		var ok bool
+		if port, id, ok = s.hostTarget(r.Host); !ok {
+			target.WriteError(w, http.StatusNotFound, "no sandbox is named by this request")
+			return
+		}
+	}
+	notFound := func() { target.WriteError(w, refused, fmt.Sprintf("sandbox '%s' not found", id)) }
+	token := r.Header.Get("X-Access-Token")
+	if token == "" {
+		target.WriteError(w, http.StatusUnauthorized, "send the sandbox's access token (envdAccessToken) as X-Access-Token")
+		return
+	}
+	tenant, ok := tokenTenant(token)
+	if !ok || !engine.ValidID(id) {
+		notFound()
+		return
+	}
+	if !s.cfg.Node.RouteSandbox(w, r, tenant, id, false, target.WriteError) {
+		return
+	}
+	want, err := s.cfg.Sessions.AccessToken(tenant, id)
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		notFound()
+		return
+	case err != nil:
+		status, msg := s.cfg.Node.Explain(err)
+		target.WriteError(w, status, msg)
+		return
+	case !tokenMatches(token, want):
+		// The same answer as no such sandbox: a token never tells whether
+		// another tenant's sandbox exists.
+		notFound()
+		return
+	}
+	var h http.Handler
+	switch port {
+	case EnvdPort:
+		h = s.cfg.Envd
+	case InterpPort:
+		h = s.cfg.Interp
+	default:
+		target.WriteError(w, http.StatusBadGateway, fmt.Sprintf("port %d of a sandbox cannot be reached: this server serves ports %d (envd) and %d (code interpreter)", port, EnvdPort, InterpPort))
+		return
+	}
+	if h == nil {
+		target.WriteError(w, http.StatusBadGateway, fmt.Sprintf("the service of port %d is not available on this server", port))
+		return
+	}
+	h.ServeHTTP(w, r.WithContext(target.With(r.Context(), target.Target{Tenant: tenant, SandboxID: id})))
+}
+
+// tokenMatches compares an access token with the sandbox's in constant
+// time (of their hashes, so not even the length shows); a sandbox without
+// a token matches none.
+func tokenMatches(got, want string) bool {
+	if want == "" {
+		return false
+	}
+	g, h := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], h[:]) == 1
+}

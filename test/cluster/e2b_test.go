@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/test/testserver"
+)
+
+// e2bCall makes an E2B call to s with headers h (pairs) and returns the
+// status and body.
+func e2bCall(t *testing.T, s *testserver.Server, method, path, body string, h ...string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, s.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(h); i += 2 {
+		req.Header.Set(h[i], h[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// TestE2BAcrossNodes: an E2B sandbox made on node A is reached through B
+// and C as on A: get, timeout and connect through B, listed by metadata on
+// every node, in-sandbox traffic with its token forwarded to A (a wrong
+// token refused there), another tenant refused everywhere, killed through
+// C and gone on all.
+func TestE2BAcrossNodes(t *testing.T) {
+	nodes := startNodes(t, nil, nil, nil)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	alpha := []string{"X-API-Key", testserver.AlphaKey}
+	beta := []string{"X-API-Key", testserver.BetaKey}
+	code, body := e2bCall(t, a, "POST", "/v2/sandboxes", `{"templateID":"base","timeout":600,"metadata":{"run":"e2b-across"}}`, alpha...)
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if code != http.StatusCreated || json.Unmarshal(body, &sb) != nil || sb.SandboxID == "" {
+		t.Fatalf("create on A: %d %s", code, body)
+	}
+	defer e2bCall(t, a, "DELETE", "/sandboxes/"+sb.SandboxID, "", alpha...)
+
+	if code, body := e2bCall(t, b, "GET", "/sandboxes/"+sb.SandboxID, "", alpha...); code != http.StatusOK {
+		t.Errorf("get through B: %d %s", code, body)
+	}
+	if code, body := e2bCall(t, b, "POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":900}`, alpha...); code != http.StatusNoContent {
+		t.Errorf("timeout through B: %d %s", code, body)
+	}
+	var cn struct {
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	code, body = e2bCall(t, b, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", `{}`, alpha...)
+	if code != http.StatusOK || json.Unmarshal(body, &cn) != nil || cn.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Errorf("connect through B: %d %s, want the token made on A", code, body)
+	}
+	for _, n := range nodes {
+		var l []struct {
+			SandboxID string    `json:"sandboxID"`
+			EndAt     time.Time `json:"endAt"`
+		}
+		code, body := e2bCall(t, n, "GET", "/v2/sandboxes?metadata="+url.QueryEscape("run=e2b-across"), "", alpha...)
+		if code != http.StatusOK || json.Unmarshal(body, &l) != nil || len(l) != 1 || l[0].SandboxID != sb.SandboxID ||
+			time.Until(l[0].EndAt) < 880*time.Second {
+			t.Errorf("list by metadata on %s: %d %s", n.URL, code, body)
+		}
+		if code, body := e2bCall(t, n, "GET", "/sandboxes/"+sb.SandboxID, "", beta...); code != http.StatusNotFound {
+			t.Errorf("beta's get on %s: %d %s", n.URL, code, body)
+		}
+	}
+
+	// Through B to A: with its token the call passes the check on A and
+	// reaches the port (which no service serves: 502); B alone would not
+	// know the sandbox (404), nor does A with a wrong token.
+	traffic := func(token string) []string {
+		return []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-Access-Token", token}
+	}
+	if code, body := e2bCall(t, b, "GET", "/", "", traffic(sb.EnvdAccessToken)...); code != http.StatusBadGateway {
+		t.Errorf("traffic through B with the token: %d %s, want the owner's 502 for an unserved port", code, body)
+	}
+	if code, body := e2bCall(t, b, "GET", "/", "", traffic("alpha."+strings.Repeat("0", 64))...); code != http.StatusNotFound {
+		t.Errorf("traffic through B with a wrong token: %d %s", code, body)
+	}
+
+	if code, body := e2bCall(t, c, "DELETE", "/sandboxes/"+sb.SandboxID, "", alpha...); code != http.StatusNoContent {
+		t.Fatalf("kill through C: %d %s", code, body)
+	}
+	for _, n := range nodes {
+		if code, body := e2bCall(t, n, "GET", "/sandboxes/"+sb.SandboxID, "", alpha...); code != http.StatusNotFound {
+			t.Errorf("after the kill, get on %s: %d %s", n.URL, code, body)
+		}
+	}
+}

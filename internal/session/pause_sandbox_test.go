@@ -2,12 +2,15 @@ package session
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
@@ -148,6 +151,23 @@ func TestPauseSandbox(t *testing.T) {
 			t.Logf("%s: %d rounds: pause median %v, resume median %v, saved image median %.1f MiB",
 				tier, rounds, median(pauses).Round(time.Millisecond), median(resumes).Round(time.Millisecond),
 				float64(medianInt(sizes))/(1<<20))
+			// A sandbox deleted while paused leaves nothing: no sandbox,
+			// no saved state, no disk.
+			if err := m.Pause(ctx, "t", "box"); err != nil {
+				t.Fatal(err)
+			}
+			m.mu.Lock()
+			dir := m.sessions[key("t", "box")].dir
+			m.mu.Unlock()
+			if err := m.Delete(ctx, "t", "box"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a sandbox deleted while paused left %s: %v", dir, err)
+			}
+			if n := e.Fleet().Count()[fleet.HolderSession]; n != 0 {
+				t.Errorf("%d sandboxes held for sessions after the delete", n)
+			}
 			if strings.Contains(logs.String(), "restore a paused sandbox") {
 				t.Errorf("a restore failed and fell back to the files:\n%s", logs.String())
 			}

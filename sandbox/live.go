@@ -51,7 +51,8 @@ type SandboxInfo struct {
 	Limits    SandboxLimits     `json:"limits"`
 	Network   *Network          `json:"network,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// State is "running", or "starting" while the sandbox is (re)made.
+	// State is "running", "starting" while the sandbox is (re)made, or
+	// "paused" (Sandbox.Pause).
 	State          string    `json:"state"`
 	TimeoutSeconds int64     `json:"timeout_seconds"`
 	CreatedAt      time.Time `json:"created_at"`
@@ -61,6 +62,41 @@ type SandboxInfo struct {
 	// Restarts counts the times the sandbox died and was made again on
 	// the same disk (its processes were lost then).
 	Restarts int64 `json:"restarts"`
+	// Pause describes the pause of a paused sandbox.
+	Pause *SandboxPause `json:"pause,omitempty"`
+	// Resume says what the resume kept, in the answer of Sandbox.Resume.
+	Resume *SandboxResume `json:"resume,omitempty"`
+}
+
+// SandboxPause describes a paused sandbox. While paused its timeout does
+// not run (ExpiresAt is then when the server drops it if it is never
+// resumed); a resume gives it its whole timeout again.
+type SandboxPause struct {
+	PausedAt time.Time `json:"paused_at"`
+	// Memory: the sandbox was saved with its memory (gVisor): its
+	// processes and code contexts go on after the resume. Without it only
+	// its files are kept (runc).
+	Memory bool `json:"memory"`
+	// ImageBytes is the size of the saved memory and state; DurationMS
+	// how long the pause took.
+	ImageBytes int64 `json:"image_bytes,omitempty"`
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// SandboxResume says what a resume kept.
+type SandboxResume struct {
+	// Memory: the sandbox went on from its saved memory: its processes
+	// run on and its code contexts keep their variables. Without it only
+	// its files were kept: its processes and contexts were lost.
+	Memory bool `json:"memory"`
+	// Processes counts the processes that run on after the resume,
+	// ProcessesLost those that ended with the pause, Contexts the code
+	// contexts that kept their state.
+	Processes     int `json:"processes"`
+	ProcessesLost int `json:"processes_lost"`
+	Contexts      int `json:"contexts"`
+	// DurationMS is how long the resume took.
+	DurationMS int64 `json:"duration_ms"`
 }
 
 // SandboxList is the answer of GET /v1/sandboxes.
@@ -118,8 +154,10 @@ type ProcessExit struct {
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed it ("SIGTERM"), if one did.
 	Signal string `json:"signal,omitempty"`
-	// Error says why the process's end is not known: the sandbox ended
-	// under it ("sandbox_ended").
+	// Error says why the process ended outside its own doing: the sandbox
+	// ended under it ("sandbox_ended": its end is not known, ExitCode is
+	// -1), or was paused without its memory ("sandbox_paused": ExitCode
+	// and Signal say how the pause ended it, -1 if not known).
 	Error    string    `json:"error,omitempty"`
 	EndedAt  time.Time `json:"ended_at"`
 	Duration int64     `json:"duration_ms"`

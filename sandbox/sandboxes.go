@@ -28,6 +28,11 @@ var (
 	// ErrTooManyProcesses: 429 too_many_processes, the sandbox runs as
 	// many processes as it may.
 	ErrTooManyProcesses = errors.New("corral: too many processes")
+	// ErrSandboxPaused: 409 sandbox_paused, the sandbox is paused (a call
+	// that needs it running, or a second Pause); Resume it first.
+	ErrSandboxPaused = errors.New("corral: sandbox paused")
+	// ErrNotPaused: 409 not_paused, Resume of a sandbox that runs.
+	ErrNotPaused = errors.New("corral: sandbox not paused")
 )
 
 // isLive matches the live sandbox sentinels; APIError.Is calls it.
@@ -39,6 +44,10 @@ func (e *APIError) isLive(target error) (bool, bool) {
 		return e.Status == http.StatusConflict && e.Code == "process_ended", true
 	case ErrTooManyProcesses:
 		return e.Status == http.StatusTooManyRequests && e.Code == "too_many_processes", true
+	case ErrSandboxPaused:
+		return e.Status == http.StatusConflict && e.Code == "sandbox_paused", true
+	case ErrNotPaused:
+		return e.Status == http.StatusConflict && e.Code == "not_paused", true
 	}
 	return false, false
 }
@@ -126,6 +135,30 @@ func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) (*SandboxInfo
 	var info SandboxInfo
 	body := map[string]int64{"timeout_seconds": int64(d.Round(time.Second) / time.Second)}
 	if err := s.c.call(ctx, http.MethodPost, s.path()+"/timeout", body, &info, true); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Pause pauses the sandbox and returns its description (State "paused").
+// Its files are kept; on gVisor its memory too, so that its processes and
+// code contexts go on after Resume (SandboxPause.Memory says which). While
+// paused its timeout stops and calls that need it running fail with
+// ErrSandboxPaused. Pausing a paused sandbox is ErrSandboxPaused.
+func (s *Sandbox) Pause(ctx context.Context) (*SandboxInfo, error) {
+	var info SandboxInfo
+	if err := s.c.call(ctx, http.MethodPost, s.path()+"/pause", nil, &info, false); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Resume resumes a paused sandbox with its whole timeout; the answer's
+// Resume says what was kept (without memory, its processes and contexts
+// were lost). Resuming a sandbox that runs is ErrNotPaused.
+func (s *Sandbox) Resume(ctx context.Context) (*SandboxInfo, error) {
+	var info SandboxInfo
+	if err := s.c.call(ctx, http.MethodPost, s.path()+"/resume", nil, &info, false); err != nil {
 		return nil, err
 	}
 	return &info, nil

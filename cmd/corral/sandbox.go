@@ -27,6 +27,8 @@ func init() {
 		{"list", "list live sandboxes (--metadata k=v to filter)", cmdSandboxList},
 		{"kill", "end sandboxes, their processes and files", cmdSandboxKill},
 		{"timeout", "make a sandbox end a duration from now", cmdSandboxTimeout},
+		{"pause", "pause sandboxes (gVisor: with their memory)", cmdSandboxPause},
+		{"resume", "resume paused sandboxes", cmdSandboxResume},
 		{"exec", "run a command in a sandbox, streaming its output", cmdSandboxExec},
 		{"run", "run code in a sandbox's code context; variables persist", cmdSandboxRun},
 		{"ps", "list a sandbox's processes", cmdSandboxPs},
@@ -292,6 +294,75 @@ func cmdSandboxTimeout(args []string) int {
 	}
 	fmt.Printf("%s: expires %s\n", info.SandboxID, info.ExpiresAt.Local().Format("2006-01-02 15:04:05"))
 	return 0
+}
+
+func cmdSandboxPause(args []string) int {
+	fs, cf := sandboxFlags("pause", "[flags] ID...",
+		"Pauses live sandboxes: their files are kept, and on gVisor their memory too (their\n"+
+			"processes and code contexts go on after resume); on runc their processes end. A\n"+
+			"paused sandbox's timeout stops until `corral sandbox resume`.")
+	jsonOut := fs.Bool("json", false, "print each sandbox's description as JSON")
+	if code, ok := parseSandbox(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 4
+	}
+	ctx, stop := interruptible()
+	defer stop()
+	client := cf.client()
+	status := 0
+	for _, id := range fs.Args() {
+		info, err := client.Sandbox(id).Pause(ctx)
+		switch {
+		case err != nil:
+			status = max(status, callFailed("sandbox pause", err))
+		case *jsonOut:
+			status = max(status, printJSON(os.Stdout, info))
+		case info.Pause != nil && info.Pause.Memory:
+			fmt.Printf("%s: paused with its memory (%.1f MiB) in %d ms\n", id, float64(info.Pause.ImageBytes)/(1<<20), info.Pause.DurationMS)
+		default:
+			fmt.Printf("%s: paused with its files only; its processes ended\n", id)
+		}
+	}
+	return status
+}
+
+func cmdSandboxResume(args []string) int {
+	fs, cf := sandboxFlags("resume", "[flags] ID...",
+		"Resumes paused sandboxes, each with its whole timeout again, and says what was kept.")
+	jsonOut := fs.Bool("json", false, "print each sandbox's description as JSON")
+	if code, ok := parseSandbox(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 4
+	}
+	ctx, stop := interruptible()
+	defer stop()
+	client := cf.client()
+	status := 0
+	for _, id := range fs.Args() {
+		info, err := client.Sandbox(id).Resume(ctx)
+		switch {
+		case err != nil:
+			status = max(status, callFailed("sandbox resume", err))
+		case *jsonOut:
+			status = max(status, printJSON(os.Stdout, info))
+		case info.Resume != nil && info.Resume.Memory:
+			fmt.Printf("%s: resumed with its memory in %d ms: %d processes and %d contexts go on\n",
+				id, info.Resume.DurationMS, info.Resume.Processes, info.Resume.Contexts)
+		default:
+			lost := 0
+			if info.Resume != nil {
+				lost = info.Resume.ProcessesLost
+			}
+			fmt.Printf("%s: resumed with its files only; lost %d process(es) and its code contexts\n", id, lost)
+		}
+	}
+	return status
 }
 
 func cmdSandboxExec(args []string) int {

@@ -192,6 +192,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	scfg.ReapInterval = time.Duration(cfg.Sessions.ReapInterval)
 	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
 	scfg.DefaultTimeout, scfg.MaxProcesses = time.Duration(cfg.Sessions.SandboxTimeout), cfg.Sessions.MaxProcesses
+	scfg.PausedTTL = time.Duration(cfg.Sessions.PausedTTL)
 	sessions, err := session.New(ctx, scfg, loc.engine, loc.fleet, cl, log.With("component", "sessions"))
 	if err != nil {
 		return err

@@ -93,6 +93,11 @@ func asError(err error, log *slog.Logger) *Error {
 			"the context request is invalid: a language without code contexts (python, bash and javascript have them), "+
 				"a working directory that is not an absolute clean path or does not exist in the sandbox, an environment variable that is not KEY=VALUE, "+
 				"code over 1 MiB, or a fork of a context whose language cannot fork (only python can)")
+	case errors.Is(err, session.ErrPaused):
+		return errorf(http.StatusConflict, "sandbox_paused", "",
+			"the sandbox is paused; resume it (POST /v1/sandboxes/{id}/resume) first")
+	case errors.Is(err, session.ErrNotPaused):
+		return errorf(http.StatusConflict, "not_paused", "", "the sandbox is not paused; it runs")
 	case errors.Is(err, session.ErrNoProcess):
 		return errorf(http.StatusNotFound, "not_found", "", "no such process in the sandbox (ended processes stay listed for a while)")
 	case errors.Is(err, session.ErrNotFound):

@@ -219,6 +219,39 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 	s.reply(w, http.StatusOK, info, err)
 }
 
+// pauseSandbox pauses a sandbox (session.Manager.Pause) and answers its
+// description, state paused.
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	if err := s.sessions.Pause(r.Context(), t.Name, id); err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	info, err := s.sessions.Sandbox(t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// resumeSandbox resumes a paused sandbox; the answer says what it kept.
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	info, err := s.sessions.Resume(r.Context(), t.Name, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
 // ---- processes ----
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {

@@ -113,6 +113,8 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/sandboxes/{id}", s.withTenant(s.getSandbox))
 	route("DELETE /v1/sandboxes/{id}", s.withTenant(s.deleteSandbox))
 	route("POST /v1/sandboxes/{id}/timeout", s.withTenant(s.setSandboxTimeout))
+	route("POST /v1/sandboxes/{id}/pause", s.withTenant(s.pauseSandbox))
+	route("POST /v1/sandboxes/{id}/resume", s.withTenant(s.resumeSandbox))
 	route("POST /v1/sandboxes/{id}/processes", s.withTenant(s.startProcess))
 	route("GET /v1/sandboxes/{id}/processes", s.withTenant(s.listProcesses))
 	route("GET /v1/sandboxes/{id}/processes/{pid}", s.withTenant(s.getProcess))

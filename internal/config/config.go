@@ -219,6 +219,9 @@ type Config struct {
 		// one live sandbox.
 		SandboxTimeout Duration `toml:"sandbox_timeout"`
 		MaxProcesses   int      `toml:"max_processes"`
+		// PausedTTL is how long a paused live sandbox is kept (its own
+		// timeout stops while it is paused).
+		PausedTTL Duration `toml:"paused_ttl"`
 	} `toml:"sessions"`
 
 	// E2B is the E2B-compatible API (internal/e2b).
@@ -291,6 +294,7 @@ func Default() Config {
 	c.Sessions.ReapInterval = Duration(30 * time.Second)
 	c.Sessions.SandboxTimeout = Duration(5 * time.Minute)
 	c.Sessions.MaxProcesses = 64
+	c.Sessions.PausedTTL = Duration(7 * 24 * time.Hour)
 	c.Inputs.FetchTimeout = Duration(60 * time.Second)
 	c.Pool.MaxUses = 100
 	c.Pool.IdleTimeout = Duration(5 * time.Minute)
@@ -384,7 +388,7 @@ func (c *Config) Validate() error {
 	}{{"callbacks.base_delay", c.Callbacks.BaseDelay}, {"inputs.fetch_timeout", c.Inputs.FetchTimeout},
 		{"files.artifact_ttl", c.Files.ArtifactTTL}, {"sessions.default_ttl", c.Sessions.DefaultTTL},
 		{"sessions.max_ttl", c.Sessions.MaxTTL}, {"sessions.reap_interval", c.Sessions.ReapInterval},
-		{"sessions.sandbox_timeout", c.Sessions.SandboxTimeout},
+		{"sessions.sandbox_timeout", c.Sessions.SandboxTimeout}, {"sessions.paused_ttl", c.Sessions.PausedTTL},
 		{"cluster.heartbeat", c.Cluster.Heartbeat}, {"pool.idle_timeout", c.Pool.IdleTimeout}} {
 		if d.v <= 0 {
 			bad("%s %s: must be positive", d.name, d.v)

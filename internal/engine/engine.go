@@ -333,10 +333,15 @@ func (e *Engine) verdict(ctx context.Context, job *Job, res *sandbox.Result, out
 	res.Stderr, res.StderrBytes, res.StderrLines, res.StderrTruncated = out.stderr.Text(), out.stderr.Bytes(), out.stderr.Lines(), out.stderr.Truncated()
 	res.FinishedAt = time.Now().UTC()
 	var bad *inputProblem
+	var refused *InputError
 	switch {
 	case errors.As(err, &bad):
 		res.Status = sandbox.StatusFailed
 		res.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: bad.Error()}
+	case errors.As(err, &refused):
+		// The sandbox's holder refused the request (a paused sandbox).
+		res.Status = sandbox.StatusFailed
+		res.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: refused.Error()}
 	case err != nil && (ctx.Err() != nil || errors.Is(err, ErrNotStarted)):
 		res.Status, res.Error = collect.Verdict(collect.Facts{Cancelled: true})
 	case err != nil:

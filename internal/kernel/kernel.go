@@ -150,7 +150,6 @@ type ContextOptions struct {
 // concurrent use: runs on one context queue and run one at a time, runs on
 // different contexts run side by side.
 type Kernels struct {
-	c *agent.Client
 	o Options
 
 	// rootMu is held while a root zygote starts (an interpreter's start),
@@ -159,9 +158,12 @@ type Kernels struct {
 	roots  map[string]*agent.Process // root zygotes, by language; under both
 
 	mu       sync.Mutex
+	c        *agent.Client // the sandbox's agent; Resume changes it
 	closed   bool
 	contexts map[string]*kctx
 	order    []string // context ids in creation order
+	// held are the contexts Suspend holds (pause.go).
+	held []*kctx
 }
 
 // New returns the contexts of the sandbox whose agent is c. It starts
@@ -301,7 +303,7 @@ func (k *Kernels) root(ctx context.Context, language string) (*agent.Process, er
 		return nil, err
 	}
 	step := cr.ContextStep()
-	p, err = k.c.Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(k.o.Env, step.Env), Dir: "/", Zygote: true}, nil)
+	p, err = k.client().Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(k.o.Env, step.Env), Dir: "/", Zygote: true}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("start the %s context runner: %w", language, err)
 	}
@@ -333,7 +335,7 @@ func (k *Kernels) spawn(ctx context.Context, c *kctx) (*instance, error) {
 func (k *Kernels) startAlone(ctx context.Context, c *kctx) (*instance, error) {
 	step := c.cr.ContextStep()
 	out := &output{}
-	p, err := k.c.Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(c.env, step.Env), Dir: c.info.Cwd,
+	p, err := k.client().Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(c.env, step.Env), Dir: c.info.Cwd,
 		Stdin: true, StatusFD: true, Persistent: true}, out)
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
 		return nil, fmt.Errorf("start a %s context in %s: %w: %w", c.info.Language, c.info.Cwd, ErrInvalid, err)
@@ -356,7 +358,7 @@ func (k *Kernels) startAlone(ctx context.Context, c *kctx) (*instance, error) {
 func (k *Kernels) startVia(ctx context.Context, via *agent.Process, req agent.StartRequest) (*instance, error) {
 	req.Zygote, req.Via, req.Stdin, req.StatusFD = true, via.ID(), true, true
 	out := &output{}
-	p, err := k.c.Start(ctx, req, out)
+	p, err := k.client().Start(ctx, req, out)
 	if err != nil {
 		return nil, fmt.Errorf("start a context: %w", err)
 	}
@@ -553,7 +555,12 @@ func (k *Kernels) Close(ctx context.Context) error {
 		procs = append(procs, p)
 	}
 	k.contexts, k.roots, k.order = map[string]*kctx{}, map[string]*agent.Process{}, nil
+	held := k.held
+	k.held = nil
 	k.mu.Unlock()
+	for _, c := range held {
+		c.release() // what waits for its turn finds the context gone
+	}
 	var errs []error
 	for _, p := range procs {
 		_ = p.Signal(ctx, syscall.SIGKILL)

@@ -65,6 +65,8 @@ type LiveSpec struct {
 	Image string `json:"image"`
 	// Restarts counts the sandboxes made again after one died.
 	Restarts int64 `json:"restarts"`
+	// Paused is set while the sandbox is paused (pause.go).
+	Paused *sandbox.SandboxPause `json:"paused,omitempty"`
 }
 
 // liveState is a live sandbox's running part. mu is held while the
@@ -83,6 +85,11 @@ type liveState struct {
 	// lost: the sandbox was lost with this node's last run; making it
 	// again counts as a restart.
 	lost bool
+	// moving are the processes of a sandbox paused with its memory, which
+	// the resume takes up again; pauseLost counts those that ended with a
+	// pause of its files only (pause.go).
+	moving    []*process
+	pauseLost int
 }
 
 // NewSandboxID returns a fresh sandbox id: "sbx_", a millisecond
@@ -248,6 +255,12 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 	if gone {
 		return nil, ErrNotFound
 	}
+	m.mu.Lock()
+	paused := e.spec.Paused != nil
+	m.mu.Unlock()
+	if paused {
+		return nil, ErrPaused
+	}
 	if ls.sb != nil {
 		select {
 		case <-ls.sb.Agent().Done():
@@ -268,6 +281,15 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 		ls.lost = false
 		e.spec.Restarts++
 	}
+	m.mu.Unlock()
+	return m.startLocked(ctx, e, "")
+}
+
+// startLocked makes a live sandbox's sandbox on its disk (ls.mu is held):
+// restored from the saved state in dir when dir is set, else a new one.
+func (m *Manager) startLocked(ctx context.Context, e *entry, restore string) (runtime.Sandbox, error) {
+	ls := e.live
+	m.mu.Lock()
 	req := e.spec.Request
 	m.mu.Unlock()
 	job, err := m.prepare(&req)
@@ -281,7 +303,12 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 	spec.Workspace = filepath.Join(e.dir, "disk.img")
 	spec.Limits.DiskBytes = req.Limits.DiskMB << 20
 	spec.Limits.Pids = req.Limits.Pids
-	sb, err := m.makeSandbox(ctx, e, job, spec)
+	var sb runtime.Sandbox
+	if restore != "" {
+		sb, err = m.fleet.Restore(ctx, job.Tier, spec, job.Image, restore, fleet.HolderSession)
+	} else {
+		sb, err = m.makeSandbox(ctx, e, job, spec)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +323,10 @@ func (m *Manager) held(ctx context.Context, e *entry) (runtime.Sandbox, error) {
 		maps.Copy(env, engine.ProxyEnv())
 	}
 	ls.sb, ls.env, ls.stop, ls.img = sb, env, stop, job.Image
-	ls.kernels = kernel.New(sb.Agent(), kernel.Options{Env: sortedEnv(env)})
+	if restore == "" || ls.kernels == nil {
+		// A restored sandbox's contexts go on (Resume reattaches them).
+		ls.kernels = kernel.New(sb.Agent(), kernel.Options{Env: sortedEnv(env)})
+	}
 	return sb, nil
 }
 
@@ -336,6 +366,9 @@ func (m *Manager) makeSandbox(ctx context.Context, e *entry, job *engine.Job, sp
 // dropLocked tears down a live sandbox's sandbox (ls.mu is held): its
 // code contexts are closed, its processes end as their agent goes.
 func (m *Manager) dropLocked(ls *liveState) {
+	// Processes saved with a paused sandbox end with it.
+	settle(ls.moving, nil, true)
+	ls.moving = nil
 	m.closeKernelsLocked(ls)
 	if ls.stop != nil {
 		ls.stop()
@@ -355,10 +388,15 @@ func (m *Manager) describe(e *entry) sandbox.SandboxInfo {
 
 func (m *Manager) describeLocked(e *entry) sandbox.SandboxInfo {
 	r := e.spec.Request
-	return sandbox.SandboxInfo{SandboxID: e.info.ID, Language: r.Language, Image: e.spec.Image, Tier: e.spec.Tier,
+	info := sandbox.SandboxInfo{SandboxID: e.info.ID, Language: r.Language, Image: e.spec.Image, Tier: e.spec.Tier,
 		Limits: r.Limits, Network: r.Network, Metadata: r.Metadata, State: "running",
 		TimeoutSeconds: e.info.TTLSeconds, CreatedAt: e.info.CreatedAt, ExpiresAt: e.info.ExpiresAt,
 		Executions: e.info.Executions, Restarts: e.spec.Restarts}
+	if p := e.spec.Paused; p != nil {
+		pause := *p
+		info.State, info.Pause = "paused", &pause
+	}
+	return info
 }
 
 // publish records a live sandbox's description in the registry, for every
@@ -405,6 +443,11 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 		return sandbox.SandboxInfo{}, err
 	}
 	m.mu.Lock()
+	if e.spec.Paused != nil {
+		// Its clock is stopped; the resume sets it going again.
+		m.mu.Unlock()
+		return sandbox.SandboxInfo{}, ErrPaused
+	}
 	now := m.now().UTC()
 	e.info.TTLSeconds = int64(timeout.Seconds())
 	e.info.LastUsedAt = now

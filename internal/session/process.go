@@ -36,12 +36,17 @@ const (
 
 // process is one process of a live sandbox.
 type process struct {
-	p   *agent.Process
 	out *Output
 
 	// Guarded by out.mu:
+	p           *agent.Process // its handle; a resume gives it a new one
 	info        sandbox.ProcessInfo
 	stdinClosed bool
+	// moved is set while a pause with memory is under way: p's end then
+	// means the sandbox was saved, and the resume closes moved (pause.go).
+	moved chan struct{}
+	// endReason is the exit's error when p ends with its sandbox.
+	endReason string
 }
 
 // Output is a process's event log: its start, its output as it came
@@ -282,13 +287,17 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandb
 	// Owned by the process: it ends when the process does, or when its
 	// sandbox goes (the agent's stream ends every process).
 	go func() {
-		st, werr := p.Wait(context.Background())
+		st, werr := proc.wait()
 		exit := sandbox.ProcessExit{ExitCode: st.Code}
 		switch {
 		case werr != nil:
 			exit.ExitCode, exit.Error = -1, "sandbox_ended"
 		case st.Signal != 0:
 			exit.ExitCode, exit.Signal = 128+st.Signal, unix.SignalName(syscall.Signal(st.Signal))
+		}
+		if by := proc.endedBy(); by != "" {
+			// Ended by a pause that could not keep it (killed, or lost).
+			exit.Error = by
 		}
 		exit.EndedAt = m.now().UTC()
 		exit.Duration = exit.EndedAt.Sub(started).Milliseconds()
@@ -400,7 +409,7 @@ func (m *Manager) ProcessOutput(tenant, id string, pid int) (*Output, error) {
 // WriteStdin copies r to a process's stdin until r ends; it returns how
 // many bytes it wrote.
 func (m *Manager) WriteStdin(ctx context.Context, tenant, id string, pid int, r io.Reader) (int64, error) {
-	p, err := m.proc(tenant, id, pid)
+	p, err := m.activeProc(tenant, id, pid)
 	if err != nil {
 		return 0, err
 	}
@@ -412,7 +421,7 @@ func (m *Manager) WriteStdin(ctx context.Context, tenant, id string, pid int, r 
 	for {
 		k, rerr := r.Read(buf)
 		if k > 0 {
-			w, err := p.p.WriteStdinContext(ctx, buf[:k])
+			w, err := p.handle().WriteStdinContext(ctx, buf[:k])
 			n += int64(w)
 			switch {
 			case errors.Is(err, agent.ErrStdinEnded), errors.Is(err, agent.ErrStdinClosed):
@@ -449,7 +458,7 @@ func (p *process) writable() error {
 
 // CloseStdin closes a process's stdin (it reads EOF).
 func (m *Manager) CloseStdin(tenant, id string, pid int) error {
-	p, err := m.proc(tenant, id, pid)
+	p, err := m.activeProc(tenant, id, pid)
 	if err != nil {
 		return err
 	}
@@ -459,7 +468,7 @@ func (m *Manager) CloseStdin(tenant, id string, pid int) error {
 	p.out.mu.Lock()
 	p.stdinClosed = true
 	p.out.mu.Unlock()
-	return p.p.CloseStdin()
+	return p.handle().CloseStdin()
 }
 
 // ParseSignal reads a signal given by name ("SIGTERM", "term") or number.
@@ -485,7 +494,7 @@ func ParseSignal(s string) (syscall.Signal, error) {
 
 // Signal sends sig to a process and its process group.
 func (m *Manager) Signal(ctx context.Context, tenant, id string, pid int, sig syscall.Signal) error {
-	p, err := m.proc(tenant, id, pid)
+	p, err := m.activeProc(tenant, id, pid)
 	if err != nil {
 		return err
 	}
@@ -494,7 +503,7 @@ func (m *Manager) Signal(ctx context.Context, tenant, id string, pid int, sig sy
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return p.p.Signal(ctx, sig)
+	return p.handle().Signal(ctx, sig)
 }
 
 // Resize changes the size of a process's terminal (started with a PTY).
@@ -502,7 +511,7 @@ func (m *Manager) Resize(ctx context.Context, tenant, id string, pid int, size s
 	if size.Cols == 0 || size.Rows == 0 {
 		return &engine.InputError{Field: "cols", Message: "give cols and rows (1-65535)"}
 	}
-	p, err := m.proc(tenant, id, pid)
+	p, err := m.activeProc(tenant, id, pid)
 	if err != nil {
 		return err
 	}
@@ -517,7 +526,7 @@ func (m *Manager) Resize(ctx context.Context, tenant, id string, pid int, size s
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = p.p.Resize(ctx, size.Cols, size.Rows)
+	err = p.handle().Resize(ctx, size.Cols, size.Rows)
 	var re *agent.RemoteError
 	if errors.As(err, &re) && errors.Is(re, syscall.ESRCH) {
 		return ErrEnded

@@ -67,6 +67,9 @@ type Config struct {
 	// OutputBuffer is how much of each process's latest output is kept for
 	// clients that connect later.
 	OutputBuffer int64
+	// PausedTTL is how long a paused live sandbox is kept
+	// (DefaultPausedTTL if zero); its own timeout stops while it is paused.
+	PausedTTL time.Duration
 }
 
 // DefaultConfig: a 1 h sliding TTL (24 h at most), a 1 GiB disk (10 GiB at
@@ -472,7 +475,8 @@ func (a Acquirer) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, err
 		return nil, err
 	}
 	if e.live != nil {
-		return a.m.acquireLive(ctx, e)
+		l, err := a.m.acquireLive(ctx, e)
+		return l, pausedInput(err)
 	}
 	sb, err := a.m.sandbox(ctx, e, c)
 	if err != nil {

@@ -292,7 +292,8 @@ func TestSandboxCLIDoc(t *testing.T) {
 		`^42\noops\nexit 3\n`,
 		`PID +STATE +TAG +STARTED +CMD\n`, `\d+ +running +web .* python3 -m http.server 8000\n`,
 		`/workspace/data/in.csv \(4 bytes\)\n`, `file +4 .* /workspace/data/in.csv\n`, `a,b\n`,
-		`sbx_\w+: expires .*\n`, `^42\n`, `sbx_\w+: killed\n$`,
+		`sbx_\w+: expires .*\n`, `^42\n`, `sbx_\w+: paused with its files only.*\n`,
+		`sbx_\w+: resumed with its files only; lost 1 process\(es\) and its code contexts\n`, `sbx_\w+: killed\n$`,
 	} {
 		loc := regexp.MustCompile(p).FindStringIndex(rest)
 		if loc == nil {

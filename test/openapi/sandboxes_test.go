@@ -213,6 +213,23 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "DELETE", path: base + "/contexts/" + forked.ID, key: key, want: 404})
 	c.do(call{method: "DELETE", path: cx, want: 401})
 
+	// Pause and resume: 200, 401, 404, 409 (paused already; not paused).
+	paused := c.do(call{method: "POST", path: base + "/pause", key: key, want: 200})
+	if !strings.Contains(string(paused), `"state":"paused"`) {
+		t.Errorf("pause: %s", paused)
+	}
+	c.do(call{method: "POST", path: base + "/pause", key: key, want: 409})
+	c.do(call{method: "POST", path: base + "/pause", want: 401})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/pause", key: key, want: 404})
+	c.do(call{method: "POST", path: base + "/processes", key: key, want: 409, body: js(map[string]any{"cmd": []string{"true"}})})
+	resumed := c.do(call{method: "POST", path: base + "/resume", key: key, want: 200})
+	if !strings.Contains(string(resumed), `"state":"running"`) || !strings.Contains(string(resumed), `"resume":{`) {
+		t.Errorf("resume: %s", resumed)
+	}
+	c.do(call{method: "POST", path: base + "/resume", key: key, want: 409})
+	c.do(call{method: "POST", path: base + "/resume", want: 401})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/resume", key: key, want: 404})
+
 	// Delete: 204, 401, 404.
 	c.do(call{method: "DELETE", path: base, want: 401})
 	c.do(call{method: "DELETE", path: base, key: key, want: 204})

@@ -50,8 +50,8 @@ func TestDocExamples(t *testing.T) {
 
 	t.Run("curl", func(t *testing.T) {
 		sh := blocks(t, doc, "sh")
-		if len(sh) != 4 {
-			t.Fatalf("%d shell blocks in docs/sandboxes.md, want 4", len(sh))
+		if len(sh) != 5 {
+			t.Fatalf("%d shell blocks in docs/sandboxes.md, want 5", len(sh))
 		}
 		cmd := exec.CommandContext(t.Context(), "bash", "-c", "set -euo pipefail\n"+strings.Join(sh, "\n"))
 		cmd.Env = append(os.Environ(), s.Env()...)
@@ -65,6 +65,7 @@ func TestDocExamples(t *testing.T) {
 			`\d+ web running=false\n`,
 			`/workspace/data/in.csv\n8\n`, `a,b\n1,2\n`, `dir /workspace/data\nfile /workspace/data/in.csv\n`, `dir\n`, `dir\n`, `/workspace/data/sub/in.csv\n`,
 			`\[.*\]\n`,
+			`paused\nfalse\n`, `409\n`, `running\nfalse\n`, `kept\n`,
 			`42\n`, `event: number_of_executions\n(event: stdout\n)+event: end_of_execution\n`, `0\n`, `0\.047619047619047616\n`, `2\n`,
 			`deleted\n`,
 		})
@@ -100,6 +101,7 @@ func TestDocExamples(t *testing.T) {
 			`created on the container tier\n`, `stdout: hello from a file\n`, `exit code 0\n`,
 			`shell: 42 \(exit 0\)\n`, `cat: round trip\n`,
 			`context stdout: thinking\n`, `context: 42\n`, `context error: NameError\n`, `listed: 1\n`,
+			`paused: calls are refused until a resume\n`, `resumed with memory: false\n`,
 		})
 	})
 }

@@ -74,6 +74,18 @@ func (r *Runtime) wrap(s *Sandbox, spec runtime.Spec) runtime.Sandbox {
 	return s
 }
 
+// KeepDisk implements runtime.DiskKeeper: a warm sandbox handed over to a
+// live sandbox can then be paused, its disk being the one path names.
+func (s *gvisorSandbox) KeepDisk(path string) error {
+	s.pausing.Lock()
+	defer s.pausing.Unlock()
+	if err := s.Sandbox.KeepDisk(path); err != nil {
+		return err
+	}
+	s.spec.Workspace = path
+	return nil
+}
+
 // Pause implements runtime.Pauser.
 func (s *gvisorSandbox) Pause(ctx context.Context, dir string) error {
 	s.pausing.Lock()

@@ -52,7 +52,7 @@ func startRequest(m *StartRequest) (sandbox.StartProcessRequest, error) {
 	}
 	req := sandbox.StartProcessRequest{
 		Cmd:   append([]string{m.Process.Cmd}, m.Process.Args...),
-		Env:   m.Process.Envs,
+		Env:   sdkEnv(m.Process.Envs),
 		Stdin: m.Stdin == nil || *m.Stdin, // envd keeps stdin open unless told not to
 	}
 	if m.Tag != nil {
@@ -77,6 +77,26 @@ func startRequest(m *StartRequest) (sandbox.StartProcessRequest, error) {
 		req.PTY = &size
 	}
 	return req, nil
+}
+
+// localeDefaults are variables E2B's SDKs set on every terminal they
+// open, with the values they set. The sandbox sets its locale itself (LANG
+// is C.UTF-8; a request may not override it): these values say the same,
+// so they are dropped rather than refused. Other values are refused.
+var localeDefaults = map[string]string{"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+func sdkEnv(env map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range env {
+		if localeDefaults[k] == v {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(env))
+		}
+		out[k] = v
+	}
+	return out
 }
 
 func ptySize(s *PTYSize) (sandbox.PTYSize, error) {

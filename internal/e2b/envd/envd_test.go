@@ -19,6 +19,7 @@ import (
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
@@ -49,18 +50,25 @@ type harness struct {
 	logs  *logBuffer
 }
 
-// newHarness makes the harness; opts change the service before it serves.
+// newHarness makes the harness on fake sandboxes; opts change the
+// service before it serves.
 func newHarness(t *testing.T, opts ...func(*service)) *harness {
 	t.Helper()
 	f := testenv.FakeEngine(t, func(c *engine.Config) { c.CacheDir = "" })
+	return harnessOn(t, f.Engine, f.Fleet, sandbox.IsolationContainer, opts...)
+}
+
+// harnessOn makes the harness on eng's sandboxes of tier.
+func harnessOn(t *testing.T, eng *engine.Engine, fl *fleet.Fleet, tier sandbox.Isolation, opts ...func(*service)) *harness {
+	t.Helper()
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	m, err := session.New(t.Context(), session.DefaultConfig(t.TempDir()), f.Engine, f.Fleet, oneNode{}, log)
+	m, err := session.New(t.Context(), session.DefaultConfig(t.TempDir()), eng, fl, oneNode{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
-	if _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Tier: sandbox.IsolationContainer}); err != nil {
+	t.Cleanup(m.Close) // before the engine's (cleanups run last-in first)
+	if _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Tier: tier}); err != nil {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, m: m, svc: newService(m, log), logs: logs}

@@ -73,3 +73,31 @@ func TestRealSandboxes(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCommandsRun: commands.run("true") through envd (a Start
+// stream over HTTP, to its end event) and the same process through the
+// session manager alone, on the container tier.
+func BenchmarkCommandsRun(b *testing.B) {
+	testenv.RequireRoot(b)
+	e := testenv.Engine(b)
+	h := harnessOn(b, e, e.Fleet(), sandbox.IsolationContainer)
+	ctx := b.Context()
+	b.Run("envd", func(b *testing.B) {
+		for b.Loop() {
+			if ev := h.run(ctx, &StartRequest{Process: shell("true"), Stdin: ptr(false)}); ev.end == nil || ev.end.ExitCode != 0 {
+				b.Fatalf("end %+v", ev.end)
+			}
+		}
+	})
+	b.Run("session", func(b *testing.B) {
+		for b.Loop() {
+			p, err := h.m.StartProcess(ctx, "t", "box", sandbox.StartProcessRequest{Cmd: []string{"/bin/bash", "-l", "-c", "true"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if info, err := h.m.Process(ctx, "t", "box", p.PID, true); err != nil || info.Exit == nil || info.Exit.ExitCode != 0 {
+				b.Fatalf("%+v, %v", info, err)
+			}
+		}
+	})
+}

@@ -42,7 +42,7 @@ func (oneNode) PublishSession(context.Context, string, string, []byte) error { r
 // sandboxes, with live sandbox "box" of tenant "t", served over HTTP:
 // base reaches it as (t, box); other as tenant "other" naming box.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	m     *session.Manager
 	svc   *service
 	base  string
@@ -59,7 +59,7 @@ func newHarness(t *testing.T, opts ...func(*service)) *harness {
 }
 
 // harnessOn makes the harness on eng's sandboxes of tier.
-func harnessOn(t *testing.T, eng *engine.Engine, fl *fleet.Fleet, tier sandbox.Isolation, opts ...func(*service)) *harness {
+func harnessOn(t testing.TB, eng *engine.Engine, fl *fleet.Fleet, tier sandbox.Isolation, opts ...func(*service)) *harness {
 	t.Helper()
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
@@ -124,7 +124,7 @@ type events struct {
 
 // collect reads a stream's events to its end; fresh says the stream's
 // first event is still to come (it must be the start).
-func collect(t *testing.T, fresh bool, recv func() bool, msg func() *ProcessEvent, err func() error) events {
+func collect(t testing.TB, fresh bool, recv func() bool, msg func() *ProcessEvent, err func() error) events {
 	t.Helper()
 	var e events
 	first := fresh
@@ -419,7 +419,7 @@ func readEnvelopes(t *testing.T, r io.Reader) (msgs []string, end string) {
 	}
 }
 
-func post(t *testing.T, url, ctype string, body []byte) *http.Response {
+func post(t testing.TB, url, ctype string, body []byte) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), "POST", url, bytes.NewReader(body))
 	if err != nil {

@@ -635,6 +635,16 @@ func TestCodecForms(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"T":"FILE_TYPE_NOPE"}`), &x); err == nil {
 		t.Error("an unknown enum name was accepted")
 	}
+	// Proto names read as well as JSON names.
+	var w WatchDirRequest
+	if err := (jsonCodec{}).Unmarshal([]byte(`{"path":"/tmp","include_entry":true,"allow_network_mounts":true}`), &w); err != nil ||
+		w != (WatchDirRequest{Path: "/tmp", IncludeEntry: true, AllowNetworkMounts: true}) {
+		t.Errorf("WatchDirRequest = %+v, %v", w, err)
+	}
+	var g GetWatcherEventsRequest
+	if err := (jsonCodec{}).Unmarshal([]byte(`{"watcher_id":"w1"}`), &g); err != nil || g.WatcherID != "w1" {
+		t.Errorf("GetWatcherEventsRequest = %+v, %v", g, err)
+	}
 	if _, err := (protoRefused{}).Marshal(nil); !errors.Is(err, errBinary) {
 		t.Error(err)
 	}

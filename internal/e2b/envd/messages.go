@@ -501,3 +501,71 @@ type RemoveWatcherRequest struct {
 
 // RemoveWatcherResponse is filesystem.RemoveWatcherResponse.
 type RemoveWatcherResponse struct{}
+
+// Proto3 JSON readers accept a field's proto name as well as its JSON
+// name: the requests with names of two words read both.
+
+// UnmarshalJSON reads includeEntry or include_entry, and so on.
+func (r *WatchDirRequest) UnmarshalJSON(b []byte) error {
+	var v watchFields
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = WatchDirRequest{Path: v.Path, Recursive: v.Recursive, IncludeEntry: v.includeEntry(), AllowNetworkMounts: v.allowNetworkMounts()}
+	return nil
+}
+
+// UnmarshalJSON reads includeEntry or include_entry, and so on.
+func (r *CreateWatcherRequest) UnmarshalJSON(b []byte) error {
+	var v watchFields
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = CreateWatcherRequest{Path: v.Path, Recursive: v.Recursive, IncludeEntry: v.includeEntry(), AllowNetworkMounts: v.allowNetworkMounts()}
+	return nil
+}
+
+type watchFields struct {
+	Path                    string `json:"path"`
+	Recursive               bool   `json:"recursive"`
+	IncludeEntry            *bool  `json:"includeEntry"`
+	IncludeEntrySnake       *bool  `json:"include_entry"`
+	AllowNetworkMounts      *bool  `json:"allowNetworkMounts"`
+	AllowNetworkMountsSnake *bool  `json:"allow_network_mounts"`
+}
+
+func (w watchFields) includeEntry() bool {
+	return (w.IncludeEntry != nil && *w.IncludeEntry) || (w.IncludeEntrySnake != nil && *w.IncludeEntrySnake)
+}
+
+func (w watchFields) allowNetworkMounts() bool {
+	return (w.AllowNetworkMounts != nil && *w.AllowNetworkMounts) || (w.AllowNetworkMountsSnake != nil && *w.AllowNetworkMountsSnake)
+}
+
+type watcherIDFields struct {
+	WatcherID      string `json:"watcherId"`
+	WatcherIDSnake string `json:"watcher_id"`
+}
+
+func (w watcherIDFields) id() string {
+	if w.WatcherID != "" {
+		return w.WatcherID
+	}
+	return w.WatcherIDSnake
+}
+
+// UnmarshalJSON reads watcherId or watcher_id.
+func (r *GetWatcherEventsRequest) UnmarshalJSON(b []byte) error {
+	var v watcherIDFields
+	err := json.Unmarshal(b, &v)
+	r.WatcherID = v.id()
+	return err
+}
+
+// UnmarshalJSON reads watcherId or watcher_id.
+func (r *RemoveWatcherRequest) UnmarshalJSON(b []byte) error {
+	var v watcherIDFields
+	err := json.Unmarshal(b, &v)
+	r.WatcherID = v.id()
+	return err
+}

@@ -649,3 +649,45 @@ func TestCodecForms(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestStartTimeout: a Start's timeout (Connect-Timeout-Ms) bounds the
+// process's life, as envd's does, even after its client left; a Start
+// without one leaves the process running.
+func TestStartTimeout(t *testing.T) {
+	h := newHarness(t)
+	start := func(timeout time.Duration) Uint32 {
+		t.Helper()
+		ctx := t.Context()
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		st, err := client[StartRequest, StartResponse](h.base, "/process.Process/Start").CallServerStream(ctx,
+			connect.NewRequest(&StartRequest{Process: &ProcessConfig{Cmd: "sleep", Args: []string{"300"}}, Stdin: ptr(false)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close() // the client leaves at once
+		if !st.Receive() || st.Msg().Event.Start == nil {
+			t.Fatalf("no start: %v", st.Err())
+		}
+		return st.Msg().Event.Start.PID
+	}
+	bounded, unbounded := start(300*time.Millisecond), start(0)
+	info, err := h.m.Process(t.Context(), "t", "box", int(bounded), true)
+	if err != nil || info.Exit == nil || info.Exit.Signal != "SIGKILL" {
+		t.Fatalf("the process past its timeout: %+v, %v", info, err)
+	}
+	if info.Exit.EndedAt.Sub(info.StartedAt) < 300*time.Millisecond {
+		t.Errorf("killed after %v, before its timeout", info.Exit.EndedAt.Sub(info.StartedAt))
+	}
+	if info, err := h.m.Process(t.Context(), "t", "box", int(unbounded), false); err != nil || !info.Running {
+		t.Errorf("the process without a timeout: %+v, %v", info, err)
+	}
+	for v, want := range map[string]time.Duration{"250": 250 * time.Millisecond, "0": 0, "-1": 0, "x": 0, "99999999999": 0} {
+		if got, _ := connectTimeout(http.Header{"Connect-Timeout-Ms": {v}}); got != want {
+			t.Errorf("Connect-Timeout-Ms %q: %v, want %v", v, got, want)
+		}
+	}
+}

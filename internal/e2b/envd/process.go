@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -116,6 +117,9 @@ func (s *service) start(ctx context.Context, req *connect.Request[StartRequest],
 	if err != nil {
 		return classify(err, s.log).connect()
 	}
+	if d, ok := connectTimeout(req.Header()); ok {
+		s.killAfter(t, info, d)
+	}
 	return s.follow(ctx, req.Header(), t, info, func(ev *ProcessEvent) error { return st.Send(&StartResponse{Event: ev}) })
 }
 
@@ -126,6 +130,43 @@ func (s *service) connect(ctx context.Context, req *connect.Request[ConnectReque
 		return err
 	}
 	return s.follow(ctx, req.Header(), t, info, func(ev *ProcessEvent) error { return st.Send(&ConnectResponse{Event: ev}) })
+}
+
+// connectTimeout reads the call's Connect-Timeout-Ms (none, or 0: no
+// timeout).
+func connectTimeout(h http.Header) (time.Duration, bool) {
+	v := h.Get("Connect-Timeout-Ms")
+	if v == "" || len(v) > 10 {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// killAfter kills a process d after its start, as envd does with a
+// Start's timeout: the timeout bounds the process's life, not only the
+// stream's (a client that leaves does not end the process; the timeout
+// does). The process is found again by pid and start time, so a later
+// process that reuses the pid is left alone.
+func (s *service) killAfter(t target.Target, p sandbox.ProcessInfo, d time.Duration) {
+	time.AfterFunc(d, func() {
+		procs, err := s.m.Processes(t.Tenant, t.SandboxID)
+		if err != nil {
+			return // the sandbox is gone, and the process with it
+		}
+		for _, q := range procs {
+			if q.PID != p.PID || !q.StartedAt.Equal(p.StartedAt) || !q.Running {
+				continue
+			}
+			err := s.m.Signal(context.Background(), t.Tenant, t.SandboxID, p.PID, syscall.SIGKILL)
+			if err != nil && !errors.Is(err, session.ErrEnded) && !errors.Is(err, session.ErrNotFound) {
+				s.log.Warn("envd: a process past its timeout could not be killed", "sandbox", t.SandboxID, "pid", p.PID, "err", err)
+			}
+		}
+	})
 }
 
 // follow sends a process's events, from the first buffered, until the

@@ -45,6 +45,8 @@ type Sessions interface {
 	Watch(ctx context.Context, tenant, id, dir string, recursive bool, fn func(sandbox.FileEvent)) (stop func() error, err error)
 }
 
+var _ Sessions = (*session.Manager)(nil)
+
 // Bounds of the services.
 const (
 	// maxMessage bounds a Connect request message (SendInput's data is

@@ -3,6 +3,7 @@ module github.com/corralhq/corral
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/BurntSushi/toml v1.6.0
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0

@@ -1,0 +1,333 @@
+package envd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// filesystem.Filesystem: the file calls of the live sandbox
+// (session.Manager), with its paths: absolute under /workspace or /tmp,
+// or relative to /workspace (the sandbox user's home).
+
+func (s *service) filesystemHandlers(opts []connect.HandlerOption) map[string]http.Handler {
+	const p = "/filesystem.Filesystem/"
+	return map[string]http.Handler{
+		p + "Stat":             connect.NewUnaryHandler(p+"Stat", s.stat, opts...),
+		p + "MakeDir":          connect.NewUnaryHandler(p+"MakeDir", s.makeDir, opts...),
+		p + "Move":             connect.NewUnaryHandler(p+"Move", s.move, opts...),
+		p + "ListDir":          connect.NewUnaryHandler(p+"ListDir", s.listDir, opts...),
+		p + "Remove":           connect.NewUnaryHandler(p+"Remove", s.remove, opts...),
+		p + "WatchDir":         connect.NewServerStreamHandler(p+"WatchDir", s.watchDir, opts...),
+		p + "CreateWatcher":    connect.NewUnaryHandler(p+"CreateWatcher", s.createWatcher, opts...),
+		p + "GetWatcherEvents": connect.NewUnaryHandler(p+"GetWatcherEvents", s.getWatcherEvents, opts...),
+		p + "RemoveWatcher":    connect.NewUnaryHandler(p+"RemoveWatcher", s.removeWatcher, opts...),
+	}
+}
+
+// entryInfo describes a file of the sandbox as envd does. Owner, group
+// and metadata are not known here and stay empty.
+func entryInfo(f sandbox.SandboxFile) *EntryInfo {
+	e := &EntryInfo{Name: f.Name, Path: f.Path, Size: Int64(f.Size), Mode: Uint32(f.Mode)}
+	mode := os.FileMode(f.Mode & 0o7777)
+	switch f.Type {
+	case "file":
+		e.Type = FileFile
+	case "dir":
+		e.Type, mode = FileDirectory, mode|os.ModeDir
+	case "symlink":
+		e.Type, mode = FileSymlink, mode|os.ModeSymlink
+	default:
+		mode |= os.ModeIrregular
+	}
+	e.Permissions = mode.String()
+	if !f.ModTime.IsZero() {
+		e.ModifiedTime = &Timestamp{f.ModTime}
+	}
+	if f.SymlinkTarget != "" {
+		st := f.SymlinkTarget
+		e.SymlinkTarget = &st
+	}
+	return e
+}
+
+func (s *service) stat(ctx context.Context, req *connect.Request[StatRequest]) (*connect.Response[StatResponse], error) {
+	t := tgt(ctx)
+	f, err := s.m.StatFile(ctx, t.Tenant, t.SandboxID, req.Msg.Path)
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	return connect.NewResponse(&StatResponse{Entry: entryInfo(f)}), nil
+}
+
+// makeDir makes a directory and those on the way to it; one already there
+// is already_exists (E2B's SDKs answer false for it).
+func (s *service) makeDir(ctx context.Context, req *connect.Request[MakeDirRequest]) (*connect.Response[MakeDirResponse], error) {
+	t := tgt(ctx)
+	f, err := s.m.MakeDir(ctx, t.Tenant, t.SandboxID, req.Msg.Path, false)
+	var re *agent.RemoteError
+	if errors.As(err, &re) && errors.Is(re, syscall.ENOENT) {
+		// A directory on the way is missing: make them all. One made
+		// meanwhile by another call is no error then.
+		f, err = s.m.MakeDir(ctx, t.Tenant, t.SandboxID, req.Msg.Path, true)
+	}
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	return connect.NewResponse(&MakeDirResponse{Entry: entryInfo(f)}), nil
+}
+
+func (s *service) move(ctx context.Context, req *connect.Request[MoveRequest]) (*connect.Response[MoveResponse], error) {
+	t := tgt(ctx)
+	f, err := s.m.Move(ctx, t.Tenant, t.SandboxID, req.Msg.Source, req.Msg.Destination)
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	return connect.NewResponse(&MoveResponse{Entry: entryInfo(f)}), nil
+}
+
+func (s *service) listDir(ctx context.Context, req *connect.Request[ListDirRequest]) (*connect.Response[ListDirResponse], error) {
+	t := tgt(ctx)
+	depth := int(req.Msg.Depth)
+	if depth == 0 {
+		depth = 1
+	}
+	files, err := s.m.ListFiles(ctx, t.Tenant, t.SandboxID, req.Msg.Path, depth)
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	out := &ListDirResponse{Entries: make([]EntryInfo, 0, len(files))}
+	for _, f := range files {
+		out.Entries = append(out.Entries, *entryInfo(f))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *service) remove(ctx context.Context, req *connect.Request[RemoveRequest]) (*connect.Response[RemoveResponse], error) {
+	t := tgt(ctx)
+	if err := s.m.RemoveFile(ctx, t.Tenant, t.SandboxID, req.Msg.Path); err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	return connect.NewResponse(&RemoveResponse{}), nil
+}
+
+// eventTypes maps the session's watch ops to envd's event types.
+var eventTypes = map[string]EventType{
+	agent.OpCreate: EventCreate, agent.OpWrite: EventWrite, agent.OpRemove: EventRemove,
+	agent.OpRename: EventRename, agent.OpChmod: EventChmod,
+}
+
+// fsEvent maps a change the session reports under root to envd's event
+// (its name is the path relative to the watched directory); nil for the
+// ops that describe the watch itself.
+func (s *service) fsEvent(ctx context.Context, t target.Target, root string, ev sandbox.FileEvent, withEntry bool) *FilesystemEvent {
+	typ, ok := eventTypes[ev.Op]
+	if !ok {
+		return nil
+	}
+	name, err := filepath.Rel(root, ev.Path)
+	if err != nil {
+		name = ev.Path
+	}
+	out := &FilesystemEvent{Name: name, Type: typ}
+	if withEntry && typ != EventRemove && typ != EventRename {
+		// What is there now; a file gone again by now has none.
+		if f, err := s.m.StatFile(ctx, t.Tenant, t.SandboxID, ev.Path); err == nil {
+			out.Entry = entryInfo(f)
+		}
+	}
+	return out
+}
+
+// watchDir streams the changes under a directory until the client goes,
+// its deadline passes, or the watch ends by itself (the directory went, or
+// the sandbox): then the stream ends.
+func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirRequest], st *connect.ServerStream[WatchDirResponse]) error {
+	t := tgt(ctx)
+	root, err := session.SandboxPath(req.Msg.Path)
+	if err != nil {
+		return classify(err, s.log).connect()
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan sandbox.FileEvent, 64)
+	stop, err := s.m.Watch(wctx, t.Tenant, t.SandboxID, root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
+		// The watch holds what waits here, up to a bound (then an
+		// overflow): blocking is allowed, until the stream ends.
+		select {
+		case events <- ev:
+		case <-wctx.Done():
+		}
+	})
+	if err != nil {
+		return classify(err, s.log).connect()
+	}
+	defer func() { _ = stop() }() // why a watch ended is no news to a client that left
+	if err := st.Send(&WatchDirResponse{Start: &WatchDirStart{}}); err != nil {
+		return err
+	}
+	every := s.keepaliveEvery(req.Header())
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case ev := <-events:
+			if ev.Op == agent.OpEnd {
+				return nil
+			}
+			fe := s.fsEvent(ctx, t, root, ev, req.Msg.IncludeEntry)
+			if fe == nil {
+				continue
+			}
+			if err := st.Send(&WatchDirResponse{Filesystem: fe}); err != nil {
+				return err
+			}
+			tick.Reset(every)
+		case <-tick.C:
+			if err := st.Send(&WatchDirResponse{Keepalive: &KeepAlive{}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Watchers made by CreateWatcher are polled with GetWatcherEvents (E2B's
+// synchronous Python SDK watches this way).
+const (
+	maxWatchers       = 32   // per sandbox
+	maxWatcherBacklog = 4096 // events a watcher holds for its poller
+	// endedWatcherKeep is how long a watcher that ended by itself keeps its
+	// last events for a poller.
+	endedWatcherKeep = time.Minute
+)
+
+type watcher struct {
+	t            target.Target
+	root         string
+	includeEntry bool
+	stop         func() error
+
+	mu     sync.Mutex
+	events []sandbox.FileEvent
+	lost   bool // events were dropped past the backlog
+	ended  bool
+}
+
+func (s *service) createWatcher(ctx context.Context, req *connect.Request[CreateWatcherRequest]) (*connect.Response[CreateWatcherResponse], error) {
+	t := tgt(ctx)
+	root, err := session.SandboxPath(req.Msg.Path)
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	s.mu.Lock()
+	n := 0
+	for _, w := range s.watchers {
+		if w.t == t {
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if n >= maxWatchers {
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("the sandbox has as many watchers as it may; remove one"))
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail
+	id := hex.EncodeToString(b[:])
+	w := &watcher{t: t, root: root, includeEntry: req.Msg.IncludeEntry}
+	// The watch outlives this call: it lasts until RemoveWatcher, or until
+	// it ends by itself (its directory goes, or the sandbox).
+	stop, err := s.m.Watch(context.WithoutCancel(ctx), t.Tenant, t.SandboxID, root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		switch {
+		case ev.Op == agent.OpEnd:
+			w.ended = true
+			time.AfterFunc(endedWatcherKeep, func() { s.dropWatcher(id) })
+		case len(w.events) >= maxWatcherBacklog:
+			w.lost = true
+		default:
+			w.events = append(w.events, ev)
+		}
+	})
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	w.stop = stop
+	s.mu.Lock()
+	s.watchers[id] = w
+	s.mu.Unlock()
+	return connect.NewResponse(&CreateWatcherResponse{WatcherID: id}), nil
+}
+
+// watcher returns t's watcher id (another sandbox's is not found).
+func (s *service) watcher(t target.Target, id string) (*watcher, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.watchers[id]
+	if !ok || w.t != t {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such watcher (a watcher whose directory or sandbox went is removed a minute later)"))
+	}
+	return w, nil
+}
+
+func (s *service) dropWatcher(id string) {
+	s.mu.Lock()
+	w := s.watchers[id]
+	delete(s.watchers, id)
+	s.mu.Unlock()
+	if w != nil {
+		_ = w.stop() // why it ended is no news: it is being removed
+	}
+}
+
+func (s *service) getWatcherEvents(ctx context.Context, req *connect.Request[GetWatcherEventsRequest]) (*connect.Response[GetWatcherEventsResponse], error) {
+	t := tgt(ctx)
+	w, err := s.watcher(t, req.Msg.WatcherID)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	evs, lost, ended := w.events, w.lost, w.ended
+	w.events, w.lost = nil, false
+	w.mu.Unlock()
+	if lost {
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New(
+			"the watcher held as many events as it may and dropped later ones; list the directory again"))
+	}
+	out := &GetWatcherEventsResponse{Events: []FilesystemEvent{}}
+	for _, ev := range evs {
+		if fe := s.fsEvent(ctx, t, w.root, ev, w.includeEntry); fe != nil {
+			out.Events = append(out.Events, *fe)
+		}
+	}
+	if ended && len(evs) == 0 {
+		s.dropWatcher(req.Msg.WatcherID)
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("the watch ended: its directory, or the sandbox, is gone"))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *service) removeWatcher(ctx context.Context, req *connect.Request[RemoveWatcherRequest]) (*connect.Response[RemoveWatcherResponse], error) {
+	t := tgt(ctx)
+	if _, err := s.watcher(t, req.Msg.WatcherID); err != nil {
+		return nil, err
+	}
+	s.dropWatcher(req.Msg.WatcherID)
+	return connect.NewResponse(&RemoveWatcherResponse{}), nil
+}

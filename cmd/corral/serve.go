@@ -23,6 +23,7 @@ import (
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/e2b"
+	"github.com/corralhq/corral/internal/e2b/envd"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/metrics"
@@ -211,11 +212,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	srv.SetFiles(sessions, blobHandler)
 	srv.SetCluster(cl)
 	srv.SetStats(st)
-	// E2B's API beside /v1. The in-sandbox services (Envd, Interp) are
-	// wired here when their packages land; until then their traffic
-	// answers 502.
+	// E2B's API beside /v1, with the in-sandbox services its SDKs speak.
 	srv.SetExtension(e2b.New(e2b.Config{Sessions: sessions, Keys: auth, Node: srv, Domain: cfg.E2B.Domain,
-		Log: log.With("component", "e2b")}))
+		Envd: envd.New(sessions, log.With("component", "e2b-envd")),
+		Log:  log.With("component", "e2b")}))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

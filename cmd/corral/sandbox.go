@@ -245,7 +245,23 @@ func cmdSandboxList(args []string) int {
 }
 
 func cmdSandboxKill(args []string) int {
-	fs, cf := sandboxFlags("kill", "[flags] ID...", "Ends live sandboxes: their processes and files go.")
+	return forEachSandbox(args, "kill", "Ends live sandboxes: their processes and files go.", false,
+		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error) {
+			return nil, "killed", sb.Kill(ctx)
+		})
+}
+
+// forEachSandbox runs a command that acts on each sandbox id it is given,
+// one after another; act says what it did (and, with --json where
+// withJSON, the sandbox's description is printed instead). The exit status
+// is the worst of the calls'.
+func forEachSandbox(args []string, name, about string, withJSON bool,
+	act func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error)) int {
+	fs, cf := sandboxFlags(name, "[flags] ID...", about)
+	jsonOut := new(bool)
+	if withJSON {
+		fs.BoolVar(jsonOut, "json", false, "print each sandbox's description as JSON")
+	}
 	if code, ok := parseSandbox(fs, args); !ok {
 		return code
 	}
@@ -258,11 +274,15 @@ func cmdSandboxKill(args []string) int {
 	client := cf.client()
 	status := 0
 	for _, id := range fs.Args() {
-		if err := client.Sandbox(id).Kill(ctx); err != nil {
-			status = max(status, callFailed("sandbox kill", err))
-			continue
+		info, said, err := act(ctx, client.Sandbox(id))
+		switch {
+		case err != nil:
+			status = max(status, callFailed("sandbox "+name, err))
+		case *jsonOut:
+			status = max(status, printJSON(os.Stdout, info))
+		default:
+			fmt.Printf("%s: %s\n", id, said)
 		}
-		fmt.Printf("%s: killed\n", id)
 	}
 	return status
 }
@@ -297,72 +317,40 @@ func cmdSandboxTimeout(args []string) int {
 }
 
 func cmdSandboxPause(args []string) int {
-	fs, cf := sandboxFlags("pause", "[flags] ID...",
+	return forEachSandbox(args, "pause",
 		"Pauses live sandboxes: their files are kept, and on gVisor their memory too (their\n"+
 			"processes and code contexts go on after resume); on runc their processes end. A\n"+
-			"paused sandbox's timeout stops until `corral sandbox resume`.")
-	jsonOut := fs.Bool("json", false, "print each sandbox's description as JSON")
-	if code, ok := parseSandbox(fs, args); !ok {
-		return code
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return 4
-	}
-	ctx, stop := interruptible()
-	defer stop()
-	client := cf.client()
-	status := 0
-	for _, id := range fs.Args() {
-		info, err := client.Sandbox(id).Pause(ctx)
-		switch {
-		case err != nil:
-			status = max(status, callFailed("sandbox pause", err))
-		case *jsonOut:
-			status = max(status, printJSON(os.Stdout, info))
-		case info.Pause != nil && info.Pause.Memory:
-			fmt.Printf("%s: paused with its memory (%.1f MiB) in %d ms\n", id, float64(info.Pause.ImageBytes)/(1<<20), info.Pause.DurationMS)
-		default:
-			fmt.Printf("%s: paused with its files only; its processes ended\n", id)
-		}
-	}
-	return status
+			"paused sandbox's timeout stops until `corral sandbox resume`.", true,
+		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error) {
+			info, err := sb.Pause(ctx)
+			switch {
+			case err != nil:
+				return nil, "", err
+			case info.Pause != nil && info.Pause.Memory:
+				return info, fmt.Sprintf("paused with its memory (%.1f MiB) in %d ms", float64(info.Pause.ImageBytes)/(1<<20), info.Pause.DurationMS), nil
+			}
+			return info, "paused with its files only; its processes ended", nil
+		})
 }
 
 func cmdSandboxResume(args []string) int {
-	fs, cf := sandboxFlags("resume", "[flags] ID...",
-		"Resumes paused sandboxes, each with its whole timeout again, and says what was kept.")
-	jsonOut := fs.Bool("json", false, "print each sandbox's description as JSON")
-	if code, ok := parseSandbox(fs, args); !ok {
-		return code
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return 4
-	}
-	ctx, stop := interruptible()
-	defer stop()
-	client := cf.client()
-	status := 0
-	for _, id := range fs.Args() {
-		info, err := client.Sandbox(id).Resume(ctx)
-		switch {
-		case err != nil:
-			status = max(status, callFailed("sandbox resume", err))
-		case *jsonOut:
-			status = max(status, printJSON(os.Stdout, info))
-		case info.Resume != nil && info.Resume.Memory:
-			fmt.Printf("%s: resumed with its memory in %d ms: %d processes and %d contexts go on\n",
-				id, info.Resume.DurationMS, info.Resume.Processes, info.Resume.Contexts)
-		default:
+	return forEachSandbox(args, "resume",
+		"Resumes paused sandboxes, each with its whole timeout again, and says what was kept.", true,
+		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error) {
+			info, err := sb.Resume(ctx)
+			switch {
+			case err != nil:
+				return nil, "", err
+			case info.Resume != nil && info.Resume.Memory:
+				return info, fmt.Sprintf("resumed with its memory in %d ms: %d processes and %d contexts go on",
+					info.Resume.DurationMS, info.Resume.Processes, info.Resume.Contexts), nil
+			}
 			lost := 0
 			if info.Resume != nil {
 				lost = info.Resume.ProcessesLost
 			}
-			fmt.Printf("%s: resumed with its files only; lost %d process(es) and its code contexts\n", id, lost)
-		}
-	}
-	return status
+			return info, fmt.Sprintf("resumed with its files only; lost %d process(es) and its code contexts", lost), nil
+		})
 }
 
 func cmdSandboxExec(args []string) int {

@@ -69,6 +69,8 @@ func newUnit(t *testing.T) *unit {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
 			r = r.WithContext(target.With(r.Context(), target.Target{Tenant: r.Header.Get("Test-Tenant"), SandboxID: id}))
+		} else if id := r.URL.Query().Get("sandbox"); id != "" {
+			r = r.WithContext(target.With(r.Context(), target.Target{Tenant: "t", SandboxID: id}))
 		}
 		routes.ServeHTTP(w, r)
 	}))
@@ -314,6 +316,47 @@ func TestContexts(t *testing.T) {
 	}
 	if got := mainText(u.execute(code("2 + 2"))); got != "4" {
 		t.Errorf("2 + 2 = %v", got)
+	}
+}
+
+// TestDefaultShared: cells arriving together at a sandbox with no
+// default context yet share one.
+func TestDefaultShared(t *testing.T) {
+	u := newUnit(t)
+	const n = 4
+	done := make(chan string, n)
+	for range n {
+		go func() {
+			// Not u.execute: a test may fail only from its own goroutine.
+			resp, err := http.Post(u.srv.URL+"/execute?sandbox=box", "application/json", strings.NewReader(code("import os; os.getpid()")))
+			if err != nil {
+				done <- "error: " + err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			done <- string(b)
+		}()
+	}
+	pids := map[any]bool{}
+	for range n {
+		body := <-done
+		var lines []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(body), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("a concurrent cell's answer %q", body)
+			}
+			lines = append(lines, m)
+		}
+		pids[mainText(lines)] = true
+	}
+	var list []contextInfo
+	if err := json.NewDecoder(u.do("GET", "/contexts", "").Body).Decode(&list); err != nil || len(list) != 1 {
+		t.Fatalf("contexts %+v, %v; want one default", list, err)
+	}
+	if len(pids) != 1 {
+		t.Errorf("the cells ran in processes %v, want one", pids)
 	}
 }
 

@@ -15,7 +15,9 @@
 #                            foreground and mmdebstrap
 #   deps.sh test             everything the suite needs (the default): the
 #                            above in the foreground, PostgreSQL, Redis,
-#                            Chromium, mmdebstrap, bubblewrap, the S3 server
+#                            Chromium, mmdebstrap, bubblewrap, the S3 server,
+#                            node and the pinned npm packages of test/e2b and
+#                            examples/e2b-js (scripts/npm-deps.sh)
 set -euo pipefail
 
 RUNC_VERSION=1.5.3
@@ -191,7 +193,10 @@ test)
 	apt_install "${test_pkgs[@]}"
 	# npm vendors registry packages into the node image (images/node.toml); a
 	# NodeSource nodejs ships its own, Debian's comes as a separate package.
+	command -v node >/dev/null || apt_install nodejs
 	command -v npm >/dev/null || apt_install npm
+	# The stock E2B SDKs, pinned, for test/e2b and examples/e2b-js.
+	CORRAL_CACHE=$CACHE "$(dirname "$0")/npm-deps.sh"
 	with_lock runsc build_runsc
 	with_lock versitygw build_versitygw
 	log "ok: runc $RUNC_VERSION, runsc $RUNSC_VERSION, versitygw $VERSITYGW_VERSION in $PREFIX/bin"

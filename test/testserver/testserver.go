@@ -30,6 +30,11 @@ const (
 	BetaKey     = "beta-key-0123456789"
 	AlphaSecret = "alpha-callback-secret"
 	BetaSecret  = "beta-callback-secret"
+	// AlphaE2BKey and BetaE2BKey are second keys of the same tenants in
+	// the shape E2B's SDKs expect (e2b_ and 40 hex digits), for the stock
+	// SDKs (test/e2b).
+	AlphaE2BKey = "e2b_a1fa0000000000000000000000000000000000a1"
+	BetaE2BKey  = "e2b_be7a0000000000000000000000000000000000be"
 )
 
 // Options tune a server.
@@ -100,18 +105,18 @@ format = "text"
 
 [[tenants]]
 name = "alpha"
-api_key_sha256 = [%q]
+api_key_sha256 = [%q, %q]
 callback_secret = %q
 
 [[tenants]]
 name = "beta"
-api_key_sha256 = [%q]
+api_key_sha256 = [%q, %q]
 callback_secret = %q
 
 [callbacks]
 allow_private = true
 base_delay = "300ms"
-`, api.HashKey(AlphaKey), AlphaSecret, api.HashKey(BetaKey), BetaSecret) + o.Config
+`, api.HashKey(AlphaKey), api.HashKey(AlphaE2BKey), AlphaSecret, api.HashKey(BetaKey), api.HashKey(BetaE2BKey), BetaSecret) + o.Config
 	if o.NoPool {
 		cfg += "\n[pool]\nwarm = []\n"
 	}

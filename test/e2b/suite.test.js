@@ -1,0 +1,327 @@
+// The stock E2B SDKs (e2b, @e2b/code-interpreter, pinned in package.json),
+// unmodified, against a real corral serve. The SDKs are configured by the
+// environment alone, as a user would: E2B_API_URL, E2B_SANDBOX_URL and
+// E2B_API_KEY. The suite also reads CORRAL_E2B_KEY_OTHER (a key of another
+// tenant), CORRAL_E2B_TEMPLATE (the template its sandboxes are made from;
+// code-interpreter-v1 if unset) and CORRAL_E2B_TIER (the tier the server
+// puts E2B sandboxes on, checked if set). e2b_test.go starts the server and runs it:
+//   node --test test/e2b/suite.test.js
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { Sandbox } from '@e2b/code-interpreter'
+import { CommandExitError, NotFoundError, SandboxError, TimeoutError, Sandbox as BaseSandbox } from 'e2b'
+
+const env = (name) => {
+  const v = process.env[name]
+  if (!v) throw new Error(`${name} is not set`)
+  return v
+}
+const sandboxURL = env('E2B_SANDBOX_URL')
+const apiURL = env('E2B_API_URL')
+const otherKey = env('CORRAL_E2B_KEY_OTHER')
+const template = process.env.CORRAL_E2B_TEMPLATE || 'code-interpreter-v1'
+// Tags this run's sandboxes, for the listing by metadata.
+const run = `run-${process.pid}-${Date.now()}`
+
+// until polls cond (an async predicate) until it holds, for at most ms.
+async function until(what, cond, ms = 20_000) {
+  const deadline = Date.now() + ms
+  for (;;) {
+    if (await cond()) return
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+let sbx
+before(async () => {
+  sbx = await Sandbox.create(template, { timeoutMs: 600_000, metadata: { suite: run, role: 'main' } })
+})
+after(async () => {
+  await sbx?.kill()
+})
+
+test('the sandbox is on the tier the server makes E2B sandboxes on', async (t) => {
+  const tier = process.env.CORRAL_E2B_TIER
+  if (!tier) return t.skip('CORRAL_E2B_TIER is not set')
+  // runc's sandbox shares the host's kernel; gVisor's is its own.
+  const host = readFileSync('/proc/version', 'utf8')
+  const r = await sbx.commands.run('cat /proc/version')
+  assert.equal(r.stdout === host, tier === 'container', `sandbox: ${r.stdout}host: ${host}`)
+})
+
+test('runCode keeps state between cells', async () => {
+  const first = await sbx.runCode('x = 1')
+  assert.equal(first.error, undefined)
+  const ex = await sbx.runCode('x + 1')
+  assert.equal(ex.text, '2')
+  assert.equal(ex.error, undefined)
+  assert.ok(ex.executionCount >= 2, `executionCount ${ex.executionCount}`)
+})
+
+test('runCode streams stdout and stderr to the callbacks and the logs', async () => {
+  const out = []
+  const err = []
+  const ex = await sbx.runCode("import sys\nprint('hello')\nprint('oops', file=sys.stderr)", {
+    onStdout: (m) => out.push(m.line),
+    onStderr: (m) => err.push(m.line),
+  })
+  assert.deepEqual(out, ['hello\n'])
+  assert.deepEqual(err, ['oops\n'])
+  assert.deepEqual(ex.logs.stdout, ['hello\n'])
+  assert.deepEqual(ex.logs.stderr, ['oops\n'])
+})
+
+test('a DataFrame gives html', async () => {
+  const ex = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+  assert.equal(ex.error, undefined)
+  const main = ex.results.find((r) => r.isMainResult)
+  assert.ok(main, 'no main result')
+  assert.match(main.html, /<table/)
+  assert.match(main.text, /a\s+b/)
+  assert.ok(main.formats().includes('html'))
+})
+
+test('a matplotlib figure gives png', async () => {
+  const ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()')
+  assert.equal(ex.error, undefined)
+  const fig = ex.results.find((r) => r.png)
+  assert.ok(fig, `no png among ${JSON.stringify(ex.results.map((r) => r.formats()))}`)
+  const png = Buffer.from(fig.png, 'base64')
+  assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
+})
+
+test('an exception gives error name, value and traceback', async () => {
+  const ex = await sbx.runCode('def f():\n    return 1 / 0\nf()')
+  assert.ok(ex.error, 'no error')
+  assert.equal(ex.error.name, 'ZeroDivisionError')
+  assert.equal(ex.error.value, 'division by zero')
+  assert.equal(typeof ex.error.traceback, 'string')
+  assert.match(ex.error.traceback, /ZeroDivisionError/)
+  assert.match(ex.error.traceback, /1 \/ 0/)
+  assert.equal(ex.text, undefined)
+})
+
+test('code contexts: apart, restarted, removed', async () => {
+  const ctx = await sbx.createCodeContext({ language: 'python' })
+  assert.equal(ctx.language, 'python')
+  assert.ok(ctx.id)
+  await sbx.runCode('y = 5', { context: ctx })
+  assert.equal((await sbx.runCode('y * 2', { context: ctx })).text, '10')
+  assert.equal((await sbx.runCode('y')).error?.name, 'NameError', 'the default context sees y')
+  const list = await sbx.listCodeContexts()
+  assert.ok(list.some((c) => c.id === ctx.id), `list ${JSON.stringify(list)}`)
+  await sbx.restartCodeContext(ctx)
+  assert.equal((await sbx.runCode('y', { context: ctx })).error?.name, 'NameError', 'y survived a restart')
+  await sbx.removeCodeContext(ctx.id)
+  await assert.rejects(sbx.runCode('1', { context: ctx }), NotFoundError)
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+})
+
+test('runCode in bash; javascript needs an image with node', async () => {
+  const sh = await sbx.runCode('cd /tmp && v=7', { language: 'bash' })
+  assert.equal(sh.error, undefined)
+  // The bash context keeps its directory and variables.
+  const again = await sbx.runCode('echo "$v in $PWD"', { language: 'bash' })
+  assert.deepEqual(again.logs.stdout, ['7 in /tmp\n'])
+  // The code interpreter's templates are python sandboxes: no node.
+  await assert.rejects(sbx.runCode('1 + 1', { language: 'javascript' }), (e) =>
+    e instanceof SandboxError && !(e instanceof NotFoundError) && /^400 /.test(e.message))
+})
+
+test('runCode past its timeoutMs throws TimeoutError; the context goes on', async () => {
+  await assert.rejects(sbx.runCode('import time\ntime.sleep(60)', { timeoutMs: 1500 }), TimeoutError)
+  // The cell was interrupted when the SDK hung up: the next runs at once.
+  const ex = await sbx.runCode('x + 1', { timeoutMs: 30_000 })
+  assert.equal(ex.text, '2')
+})
+
+test('commands.run gives stdout, stderr and the exit code', async () => {
+  const r = await sbx.commands.run('echo out; echo err >&2')
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'out\n')
+  assert.equal(r.stderr, 'err\n')
+  const e = await sbx.commands.run('pwd; echo "$FOO"', { cwd: '/tmp', envs: { FOO: 'bar' } })
+  assert.equal(e.stdout, '/tmp\nbar\n')
+})
+
+test('commands.run throws CommandExitError on a non-zero exit', async () => {
+  await assert.rejects(sbx.commands.run('echo partial; exit 3'), (err) => {
+    assert.ok(err instanceof CommandExitError, `${err}`)
+    assert.equal(err.exitCode, 3)
+    assert.equal(err.stdout, 'partial\n')
+    return true
+  })
+})
+
+test('commands.run in the background, listed, then killed', async () => {
+  const h = await sbx.commands.run('sleep 600', { background: true })
+  assert.ok(h.pid > 0)
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid), 'not listed')
+  assert.equal(await h.kill(), true)
+  await assert.rejects(h.wait(), CommandExitError)
+  await until('the killed command to leave the list', async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid))
+})
+
+const dir = '/workspace/e2b-suite'
+
+test('files: text and binary round-trip, list, exists, getInfo, rename, remove', async () => {
+  assert.equal(await sbx.files.makeDir(dir), true)
+  assert.equal(await sbx.files.makeDir(dir), false, 'makeDir of an existing directory')
+  const info = await sbx.files.write(`${dir}/a.txt`, 'hello e2b\n')
+  assert.equal(info.path, `${dir}/a.txt`)
+  assert.equal(await sbx.files.read(`${dir}/a.txt`), 'hello e2b\n')
+
+  const bytes = new Uint8Array(256 * 4)
+  for (let i = 0; i < bytes.length; i++) bytes[i] = i % 256
+  await sbx.files.write(`${dir}/b.bin`, bytes.buffer)
+  const back = await sbx.files.read(`${dir}/b.bin`, { format: 'bytes' })
+  assert.deepEqual(Buffer.from(back), Buffer.from(bytes))
+
+  const names = (await sbx.files.list(dir)).map((e) => e.name).sort()
+  assert.deepEqual(names, ['a.txt', 'b.bin'])
+  assert.equal(await sbx.files.exists(`${dir}/a.txt`), true)
+  assert.equal(await sbx.files.exists(`${dir}/none`), false)
+  const st = await sbx.files.getInfo(`${dir}/b.bin`)
+  assert.equal(st.type, 'file')
+  assert.equal(st.size, bytes.length)
+  assert.equal((await sbx.files.getInfo(dir)).type, 'dir')
+
+  const moved = await sbx.files.rename(`${dir}/a.txt`, `${dir}/c.txt`)
+  assert.equal(moved.path, `${dir}/c.txt`)
+  assert.equal(await sbx.files.exists(`${dir}/a.txt`), false)
+  assert.equal(await sbx.files.read(`${dir}/c.txt`), 'hello e2b\n')
+  await sbx.files.remove(`${dir}/c.txt`)
+  assert.equal(await sbx.files.exists(`${dir}/c.txt`), false)
+  await assert.rejects(sbx.files.read(`${dir}/c.txt`), NotFoundError)
+  // What runCode and commands see is the same file system.
+  assert.equal((await sbx.runCode(`len(open('${dir}/b.bin', 'rb').read())`)).text, String(bytes.length))
+})
+
+test('watchDir sees a write', async () => {
+  const wdir = `${dir}/watched`
+  await sbx.files.makeDir(wdir)
+  const events = []
+  const h = await sbx.files.watchDir(wdir, (ev) => events.push(ev))
+  try {
+    await sbx.files.write(`${wdir}/w.txt`, 'watched')
+    await until('a watch event for w.txt', async () => events.some((e) => e.name === 'w.txt'))
+  } finally {
+    await h.stop()
+  }
+})
+
+test('Sandbox.connect from a second client sees the same files and context', async () => {
+  await sbx.files.write(`${dir}/shared.txt`, 'shared')
+  const second = await Sandbox.connect(sbx.sandboxId)
+  assert.equal(second.sandboxId, sbx.sandboxId)
+  assert.equal(await second.files.read(`${dir}/shared.txt`), 'shared')
+  assert.equal((await second.runCode('x + 1')).text, '2')
+  assert.equal(await second.isRunning(), true)
+})
+
+test('Sandbox.list filters by metadata', async () => {
+  const mine = await BaseSandbox.list({ query: { metadata: { suite: run } } }).nextItems()
+  assert.deepEqual(mine.map((s) => s.sandboxId), [sbx.sandboxId])
+  assert.equal(mine[0].metadata.role, 'main')
+  const none = await BaseSandbox.list({ query: { metadata: { suite: `${run}-none` } } }).nextItems()
+  assert.deepEqual(none, [])
+})
+
+test("another tenant's key finds no sandbox (404)", async () => {
+  await assert.rejects(Sandbox.connect(sbx.sandboxId, { apiKey: otherKey }), NotFoundError)
+  await assert.rejects(BaseSandbox.getInfo(sbx.sandboxId, { apiKey: otherKey }), NotFoundError)
+  assert.equal(await BaseSandbox.kill(sbx.sandboxId, { apiKey: otherKey }), false)
+  const res = await fetch(`${apiURL}/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-Key': otherKey } })
+  assert.equal(res.status, 404)
+  assert.deepEqual(Object.keys(await res.json()).sort(), ['code', 'message'])
+  const other = await BaseSandbox.list({ apiKey: otherKey, query: { metadata: { suite: run } } }).nextItems()
+  assert.deepEqual(other, [])
+  // The sandbox is untouched.
+  assert.equal((await sbx.runCode('x + 1')).text, '2')
+})
+
+// sandboxFetch calls a sandbox's port through E2B_SANDBOX_URL with the
+// headers the SDK sends, the access token as given.
+function sandboxFetch(path, port, token, init = {}) {
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(port), ...(init.headers || {}) }
+  if (token !== undefined) headers['X-Access-Token'] = token
+  return fetch(`${sandboxURL}${path}`, { ...init, headers })
+}
+
+test('a wrong or missing access token is refused', async () => {
+  const body = JSON.stringify({ code: '1 + 1' })
+  const h = { 'Content-Type': 'application/json' }
+  const missing = await sandboxFetch('/execute', 49999, undefined, { method: 'POST', body, headers: h })
+  assert.equal(missing.status, 401)
+  const wrong = await sandboxFetch('/execute', 49999, `${sbx.envdAccessToken}x`, { method: 'POST', body, headers: h })
+  assert.ok(wrong.status >= 400, `a wrong token got ${wrong.status}`)
+  // A wrong token is answered as a sandbox that does not exist: it
+  // reveals nothing of the sandbox.
+  const tenant = sbx.envdAccessToken.split('.')[0]
+  const nosuch = await fetch(`${sandboxURL}/execute`, {
+    method: 'POST',
+    body,
+    headers: { ...h, 'E2b-Sandbox-Id': 'i' + '0'.repeat(19), 'E2b-Sandbox-Port': '49999', 'X-Access-Token': `${tenant}.${'0'.repeat(64)}` },
+  })
+  assert.equal(wrong.status, nosuch.status)
+  const envd = await sandboxFetch('/files?path=/etc/hostname', 49983, `${tenant}.${'0'.repeat(64)}`)
+  assert.equal(envd.status, nosuch.status)
+  // The SDK with a wrong token gets an error, never the sandbox.
+  const forged = new Sandbox({ sandboxId: sbx.sandboxId, envdAccessToken: `${tenant}.wrong`, envdVersion: '0.5.7' })
+  await assert.rejects(forged.runCode('1'))
+  await assert.rejects(forged.files.read('/etc/hostname'))
+})
+
+test('a malformed Connect frame gets a Connect error', async () => {
+  const token = sbx.envdAccessToken
+  const unary = await sandboxFetch('/filesystem.Filesystem/Stat', 49983, token, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'Connect-Protocol-Version': '1' },
+    body: '{"path": ',
+  })
+  assert.ok(unary.status >= 400 && unary.status < 500, `unary status ${unary.status}`)
+  const ue = await unary.json()
+  assert.equal(typeof ue.code, 'string', JSON.stringify(ue))
+  // A stream whose envelope claims 1000 bytes and carries 3.
+  const frame = Buffer.from([0, 0, 0, 0x03, 0xe8, 0x7b, 0x7d, 0x7d])
+  const stream = await sandboxFetch('/process.Process/Start', 49983, token, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' },
+    body: frame,
+  })
+  const raw = Buffer.from(await stream.arrayBuffer())
+  if (stream.status === 200) {
+    // The error is in the end-of-stream envelope (flags 0x02).
+    assert.ok(raw.length >= 5 && raw[0] & 0x02, `stream answer ${raw.toString('hex')}`)
+    const end = JSON.parse(raw.subarray(5, 5 + raw.readUInt32BE(1)).toString())
+    assert.equal(typeof end.error?.code, 'string', JSON.stringify(end))
+  } else {
+    assert.ok(stream.status >= 400 && stream.status < 500, `stream status ${stream.status}`)
+    assert.equal(typeof JSON.parse(raw.toString()).code, 'string')
+  }
+  // The sandbox and the server are fine.
+  assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n')
+})
+
+test('setTimeout extends; an expired sandbox is gone', async () => {
+  const s = await Sandbox.create(template, { timeoutMs: 20_000, metadata: { suite: run, role: 'timeout' } })
+  const before = (await s.getInfo()).endAt
+  await s.setTimeout(120_000)
+  const after = (await s.getInfo()).endAt
+  assert.ok(after.getTime() - before.getTime() > 60_000, `endAt ${before.toISOString()} -> ${after.toISOString()}`)
+  await s.setTimeout(2_000)
+  await until('the sandbox to expire', async () => !(await s.isRunning()), 30_000)
+  await assert.rejects(Sandbox.connect(s.sandboxId), NotFoundError)
+  await assert.rejects(s.runCode('1'))
+})
+
+test('kill', async () => {
+  const s = await Sandbox.create(template, { timeoutMs: 120_000, metadata: { suite: run, role: 'kill' } })
+  assert.equal((await s.commands.run('echo up')).stdout, 'up\n')
+  assert.equal(await s.kill(), true)
+  assert.equal(await s.isRunning(), false)
+  assert.equal(await BaseSandbox.kill(s.sandboxId), false)
+  await assert.rejects(BaseSandbox.getInfo(s.sandboxId), NotFoundError)
+})

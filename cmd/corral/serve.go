@@ -24,6 +24,7 @@ import (
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/e2b"
 	"github.com/corralhq/corral/internal/e2b/envd"
+	"github.com/corralhq/corral/internal/e2b/interp"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/metrics"
@@ -39,6 +40,7 @@ import (
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/postgres"
 	"github.com/corralhq/corral/internal/store/sqlite"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // cmdServe runs the HTTP API and this node's share of the work.
@@ -214,8 +216,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	srv.SetStats(st)
 	// E2B's API beside /v1, with the in-sandbox services its SDKs speak.
 	srv.SetExtension(e2b.New(e2b.Config{Sessions: sessions, Keys: auth, Node: srv, Domain: cfg.E2B.Domain,
-		Envd: envd.New(sessions, log.With("component", "e2b-envd")),
-		Log:  log.With("component", "e2b")}))
+		Tier:   sandbox.Isolation(cfg.E2B.Tier),
+		Envd:   envd.New(sessions, log.With("component", "e2b-envd")),
+		Interp: interp.New(sessions, log.With("component", "e2b-interp")),
+		Log:    log.With("component", "e2b")}))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

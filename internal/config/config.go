@@ -230,6 +230,10 @@ type Config struct {
 		// (the wildcard DNS and TLS in front are the operator's) and is
 		// answered as the sandboxes' domain.
 		Domain string `toml:"domain"`
+		// Tier is the tier of every sandbox made through the E2B API
+		// (auto, container or gvisor; default auto): E2B's SDKs have no
+		// way to ask for one.
+		Tier string `toml:"tier"`
 	} `toml:"e2b"`
 
 	// Inputs bounds files[] downloads.
@@ -416,6 +420,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Sessions.DiskMB < 16 || c.Sessions.DiskMB > c.Sessions.MaxDiskMB {
 		bad("sessions.disk_mb must be between 16 and sessions.max_disk_mb")
+	}
+	switch c.E2B.Tier {
+	case "", "auto", "container", "gvisor":
+	default:
+		bad("e2b.tier %q: auto, container or gvisor", c.E2B.Tier)
 	}
 	if d := c.E2B.Domain; d != "" && !dnsName.MatchString(d) {
 		bad("e2b.domain %q: a DNS name such as sandboxes.example.com", d)

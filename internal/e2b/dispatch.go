@@ -87,6 +87,10 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 	notFound := func() { target.WriteError(w, gone, fmt.Sprintf("sandbox '%s' not found", id)) }
 	token := r.Header.Get("X-Access-Token")
 	if token == "" {
+		// The code interpreter's context calls send only this one.
+		token = r.Header.Get("E2B-Traffic-Access-Token")
+	}
+	if token == "" {
 		target.WriteError(w, http.StatusUnauthorized, "send the sandbox's access token (envdAccessToken) as X-Access-Token")
 		return
 	}

@@ -82,6 +82,9 @@ type Config struct {
 	// Domain, if set, turns on the host form of sandbox traffic
 	// ({port}-{id}.{Domain}) and is answered as the sandboxes' domain.
 	Domain string
+	// Tier is the tier of the sandboxes made here ("" or auto: routed by
+	// risk); the SDKs cannot ask for one.
+	Tier sandbox.Isolation
 	// EnvdVersion is answered for every sandbox (DefaultEnvdVersion if
 	// empty).
 	EnvdVersion string

@@ -458,6 +458,17 @@ func TestTraffic(t *testing.T) {
 	check("interp", code, body, "interp", a.SandboxID, "alpha")
 	code, body = send(b.SandboxID, "49983", b.EnvdAccessToken)
 	check("beta's envd", code, body, "envd", b.SandboxID, "beta")
+	// The code interpreter's context calls carry the token only as
+	// E2B-Traffic-Access-Token, which create answers as trafficAccessToken.
+	if a.TrafficAccessToken != a.EnvdAccessToken {
+		t.Errorf("trafficAccessToken %q, want the access token %q", a.TrafficAccessToken, a.EnvdAccessToken)
+	}
+	code, body, _ = u.do("POST", "/process.Process/Start", `{}`, "E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", "49999",
+		"E2B-Traffic-Access-Token", a.TrafficAccessToken)
+	check("interp by the traffic token", code, body, "interp", a.SandboxID, "alpha")
+	code, body, _ = u.do("POST", "/process.Process/Start", `{}`, "E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", "49999",
+		"E2B-Traffic-Access-Token", "alpha."+strings.Repeat("1", 64))
+	e2bError(t, "a wrong traffic token", code, body, http.StatusUnauthorized)
 	// The host form, an API key beside it changing nothing.
 	code, body, _ = u.do("POST", "/process.Process/Start", `{}`, "Host", "49999-"+a.SandboxID+".sb.example.test:443",
 		"X-Access-Token", a.EnvdAccessToken)
@@ -560,5 +571,24 @@ func TestIDs(t *testing.T) {
 	}
 	if tokenMatches("", "") || tokenMatches("a", "") || !tokenMatches("a.b", "a.b") || tokenMatches("a.b", "a.c") {
 		t.Error("tokenMatches")
+	}
+}
+
+// TestTemplates: base runs the default python image, the code-interpreter
+// templates the python image, any other name that image.
+func TestTemplates(t *testing.T) {
+	for _, c := range []struct {
+		template        string
+		language, image string
+	}{
+		{"base", "python", ""},
+		{"code-interpreter", "python", "python"},
+		{"code-interpreter-v1", "python", "python"},
+		{"node", "", "node"},
+	} {
+		r := templateRequest(c.template)
+		if r.Language != c.language || r.Image != c.image {
+			t.Errorf("template %s: language %q image %q, want %q %q", c.template, r.Language, r.Image, c.language, c.image)
+		}
 	}
 }

@@ -46,14 +46,21 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// templateRequest maps an E2B template to the sandbox it makes: base and
-// code-interpreter(-v1) to the python image (the code interpreter's
-// contexts are python's), any other name to the Corral image of that
-// name (an unknown one is refused by the engine).
+// templateRequest maps an E2B template to the sandbox it makes: base to
+// a python sandbox on the server's default python image (its warm pool
+// serves it); code-interpreter(-v1) to the python image (pandas,
+// matplotlib: what its users run; `corral image build python` makes it);
+// any other name to the Corral image of that name (an unknown one is
+// refused by the engine).
 func templateRequest(template string) sandbox.CreateSandboxRequest {
 	switch template {
-	case "base", "code-interpreter", "code-interpreter-v1":
+	case "base":
 		return sandbox.CreateSandboxRequest{Language: "python"}
+	case "code-interpreter", "code-interpreter-v1":
+		return sandbox.CreateSandboxRequest{Language: "python", Image: codeInterpreterImage}
 	}
 	return sandbox.CreateSandboxRequest{Image: template}
 }
+
+// codeInterpreterImage is the image of the code-interpreter templates.
+const codeInterpreterImage = "python"

@@ -46,12 +46,16 @@ type timeoutBody struct {
 
 // created is the answer of create, connect and resume (E2B's Sandbox).
 type created struct {
-	SandboxID       string  `json:"sandboxID"`
-	TemplateID      string  `json:"templateID"`
-	ClientID        string  `json:"clientID"`
-	EnvdVersion     string  `json:"envdVersion"`
-	EnvdAccessToken string  `json:"envdAccessToken"`
-	Domain          *string `json:"domain"`
+	SandboxID       string `json:"sandboxID"`
+	TemplateID      string `json:"templateID"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+	// TrafficAccessToken is the same token: the code interpreter's SDK
+	// sends it (as E2B-Traffic-Access-Token), not envdAccessToken, on its
+	// context calls.
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
 }
 
 // listed is a sandbox in a list (E2B's ListedSandbox).
@@ -199,7 +203,7 @@ func (s *Server) domain() *string {
 
 func (s *Server) created(info sandbox.SandboxInfo, token string) created {
 	return created{SandboxID: info.SandboxID, TemplateID: info.Image, ClientID: clientID,
-		EnvdVersion: s.cfg.EnvdVersion, EnvdAccessToken: token, Domain: s.domain()}
+		EnvdVersion: s.cfg.EnvdVersion, EnvdAccessToken: token, TrafficAccessToken: token, Domain: s.domain()}
 }
 
 func (s *Server) listed(info sandbox.SandboxInfo) listed {
@@ -236,6 +240,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	req := templateRequest(body.TemplateID)
+	req.Tier = s.cfg.Tier
 	req.SandboxID = NewSandboxID()
 	req.TimeoutSeconds = int64(timeout.Seconds())
 	req.Metadata, req.Env = body.Metadata, body.EnvVars

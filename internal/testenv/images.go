@@ -1,9 +1,13 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
@@ -41,4 +45,29 @@ func ImageEngine(t testing.TB, imgs engine.ImageResolver, mutate ...func(*engine
 
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// PythonImage makes sure the python image (pandas, matplotlib: what code
+// contexts and E2B's code interpreter are tested with) is in ImageDir,
+// building it through the CLI if it is not: minutes the first time on a
+// machine, whichever test needs it first; nothing after.
+func PythonImage(t testing.TB) {
+	t.Helper()
+	RequireRoot(t)
+	if _, err := ImageStore(t).Resolve("python"); err == nil {
+		return
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(context.Background(), Corral(t), "image", "build", "--image-dir", ImageDir(), "python")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("corral image build python: %v\n%s", err, lastLines(out, 20))
+	}
+	t.Logf("built the python image in %s", time.Since(start).Round(time.Second))
+}
+
+// lastLines is the end of a command's output.
+func lastLines(out []byte, n int) []byte {
+	lines := bytes.Split(bytes.TrimRight(out, "\n"), []byte("\n"))
+	return bytes.Join(lines[max(0, len(lines)-n):], []byte("\n"))
 }

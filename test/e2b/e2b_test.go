@@ -30,8 +30,7 @@ func prepare(t *testing.T) string {
 	testenv.RequireRoot(t)
 	node, err := exec.LookPath("node")
 	testenv.Need(t, err == nil, "node (scripts/deps.sh installs it)")
-	_, err = testenv.ImageStore(t).Resolve("python")
-	testenv.Need(t, err == nil, fmt.Sprintf("the python test image (corral image build --image-dir %s python): %v", testenv.ImageDir(), err))
+	testenv.PythonImage(t)
 	root := testenv.ModuleRoot(t)
 	cmd := exec.CommandContext(t.Context(), filepath.Join(root, "scripts", "npm-deps.sh"))
 	if out, err := cmd.CombinedOutput(); err != nil {

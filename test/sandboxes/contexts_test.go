@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"image/png"
 	"net/http"
 	"strings"
@@ -26,8 +25,7 @@ import (
 func TestContexts(t *testing.T) {
 	testenv.RequireRoot(t)
 	// The python image has pandas and matplotlib; the host image has not.
-	_, err := testenv.ImageStore(t).Resolve("python")
-	testenv.Need(t, err == nil, fmt.Sprintf("the python test image (corral image build --image-dir %s python): %v", testenv.ImageDir(), err))
+	testenv.PythonImage(t)
 	s := testserver.Start(t, testserver.Options{NoPool: true, Extra: []string{"--image-dir", testenv.ImageDir()}})
 	c := client(s)
 	ctx := t.Context()

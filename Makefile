@@ -93,6 +93,7 @@ test-image:
 # to a bare python3 spawn measured in the same run; about 12 minutes once
 # the python image is built (6 more the first time on a machine).
 bench: build
+	scripts/npm-deps.sh
 	CORRAL_TEST_STRICT=1 $(GO) test -run '^$$' -bench . -benchtime 80s -count 1 -timeout 40m ./bench/...
 
 clean:

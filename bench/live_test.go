@@ -115,8 +115,11 @@ func BenchmarkLive(b *testing.B) {
 	ctx := b.Context()
 
 	pool := warmPool{image: images.HostName, tier: "container", minIdle: 2, maxIdle: 4}
+	// E2B's code-interpreter template runs the python image: its pool.
+	testenv.PythonImage(b)
+	pyPool := warmPool{image: "python", tier: "container", minIdle: 2, maxIdle: 4}
 	createNA := ""
-	srv, err := startServer(b, "live", pool)
+	srv, err := startServer(b, "live", pool, pyPool)
 	if errors.Is(err, errNoPool) {
 		createNA = "n/a (pool not available)"
 		srv, err = startServer(b, "live")
@@ -156,6 +159,28 @@ func BenchmarkLive(b *testing.B) {
 	if createNA == "" {
 		create.srv, create.pool = srv, pool
 	}
+	// The stock E2B SDK (node) against the same server: its create and
+	// its runCode, to set beside Corral's own.
+	e2bCreate := &cell{name: "e2b sdk: Sandbox.create (pool)"}
+	e2bRun := &cell{name: "e2b sdk: runCode('x + 1')"}
+	nodeRun := &cell{name: "node fetch: x + 1 over /v1 (same sandbox)"}
+	drv, err := startE2BDriver(b, srv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := drv.do(ctx, "setup"); err != nil {
+		b.Fatal(err)
+	} else {
+		e2bCreate.run = func(ctx context.Context) error { return drv.do(ctx, "create") }
+		e2bCreate.after = func(ctx context.Context) error { return drv.do(ctx, "kill") }
+		e2bRun.run = func(ctx context.Context) error { return drv.do(ctx, "run") }
+		nodeRun.run = func(ctx context.Context) error { return drv.do(ctx, "v1run") }
+	}
+	if createNA == "" {
+		e2bCreate.srv, e2bCreate.pool = srv, pyPool
+	} else {
+		e2bCreate.na = createNA
+	}
 	cells := []*cell{
 		{name: "bare /usr/bin/python3 -c", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
 			return exec.CommandContext(ctx, "/usr/bin/python3", "-c", helloPy)
@@ -166,6 +191,9 @@ func BenchmarkLive(b *testing.B) {
 		}},
 		forkCell("live: fork a context, container", ctr),
 		forkCell("live: fork a context, gvisor", gv),
+		e2bCreate,
+		e2bRun,
+		nodeRun,
 	}
 	h := &harness{cells: cells}
 	if createNA == "" {
@@ -197,6 +225,7 @@ func BenchmarkLive(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 
 	// Memory, with the rows' server and its sandboxes gone.
+	drv.stop()
 	ctr.sb.Kill(ctx)
 	gv.sb.Kill(ctx)
 	if err := srv.stop(); err != nil {
@@ -239,6 +268,11 @@ func BenchmarkLive(b *testing.B) {
 		{"live-fork-ctr/bare-p50", "fork a context, container p50 ÷ bare p50", p50(3), 0.5},
 		{"live-fork-gvisor/bare-p50", "fork a context, gvisor p50 ÷ bare p50", p50(4), math.NaN()},
 		{"live-idle-MB", "MB per idle live sandbox + context, runc", mb(mem.accounted()), 25},
+		{"e2b-create/bare-p50", "E2B SDK Sandbox.create p50 ÷ bare p50", p50(5), 1},
+		// Against Corral's own context run called the same way (node's
+		// fetch, the same sandbox): what the E2B layer costs.
+		{"e2b-run/v1-run-p50", "E2B SDK runCode p50 ÷ /v1 context run (node) p50", ratio(float64(cells[6].series(1).median()), float64(cells[7].series(1).median())), 1.2},
+		{"e2b-run/live-run-p50", "E2B SDK runCode p50 ÷ Go SDK context run p50", ratio(float64(cells[6].series(1).median()), float64(cells[2].series(1).median())), math.NaN()},
 	}
 	fmt.Fprintln(&out, "targets (docs/bench.md):")
 	for _, t := range targets {

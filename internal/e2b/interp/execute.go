@@ -163,11 +163,18 @@ func (s *stream) event(ev kernel.Event) {
 	s.mu.Lock()
 	s.n++
 	s.mu.Unlock()
-	s.line(wireEvent(ev))
+	// number_of_executions comes first and is shown by nothing until the
+	// cell ends: it goes out with what follows it, one packet fewer for
+	// every cell.
+	s.write(wireEvent(ev), ev.Type != kernel.EventNumberOfExecutions)
 }
 
-// line writes v as one JSON line, the header first if it has not gone.
-func (s *stream) line(v any) {
+// line writes v as one JSON line and sends it.
+func (s *stream) line(v any) { s.write(v, true) }
+
+// write writes v as one JSON line, the header first if it has not gone,
+// and sends it at once if flush.
+func (s *stream) write(v any, flush bool) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
 	enc.SetEscapeHTML(false)
@@ -191,7 +198,7 @@ func (s *stream) line(v any) {
 		s.failed = true
 		return
 	}
-	if s.flusher != nil {
+	if flush && s.flusher != nil {
 		s.flusher.Flush()
 	}
 }

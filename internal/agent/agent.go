@@ -53,7 +53,7 @@ type Agent struct {
 	// spares are children zygotes forked ahead of a request (see
 	// zygote.go); they are spared like persistent processes until used.
 	spares map[int]bool
-	files  map[uint32]*os.File
+	files  map[uint32]*upload
 	// watches are the host's directory watches (watch.go).
 	watches watchSet
 	// resume is the state of suspending (resume.go); only the goroutine
@@ -72,7 +72,7 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 }
 
 func newAgent(in io.Reader, out io.Writer, log *slog.Logger) *Agent {
-	return &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*os.File{},
+	return &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*upload{},
 		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}, spares: map[int]bool{}}
 }
 

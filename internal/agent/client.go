@@ -414,8 +414,8 @@ func (c *Client) SendFile(ctx context.Context, path string, mode uint32, r io.Re
 		}
 		if rerr != nil {
 			c.forgetCall(id)
-			// End the file so the agent frees it; the error is ours.
-			_ = c.send(msgFileEnd, id, nil)
+			// The agent drops what it has of the file; the error is ours.
+			_ = c.send(msgFileEnd, id, []byte(discardUpload))
 			return nil, fmt.Errorf("read contents of %s: %w", path, rerr)
 		}
 		select {
@@ -423,6 +423,7 @@ func (c *Client) SendFile(ctx context.Context, path string, mode uint32, r io.Re
 			return nil, k.err
 		case <-ctx.Done():
 			c.forgetCall(id)
+			_ = c.send(msgFileEnd, id, []byte(discardUpload))
 			return nil, ctx.Err()
 		default:
 		}

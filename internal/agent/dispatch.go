@@ -4,7 +4,6 @@ package agent
 
 import (
 	"encoding/json"
-	"fmt"
 	"syscall"
 )
 
@@ -115,25 +114,30 @@ func (a *Agent) onFileBegin(f frame) {
 }
 
 func (a *Agent) onFileData(f frame) {
-	file := a.files[f.id]
-	if file == nil {
+	u := a.files[f.id]
+	if u == nil {
 		return // failed already
 	}
-	if _, err := file.Write(f.payload); err != nil {
-		file.Close()
+	if err := u.write(f.payload); err != nil {
 		delete(a.files, f.id)
-		a.fail(f.id, fmt.Errorf("write %s: %w", file.Name(), err))
+		a.fail(f.id, err)
 	}
 }
 
+// onFileEnd places the upload, or drops it when the host abandoned it
+// (its payload discardUpload; the host waits for no answer then).
 func (a *Agent) onFileEnd(f frame) {
-	file := a.files[f.id]
-	if file == nil {
+	u := a.files[f.id]
+	if u == nil {
 		return // failed already
 	}
 	delete(a.files, f.id)
-	if err := file.Close(); err != nil {
-		a.fail(f.id, fmt.Errorf("close %s: %w", file.Name(), err))
+	if string(f.payload) == discardUpload {
+		u.discard()
+		return
+	}
+	if err := u.place(); err != nil {
+		a.fail(f.id, err)
 		return
 	}
 	a.send(msgOK, f.id, nil)

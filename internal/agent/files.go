@@ -3,6 +3,8 @@
 package agent
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +34,20 @@ func checkPath(p string) error {
 	return refuse(KindInvalid, "path %q is outside %v", p, writableRoots)
 }
 
-func (a *Agent) createFile(h fileHeader) (*os.File, error) {
+// upload is a file the host is sending: written to a hidden file beside
+// its path and renamed into place once whole, so that a failed or
+// abandoned upload leaves nothing (a disk filled by half a file, or a
+// file cut short that looks whole) and a reader never sees half of it.
+type upload struct {
+	f          *os.File
+	tmp, path  string
+	sandboxDst string // the path as the sandbox names it, for errors
+}
+
+// discardUpload is the payload of a msgFileEnd that abandons the upload.
+const discardUpload = "discard"
+
+func (a *Agent) createFile(h fileHeader) (*upload, error) {
 	if err := checkPath(h.Path); err != nil {
 		return nil, err
 	}
@@ -40,18 +55,62 @@ func (a *Agent) createFile(h fileHeader) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", filepath.Dir(h.Path), err)
 	}
+	// What the path is now decides before any byte comes: a link is not
+	// written through, a directory not replaced, a name too long refused.
+	switch st, err := os.Lstat(path); {
+	case err == nil && st.Mode()&os.ModeSymlink != 0:
+		return nil, refuse(KindSymlink, "create %s: a symbolic link, not written through", h.Path)
+	case err == nil && st.IsDir():
+		return nil, fmt.Errorf("create %s: %w", h.Path, syscall.EISDIR)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("create %s: %w", h.Path, err)
+	}
 	mode := os.FileMode(h.Mode & 0o777)
 	if mode == 0 {
 		mode = 0o644
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, refuse(KindSymlink, "create %s: a symbolic link, not written through", h.Path)
-	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(filepath.Dir(path), ".corral-upload-"+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", h.Path, err)
 	}
-	return f, nil
+	// The umask may have taken bits of mode away.
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("create %s: %w", h.Path, err)
+	}
+	return &upload{f: f, tmp: tmp, path: path, sandboxDst: h.Path}, nil
+}
+
+// write adds p to the upload; on error the upload is gone.
+func (u *upload) write(p []byte) error {
+	if _, err := u.f.Write(p); err != nil {
+		u.discard()
+		return fmt.Errorf("write %s: %w", u.sandboxDst, err)
+	}
+	return nil
+}
+
+// place closes the upload and renames it into place; on error it is gone.
+func (u *upload) place() error {
+	if err := u.f.Close(); err != nil {
+		os.Remove(u.tmp)
+		return fmt.Errorf("close %s: %w", u.sandboxDst, err)
+	}
+	if err := os.Rename(u.tmp, u.path); err != nil {
+		os.Remove(u.tmp)
+		return fmt.Errorf("place %s: %w", u.sandboxDst, err)
+	}
+	return nil
+}
+
+// discard drops the upload.
+func (u *upload) discard() {
+	u.f.Close()
+	os.Remove(u.tmp)
 }
 
 // readFile streams a regular file to the host.

@@ -480,3 +480,52 @@ func TestOnlyPID1(t *testing.T) {
 		t.Error("a sandbox's agent does not shield SIGTERM")
 	}
 }
+
+// brokenReader gives n bytes, then fails.
+type brokenReader struct{ n int }
+
+func (r *brokenReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, errors.New("the client went away")
+	}
+	k := min(len(p), r.n)
+	for i := range p[:k] {
+		p[i] = 'x'
+	}
+	r.n -= k
+	return k, nil
+}
+
+// TestLocalUploadAllOrNothing: an upload the host abandons part way
+// leaves neither a file cut short nor anything hidden, and the file it
+// would have replaced keeps its contents; a whole one replaces it.
+func TestLocalUploadAllOrNothing(t *testing.T) {
+	l, root := startLocal(t)
+	ctx := t.Context()
+	ws := filepath.Join(root, "workspace")
+	if err := l.WriteFile(ctx, "/workspace/kept.txt", 0, strings.NewReader("old")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/workspace/new.bin", "/workspace/kept.txt"} {
+		if err := l.WriteFile(ctx, p, 0, &brokenReader{n: 3*MaxPayload + 7}); err == nil {
+			t.Fatalf("%s: an upload whose reader failed succeeded", p)
+		}
+	}
+	// Frames are handled in order: the listing comes after the discard.
+	entries, err := l.List(ctx, "/workspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name != "kept.txt" || entries[0].Size != 3 {
+		t.Errorf("after two abandoned uploads /workspace holds %+v, want kept.txt (3 bytes) alone", entries)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "kept.txt")); err != nil || string(b) != "old" {
+		t.Errorf("kept.txt: %q %v", b, err)
+	}
+	if err := l.WriteFile(ctx, "/workspace/kept.txt", 0, strings.NewReader("new")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "kept.txt")); err != nil || string(b) != "new" {
+		t.Errorf("kept.txt after a whole upload: %q %v", b, err)
+	}
+}

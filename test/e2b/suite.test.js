@@ -325,3 +325,28 @@ test('kill', async () => {
   assert.equal(await BaseSandbox.kill(s.sandboxId), false)
   await assert.rejects(BaseSandbox.getInfo(s.sandboxId), NotFoundError)
 })
+
+test('pause, then connect resumes: files kept, and on gVisor the context too', async () => {
+  const tier = process.env.CORRAL_E2B_TIER
+  const s = await Sandbox.create(template, { timeoutMs: 300_000, metadata: { suite: run, role: 'pause' } })
+  try {
+    await s.files.write('/workspace/kept.txt', 'kept')
+    assert.equal((await s.runCode('y = 7')).error, undefined)
+    assert.equal(await s.pause(), true)
+    assert.equal(await s.pause(), false) // already paused: 409
+    assert.equal((await BaseSandbox.getInfo(s.sandboxId)).state, 'paused')
+    // A plain call on a paused sandbox fails; connect resumes it.
+    await assert.rejects(s.commands.run('true'))
+    const back = await Sandbox.connect(s.sandboxId)
+    assert.equal((await BaseSandbox.getInfo(s.sandboxId)).state, 'running')
+    assert.equal(await back.files.read('/workspace/kept.txt'), 'kept')
+    const y = await back.runCode('y')
+    if (tier === 'gvisor') {
+      assert.equal(y.text, '7') // its memory came back
+    } else if (tier === 'container') {
+      assert.equal(y.error?.name, 'NameError') // files only on runc
+    }
+  } finally {
+    await s.kill()
+  }
+})

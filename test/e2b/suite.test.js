@@ -350,3 +350,18 @@ test('pause, then connect resumes: files kept, and on gVisor the context too', a
     await s.kill()
   }
 })
+
+test('pty: a terminal that follows a resize', async () => {
+  let out = ''
+  const decoder = new TextDecoder()
+  const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += decoder.decode(d) }, timeoutMs: 60_000 })
+  try {
+    await sbx.pty.sendInput(h.pid, new TextEncoder().encode('tty; stty size\n'))
+    await until('the terminal to answer', async () => /\/dev\/pts\/\d+/.test(out) && out.includes('24 80'))
+    await sbx.pty.resize(h.pid, { cols: 100, rows: 40 })
+    await sbx.pty.sendInput(h.pid, new TextEncoder().encode('stty size\n'))
+    await until('the new size', async () => out.includes('40 100'))
+  } finally {
+    await sbx.pty.kill(h.pid)
+  }
+})

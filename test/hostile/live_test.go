@@ -503,6 +503,11 @@ func (l *liveTier) answers(t *testing.T, before *sandbox.SandboxInfo, end *sandb
 	if end.Error == "" && restarted != 0 {
 		t.Errorf("the sandbox was made again (restarts %d → %d) though the process ended by itself: %+v", before.Restarts, after.Restarts, end)
 	}
+	// gVisor holds the pids limit inside, as the process limit of the
+	// sandbox's user (RLIMIT_NPROC), which may be lower (memory bounds it).
+	if n, err := strconv.Atoi(parseKV(r.stdout)["nproc"]); l.tier == sandbox.IsolationGVisor && (err != nil || n > livePids) {
+		t.Errorf("ulimit -u in the gVisor sandbox is %q, above its pids limit %d", parseKV(r.stdout)["nproc"], livePids)
+	}
 	// The agent, the probe (and bash's subshell), what earlier cases left
 	// sleeping: far from the pids limit.
 	if procs < 1 || procs > 16 {

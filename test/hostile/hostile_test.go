@@ -122,19 +122,7 @@ func TestHostile(t *testing.T) {
 // runCase runs one case on one tier and returns a summary line.
 func runCase(t *testing.T, e *engine.Engine, h *host, c hostileCase, tier sandbox.Isolation) string {
 	token := newToken()
-	code := c.code
-	if c.lang == "python" {
-		code = prelude + code
-	}
-	hostIP := h.ip
-	if hostIP == "" {
-		hostIP = "192.0.2.1"
-	}
-	code = strings.NewReplacer(
-		"@TOKEN@", token, "@TCPPORT@", strconv.Itoa(h.tcpPort), "@UDPPORT@", strconv.Itoa(h.udpPort),
-		"@HOSTIP@", hostIP, "@ABSTRACT@", h.abstract, "@HOSTSOCK@", h.sock,
-		"@FLOOD_MIB@", strconv.Itoa(floodMiB[tier]),
-	).Replace(code)
+	code := h.program(c, token, tier)
 	weakness := c.weakHere(tier)
 
 	job, err := e.Prepare(sandbox.ExecuteRequest{Language: c.lang, Code: code, Limits: c.limits, Isolation: tier})
@@ -183,6 +171,24 @@ func runCase(t *testing.T, e *engine.Engine, h *host, c hostileCase, tier sandbo
 	line := fmt.Sprintf("%-24s %-9s %-15s %6d ms  %s", c.name, tier, verdict, wall.Milliseconds(), mark)
 	t.Log(line)
 	return line
+}
+
+// program returns c's code as it runs on tier: python's after the
+// prelude, the placeholders filled in.
+func (h *host) program(c hostileCase, token string, tier sandbox.Isolation) string {
+	code := c.code
+	if c.lang == "python" {
+		code = prelude + code
+	}
+	hostIP := h.ip
+	if hostIP == "" {
+		hostIP = "192.0.2.1"
+	}
+	return strings.NewReplacer(
+		"@TOKEN@", token, "@TCPPORT@", strconv.Itoa(h.tcpPort), "@UDPPORT@", strconv.Itoa(h.udpPort),
+		"@HOSTIP@", hostIP, "@ABSTRACT@", h.abstract, "@HOSTSOCK@", h.sock,
+		"@FLOOD_MIB@", strconv.Itoa(floodMiB[tier]),
+	).Replace(code)
 }
 
 func checkVerdict(t *testing.T, c hostileCase, o *outcome) {
@@ -367,6 +373,19 @@ func startWatch() *watcher {
 // Afterwards the counts come back down.
 func (w *watcher) stop(t *testing.T, pids int64) {
 	t.Helper()
+	w.end(t, pids)
+	deadline := time.Now().Add(3 * time.Second)
+	for hostProcesses() > w.before+32 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if after := hostProcesses(); after > w.before+32 {
+		t.Errorf("LEFT ON HOST: %d host processes after the run, %d before", after, w.before)
+	}
+}
+
+// end ends sampling and checks the rise alone.
+func (w *watcher) end(t *testing.T, pids int64) {
+	t.Helper()
 	close(w.done)
 	w.wg.Wait()
 	procBound, taskBound := 2*int(pids)+64, 5*int(pids)+256
@@ -375,13 +394,6 @@ func (w *watcher) stop(t *testing.T, pids int64) {
 	}
 	if rise := w.peakTasks - w.beforeTasks; rise > taskBound {
 		t.Errorf("HOST FLOODED: host threads rose by %d; the bound is %d", rise, taskBound)
-	}
-	deadline := time.Now().Add(3 * time.Second)
-	for hostProcesses() > w.before+32 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if after := hostProcesses(); after > w.before+32 {
-		t.Errorf("LEFT ON HOST: %d host processes after the run, %d before", after, w.before)
 	}
 	t.Logf("host processes %d → peak %d; threads %d → peak %d", w.before, w.peak, w.beforeTasks, w.peakTasks)
 }

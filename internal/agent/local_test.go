@@ -529,3 +529,24 @@ func TestLocalUploadAllOrNothing(t *testing.T) {
 		t.Errorf("kept.txt after a whole upload: %q %v", b, err)
 	}
 }
+
+// TestLocalDaemonHoldsOutput: a persistent process that leaves a daemon
+// holding its stdout still ends (its output before the end arrives), a
+// silent daemon's at once, a chatty one's after 10 graces at most; what
+// the daemon writes later is dropped, and it is never blocked.
+func TestLocalDaemonHoldsOutput(t *testing.T) {
+	l, root := startLocal(t)
+	for _, daemon := range []string{"sleep 30", "while sleep 0.05; do echo from the daemon; done"} {
+		req := sh("setsid sh -c '" + daemon + "' & echo $! > /workspace/daemon.pid; echo started")
+		req.Persistent = true
+		out, st := run(t, l, req) // fails if the end never comes
+		if b, err := os.ReadFile(filepath.Join(root, "workspace", "daemon.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			}
+		}
+		if st.Code != 0 || !strings.HasPrefix(out.stdout.String(), "started\n") {
+			t.Errorf("%s: exit %+v, stdout %q; want 0 and started first", daemon, st, out.stdout.String())
+		}
+	}
+}

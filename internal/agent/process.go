@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // proc is a process the agent started, or a zygote forked for it.
@@ -28,7 +29,20 @@ type proc struct {
 	// in queues what the host sends for stdin, for the process's writer
 	// (stdin.go); nil without a stdin.
 	in *stdinQueue
+	// outMu orders the output frames and the end: once detached (the
+	// process has ended but something it left holds its output open), what
+	// still comes is read and dropped.
+	outMu      sync.Mutex
+	detached   bool
+	lastOutput time.Time
 }
+
+// outputGrace is how long the end of a persistent process waits for more
+// of its output once it has exited (drain). A process it left behind (a
+// daemon started without redirecting its output) may hold the output open
+// for ever: the exit is reported then, and what the daemon writes later
+// is read (so that it never blocks) and dropped.
+const outputGrace = 500 * time.Millisecond
 
 func (a *Agent) byID(id uint32) *proc {
 	a.mu.Lock()
@@ -236,7 +250,7 @@ func (a *Agent) pump(p *proc, typ byte, r *os.File) {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if err := a.send(typ, p.id, buf[:n]); err != nil {
+			if err := a.output(p, typ, buf[:n]); err != nil {
 				// The host is gone; keep draining so the writer is not
 				// blocked forever, then stop.
 				_, _ = io.Copy(io.Discard, r)
@@ -249,14 +263,58 @@ func (a *Agent) pump(p *proc, typ byte, r *os.File) {
 	}
 }
 
+// output sends one chunk of p's output, unless p's end was reported.
+func (a *Agent) output(p *proc, typ byte, b []byte) error {
+	p.outMu.Lock()
+	defer p.outMu.Unlock()
+	p.lastOutput = time.Now()
+	if p.detached {
+		return nil
+	}
+	return a.send(typ, p.id, b)
+}
+
+// drain waits for the output of p, which has exited, to close. Nothing is
+// left of a process that is not persistent (finish killed the rest), so
+// its output closes. A persistent one's may be held open by a process it
+// left behind: once no output came for outputGrace (or outputGrace*10 in
+// all have passed), p is detached from its output.
+func (a *Agent) drain(p *proc) {
+	drained := make(chan struct{})
+	go func() {
+		p.readers.Wait()
+		close(drained)
+	}()
+	if !p.persistent {
+		<-drained
+		return
+	}
+	tick := time.NewTicker(outputGrace / 5)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * outputGrace); ; {
+		select {
+		case <-drained:
+			return
+		case now := <-tick.C:
+			p.outMu.Lock()
+			if now.Sub(p.lastOutput) >= outputGrace || now.After(deadline) {
+				p.detached = true
+				p.outMu.Unlock()
+				return
+			}
+			p.outMu.Unlock()
+		}
+	}
+}
+
 // finish waits for p to exit, ends what it left behind, waits for its output
-// to drain and reports its exit.
+// to drain (for outputGrace at most) and reports its exit.
 func (a *Agent) finish(p *proc) {
 	<-p.exited
 	if !p.persistent {
 		p.status.Reaped = a.killAll(syscall.SIGKILL, false)
 	}
-	p.readers.Wait()
+	a.drain(p)
 	p.endStdin()
 	a.mu.Lock()
 	delete(a.procs, p.pid)

@@ -43,12 +43,6 @@ func liveSkip(c hostileCase, tier sandbox.Isolation) string {
 		return "expects the verdict " + string(c.verdict) + ", which a process of a live sandbox has not"
 	case c.lang == "c":
 		return "C: the live sandbox's python image has no compiler"
-	case c.name == "double-fork-daemon":
-		// Its daemon keeps the process's stdout open: a live process's end
-		// is reported once its output closes (the agent's finish waits for
-		// the readers), so it never ends, and SIGKILL to its process group
-		// misses the daemon, which left the group.
-		return "its daemon holds the process's stdout: a live process whose output stays open never ends (a weakness of live processes)"
 	case c.alsoOn[tier] != "":
 		// signal-agent-threads on gVisor: the program ends its own
 		// sandbox, whose one-shot record says so; TestHostileLive's

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"net/http"
 	"strings"
@@ -54,6 +55,16 @@ func TestContexts(t *testing.T) {
 	run(a.ID, "x = 21")
 	if ex := run(a.ID, "x * 2"); ex.Text() != "42" || ex.Error != nil {
 		t.Errorf("x * 2: %+v, want 42", ex)
+	}
+	// State holds over 100 runs through HTTP.
+	run(a.ID, "n = 0\ndef bump(k):\n    global n\n    n += k\n    return n")
+	for i := range 100 {
+		if ex := run(a.ID, fmt.Sprintf("bump(%d)", i)); ex.Error != nil {
+			t.Fatalf("run %d: %+v", i, ex.Error)
+		}
+	}
+	if ex := run(a.ID, "n, x"); ex.Text() != "(4950, 21)" {
+		t.Errorf("after 100 runs: %q, want (4950, 21)", ex.Text())
 	}
 	b, err := sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"})
 	if err != nil {

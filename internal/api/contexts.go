@@ -46,8 +46,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 		return
 	}
 	var req sandbox.ContextRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &req) {
 		return
 	}
 	o := kernel.ContextOptions{Language: req.Language, Cwd: req.Cwd}
@@ -153,8 +152,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	var req sandbox.RunCodeRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &req) {
 		return
 	}
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second

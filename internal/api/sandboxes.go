@@ -25,7 +25,17 @@ import (
 // maxSandboxBody caps the JSON body of a sandbox call.
 const maxSandboxBody = 256 << 10
 
-// decodeBody reads a JSON body into v; an empty body leaves v as it is.
+// decode reads a JSON body (unknown fields refused, at most
+// maxSandboxBody) into v and answers a bad one; it reports whether v was
+// read. An empty body leaves v as it is.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if e := decodeBody(r, v); e != nil {
+		writeError(w, e)
+		return false
+	}
+	return true
+}
+
 func decodeBody(r *http.Request, v any) *Error {
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
 	if err != nil {
@@ -82,8 +92,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	var req sandbox.CreateSandboxRequest
 	r.Body = io.NopCloser(bytes.NewReader(raw))
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &req) {
 		return
 	}
 	if req.SandboxID != "" {
@@ -211,8 +220,7 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 	var body struct {
 		TimeoutSeconds int64 `json:"timeout_seconds"`
 	}
-	if e := decodeBody(r, &body); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &body) {
 		return
 	}
 	info, err := s.sessions.SetTimeout(r.Context(), t.Name, id, time.Duration(body.TimeoutSeconds)*time.Second)
@@ -260,8 +268,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant)
 		return
 	}
 	var req sandbox.StartProcessRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &req) {
 		return
 	}
 	info, err := s.sessions.StartProcess(r.Context(), t.Name, id, req)
@@ -344,8 +351,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 	var body struct {
 		Signal json.RawMessage `json:"signal"`
 	}
-	if e := decodeBody(r, &body); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &body) {
 		return
 	}
 	name := strings.Trim(string(body.Signal), `"`)
@@ -366,8 +372,7 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 		return
 	}
 	var size sandbox.PTYSize
-	if e := decodeBody(r, &size); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &size) {
 		return
 	}
 	s.reply(w, http.StatusNoContent, nil, s.sessions.Resize(r.Context(), t.Name, id, pid, size))
@@ -565,8 +570,7 @@ func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenan
 		Path    string `json:"path"`
 		Parents bool   `json:"parents"`
 	}
-	if e := decodeBody(r, &body); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &body) {
 		return
 	}
 	f, err := s.sessions.MakeDir(r.Context(), t.Name, id, body.Path, body.Parents)
@@ -582,8 +586,7 @@ func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 		From string `json:"from"`
 		To   string `json:"to"`
 	}
-	if e := decodeBody(r, &body); e != nil {
-		writeError(w, e)
+	if !decode(w, r, &body) {
 		return
 	}
 	f, err := s.sessions.Move(r.Context(), t.Name, id, body.From, body.To)

@@ -134,6 +134,9 @@ type Node struct {
 	draining  chan struct{}
 	drainOnce sync.Once
 
+	// turns runs each session's executions in the order they were claimed.
+	turns turns
+
 	mu sync.Mutex
 	// stopping is set by Drain: no run may start its first process.
 	stopping bool

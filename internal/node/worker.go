@@ -110,11 +110,13 @@ func (n *Node) dispatch(ctx context.Context) {
 				n.log.Info("claiming work again")
 				failing = 0
 			}
+			tu := n.turns.take(ex.Tenant, ex.Record.SessionID)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				n.execute(ctx, ex)
+				defer tu.done()
+				n.execute(ctx, ex, tu)
 			}()
 			continue
 		}
@@ -223,8 +225,8 @@ func (n *Node) register(k string, r *run) {
 }
 
 // execute runs one claimed execution (running on this node) to its final
-// record.
-func (n *Node) execute(ctx context.Context, ex *store.Execution) {
+// record; tu is its turn in its session's line (nil without a session).
+func (n *Node) execute(ctx context.Context, ex *store.Execution, tu *turn) {
 	tenant, id := ex.Tenant, ex.ID
 	k := key(tenant, id)
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -269,7 +271,8 @@ func (n *Node) execute(ctx context.Context, ex *store.Execution) {
 	_, _ = n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusRunning))
 
 	sink := newSink(n, k, n.cfg.LiveOutputBytes, r)
-	res := n.run(runCtx, job, sink)
+	res := n.run(runCtx, job, sink, tu)
+	tu.done() // the session is free for its next execution
 	sink.close()
 
 	rec := ex.Record
@@ -324,9 +327,12 @@ func (n *Node) record(ex *store.Execution, rec sandbox.Result) bool {
 
 // run runs job in a sandbox lent by its session, if it has one, or by the
 // pool.
-func (n *Node) run(ctx context.Context, job *engine.Job, sink engine.Sink) sandbox.Result {
+func (n *Node) run(ctx context.Context, job *engine.Job, sink engine.Sink, tu *turn) sandbox.Result {
 	acq := n.pool
 	if sid := job.Req.SessionID; sid != "" && n.sessions != nil {
+		if err := tu.wait(ctx); err != nil {
+			return n.engine.Failed(ctx, job, err)
+		}
 		acq = n.sessions.Acquirer(job.Tenant, sid)
 	}
 	if err := n.engine.Acquire(ctx, job, acq); err != nil {

@@ -111,6 +111,7 @@ class State:
         self.cell = 0           # the running (or last) cell's id
         self.execution_count = 0
         self.executing = False  # a cell's code runs: SIGINT interrupts it
+        self.starting = False   # a cell was taken, its code not yet run: SIGINT is noted
         self.emitting = False   # an event is being written: SIGINT waits
         self.interrupted = False
         self.lock = _thread.allocate_lock()  # one event written at a time
@@ -150,12 +151,15 @@ def write_all(fd, data):
 
 
 # SIGINT in a context: a KeyboardInterrupt in the running cell; nothing
-# when no cell runs. While an event is written, or the runner itself starts
-# or ends the cell (execute's own frame), it is noted instead, and raised
-# by the next event or the cell's start.
+# when no cell runs. While a cell is starting (the host may interrupt it as
+# soon as it hears its number_of_executions), while an event is written, or
+# while the runner itself starts or ends the cell (execute's own frame), it
+# is noted instead, and raised by the next event or the cell's start.
 def on_sigint(signum, frame):
     state = STATE
     if not state.executing:
+        if state.starting:
+            state.interrupted = True
         return
     if state.emitting or frame is None or frame.f_code is execute.__code__:
         state.interrupted = True
@@ -480,6 +484,7 @@ def show_figures():
 def run_cell(state, request):
     state.cell = request.get('id', 0)
     state.execution_count += 1
+    state.starting = True
     emit(state, {'type': 'number_of_executions', 'execution_count': state.execution_count})
     error = execute(state, request.get('code', ''))
     if error is not None:
@@ -510,6 +515,7 @@ def mark_raw_streams(state):
 def execute(state, code):
     error = None
     state.executing = True
+    state.starting = False
     try:
         run_code(state, code)
         show_figures()

@@ -172,6 +172,21 @@ func timeoutOf(w http.ResponseWriter, t *int64) (time.Duration, bool) {
 	return time.Duration(*t) * time.Second, true
 }
 
+// readTimeout reads a {"timeout": seconds} body (timeout, connect,
+// resume) and answers a bad one; without a timeout it is 0, or refused
+// when required.
+func readTimeout(w http.ResponseWriter, r *http.Request, required bool) (time.Duration, bool) {
+	var body timeoutBody
+	if !decode(w, r, &body) {
+		return 0, false
+	}
+	if required && body.Timeout == nil {
+		target.WriteError(w, http.StatusBadRequest, "timeout is required")
+		return 0, false
+	}
+	return timeoutOf(w, body.Timeout)
+}
+
 // sandboxID reads the path's sandbox id: one that cannot be a sandbox's
 // is not found.
 func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -295,15 +310,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, tenant strin
 	if !ok {
 		return
 	}
-	var body timeoutBody
-	if !decode(w, r, &body) {
-		return
-	}
-	if body.Timeout == nil {
-		target.WriteError(w, http.StatusBadRequest, "timeout is required")
-		return
-	}
-	timeout, ok := timeoutOf(w, body.Timeout)
+	timeout, ok := readTimeout(w, r, true)
 	if !ok {
 		return
 	}
@@ -323,11 +330,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, tenant string) 
 	if !ok {
 		return
 	}
-	var body timeoutBody
-	if !decode(w, r, &body) {
-		return
-	}
-	timeout, ok := timeoutOf(w, body.Timeout)
+	timeout, ok := readTimeout(w, r, false)
 	if !ok {
 		return
 	}
@@ -407,11 +410,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !ok {
 		return
 	}
-	var body timeoutBody
-	if !decode(w, r, &body) {
-		return
-	}
-	timeout, ok := timeoutOf(w, body.Timeout)
+	timeout, ok := readTimeout(w, r, false)
 	if !ok {
 		return
 	}

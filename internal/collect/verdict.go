@@ -93,6 +93,9 @@ func Verdict(f Facts) (sandbox.Status, *sandbox.Failure) {
 	case f.DiskFull:
 		return fail(sandbox.ErrResourceLimit, fmt.Sprintf(
 			"disk full: /workspace and /tmp together hold at most disk_mb=%d; raise limits.disk_mb or write less", f.DiskMB))
+	case f.TimedOut && f.CompileFailed:
+		return fail(sandbox.ErrTimeout, fmt.Sprintf(
+			"timeout: the compile step ran longer than %d ms and was killed; the program did not start. Send smaller code, or raise limits.timeout_ms (a compile gets at least as long as the program)", f.TimeoutMS))
 	case f.TimedOut:
 		return fail(sandbox.ErrTimeout, fmt.Sprintf(
 			"timeout: the program ran longer than timeout_ms=%d and was killed; make it faster or raise limits.timeout_ms", f.TimeoutMS))

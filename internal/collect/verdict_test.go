@@ -34,7 +34,7 @@ func TestVerdict(t *testing.T) {
 		{"timeout", Facts{TimedOut: true, TimeoutMS: 1000}, sandbox.StatusFailed, sandbox.ErrTimeout, "timeout_ms=1000"},
 		{"compile", Facts{Exited: true, ExitCode: 1, CompileFailed: true, Stderr: "main.go:3: undefined: x\n"}, sandbox.StatusFailed, sandbox.ErrCompile, "undefined: x"},
 		{"agent killed", Facts{AgentKilled: true, CompileFailed: true}, sandbox.StatusFailed, sandbox.ErrRuntime, "killed the sandbox's agent"},
-		{"compile that timed out", Facts{CompileFailed: true, TimedOut: true, TimeoutMS: 60000}, sandbox.StatusFailed, sandbox.ErrTimeout, "60000"},
+		{"compile that timed out", Facts{CompileFailed: true, TimedOut: true, TimeoutMS: 60000}, sandbox.StatusFailed, sandbox.ErrTimeout, "compile step ran longer than 60000 ms"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -41,7 +41,8 @@ type Config struct {
 	// Pids caps processes and threads per sandbox.
 	Pids int64
 	// CompileTimeout bounds a compile step, which limits.timeout_ms does
-	// not cover.
+	// not cover; a program allowed longer gets as long for its compile
+	// (CompileDeadline).
 	CompileTimeout time.Duration
 	// OutputKeep is how much of each end of stdout and stderr is kept.
 	OutputKeep int
@@ -378,6 +379,13 @@ func internalMessage(err error) string {
 	return "internal error: Corral could not run the execution; retry"
 }
 
+// CompileDeadline bounds the compile step of a program with limits l: the
+// configured CompileTimeout, or the program's own timeout when that is
+// longer (a program given ten minutes may take more than one to build).
+func (e *Engine) CompileDeadline(l sandbox.Limits) time.Duration {
+	return max(e.cfg.CompileTimeout, time.Duration(l.TimeoutMS)*time.Millisecond)
+}
+
 // execute does the sandbox work of Run in lease's sandbox; an error is
 // Corral's fault (or a cancellation), never the program's.
 func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out *capture, res *sandbox.Result) (_ collect.Facts, err error) {
@@ -387,7 +395,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 	// Held by this execution until its lease is released; past twice its
 	// limits, the sweeper takes it as stuck.
 	e.fleet.Hold(lease.Sandbox, fleet.HolderExecution,
-		time.Now().Add(2*time.Duration(l.TimeoutMS)*time.Millisecond+e.cfg.CompileTimeout+time.Minute))
+		time.Now().Add(2*time.Duration(l.TimeoutMS)*time.Millisecond+e.CompileDeadline(l)+time.Minute))
 	inputs, err := e.fetchInputs(ctx, req.Files)
 	defer inputs.remove()
 	if err != nil {
@@ -445,7 +453,8 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 	maps.Copy(env, lease.Env)
 
 	if plan.Compile != nil {
-		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base, live: lease.Live}, env, nil, e.cfg.CompileTimeout, out)
+		limit := e.CompileDeadline(l)
+		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base, live: lease.Live}, env, nil, limit, out)
 		placed = nil
 		if err != nil {
 			return facts, err
@@ -455,7 +464,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 			facts.TimedOut, facts.AgentKilled = st.timedOut, st.agentKilled
 			facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
 			if st.timedOut {
-				facts.TimeoutMS = e.cfg.CompileTimeout.Milliseconds()
+				facts.TimeoutMS = limit.Milliseconds()
 			}
 			facts, err = e.finishFacts(ctx, sb, base, facts, res)
 			return facts, err

@@ -388,7 +388,7 @@ func (n *Node) Wait(ctx context.Context, tenant, id string) (*sandbox.Result, er
 
 // WaitDeadline is how long a client waiting for req should be held at most.
 func (n *Node) WaitDeadline(l sandbox.Limits) time.Duration {
-	return time.Duration(l.TimeoutMS)*time.Millisecond + n.engine.Config().CompileTimeout + n.cfg.WaitMargin
+	return time.Duration(l.TimeoutMS)*time.Millisecond + n.engine.CompileDeadline(l) + n.cfg.WaitMargin
 }
 
 func (n *Node) unwait(k string, ch chan struct{}) {

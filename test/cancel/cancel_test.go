@@ -49,9 +49,12 @@ func TestCancelUnderBurst(t *testing.T) {
 			for range cancellers {
 				wg.Go(func() {
 					for i := range work {
-						d, err := cancelOne(t.Context(), c, tier, i)
+						d, was, err := cancelOne(t.Context(), c, tier, i)
 						if err != nil {
 							t.Errorf("cancel %d: %v", i, err)
+						}
+						if d > time.Second {
+							t.Logf("cancel %d took %v: it was %s", i, d.Round(time.Millisecond), was)
 						}
 						lat[i] = d
 					}
@@ -76,36 +79,37 @@ func TestCancelUnderBurst(t *testing.T) {
 }
 
 // cancelOne submits `sleep 60` on tier, cancels it after a random pause
-// and returns the time from the cancel to the record saying cancelled.
-func cancelOne(ctx context.Context, c *sandbox.Client, tier sandbox.Isolation, i int) (time.Duration, error) {
+// and returns the time from the cancel to the record saying cancelled, and
+// the status the execution had just before the cancel.
+func cancelOne(ctx context.Context, c *sandbox.Client, tier sandbox.Isolation, i int) (time.Duration, sandbox.Status, error) {
 	id, err := c.Submit(ctx, sandbox.ExecuteRequest{ExecutionID: fmt.Sprintf("cancel-%s-%03d-%d", tier, i, rand.Int64()),
 		Language: "bash", Code: "sleep 60", Isolation: tier, Limits: sandbox.Limits{TimeoutMS: 120_000}})
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	time.Sleep(rand.N(1500 * time.Millisecond))
 	before, err := c.GetExecution(ctx, id)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	start := time.Now()
 	if err := c.Cancel(ctx, id); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	for {
 		r, err := c.GetExecution(ctx, id)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		if r.Status.Final() {
 			took := time.Since(start)
 			if r.Status != sandbox.StatusCancelled {
-				return took, fmt.Errorf("%s was %s when cancelled and ended %s %+v", id, before.Status, r.Status, r.Error)
+				return took, before.Status, fmt.Errorf("%s was %s when cancelled and ended %s %+v", id, before.Status, r.Status, r.Error)
 			}
-			return took, nil
+			return took, before.Status, nil
 		}
 		if time.Since(start) > time.Minute {
-			return time.Since(start), fmt.Errorf("%s (%s when cancelled) still %s a minute after its cancel", id, before.Status, r.Status)
+			return time.Since(start), before.Status, fmt.Errorf("%s (%s when cancelled) still %s a minute after its cancel", id, before.Status, r.Status)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -540,11 +540,7 @@ type pyImage struct {
 // directory (minutes the first time, a no-op after) and returns it.
 func pythonRootfs(b *testing.B) pyImage {
 	b.Helper()
-	cmd := exec.Command(testenv.Corral(b), "image", "build", "--image-dir", testenv.ImageDir(), "python")
-	cmd.Env = append(os.Environ(), "CORRAL_DATA_DIR="+b.TempDir())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("corral image build python: %v\n%s", err, out)
-	}
+	testenv.PythonImage(b)
 	img, err := images.New(images.Config{Dir: testenv.ImageDir(), UID: 1000, GID: 1000}).Resolve("python")
 	if err != nil {
 		b.Fatal(err)

@@ -26,7 +26,8 @@ import (
 
 // The tests in this file run contexts in real sandboxes (runc and runsc)
 // of the python image, built into the machine's test image directory
-// (`corral image build --image-dir /var/cache/corral/test-images python`).
+// (`corral image build --image-dir /var/cache/corral/test-images python`)
+// by the first test that needs it.
 
 var sandboxLimits = runtime.Limits{MemoryBytes: 1 << 30, CPUCores: 1, Pids: 256, DiskBytes: 256 << 20}
 
@@ -40,9 +41,11 @@ type pythonSandbox struct {
 // end of t.
 func pythonSandboxes(t testing.TB) map[runtime.Tier]*pythonSandbox {
 	t.Helper()
-	testenv.RequireRoot(t)
+	testenv.PythonImage(t) // built on first use: a fresh machine has none yet
 	img, err := testenv.ImageStore(t).Resolve("python")
-	testenv.Need(t, err == nil, fmt.Sprintf("the python test image (corral image build --image-dir %s python): %v", testenv.ImageDir(), err))
+	if err != nil {
+		t.Fatalf("the python test image: %v", err)
+	}
 	out := map[runtime.Tier]*pythonSandbox{}
 	for _, rt := range testenv.Runtimes(t, t.TempDir()) {
 		out[rt.Tier()] = newPythonSandbox(t, rt, img)

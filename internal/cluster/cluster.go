@@ -59,8 +59,10 @@ type Cluster struct {
 
 	mu sync.Mutex
 	// steadySince is when the current run of successful heartbeats began
-	// (zero after a failed one).
+	// (zero after a failed one; restarted after a late one).
 	steadySince time.Time
+	// beatAt is when the last successful heartbeat began.
+	beatAt time.Time
 	// nodes caches the store's node list for a moment.
 	nodes     []store.Node
 	nodesRead time.Time
@@ -96,8 +98,14 @@ func (c *Cluster) Beat(ctx context.Context) error {
 	switch {
 	case err != nil:
 		c.steadySince = time.Time{}
-	case c.steadySince.IsZero():
+	case c.steadySince.IsZero() || now.Sub(c.beatAt) > c.cfg.LostAfter/2:
+		// The first of a run, or one after a gap: this node was silent
+		// itself (its host stalled, or its process), so the others'
+		// silence over the same time may be the same stall's.
 		c.steadySince = now
+	}
+	if err == nil {
+		c.beatAt = now
 	}
 	if err != nil {
 		return fmt.Errorf("announce node %s: %w", c.cfg.ID, err)
@@ -129,8 +137,11 @@ func (c *Cluster) Run(ctx context.Context) {
 }
 
 // steady reports whether this node has reached the store for at least
-// LostAfter without a failure: only then is another node's silence its
-// own and not the store's.
+// LostAfter without a failure, and without a gap of half that between two
+// of its beats: only then is another node's silence its own and not the
+// store's, or a stall of the host they share (every process on it stops
+// together, and each would otherwise find the others silent when it
+// resumes).
 func (c *Cluster) steady() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -113,7 +113,9 @@ func TestLost(t *testing.T) {
 		t.Errorf("after a failed beat: lost %v", got)
 	}
 	beat(t, a)
-	clk.add(lostAfter - time.Microsecond)
+	clk.add(lostAfter / 2)
+	beat(t, a)
+	clk.add(lostAfter/2 - time.Microsecond)
 	if got := lost(); got != nil {
 		t.Errorf("not yet steady: lost %v", got)
 	}
@@ -126,6 +128,34 @@ func TestLost(t *testing.T) {
 	if got := lost(); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("after another beat: lost %v, want b", got)
 	}
+
+	// Both stall together (one host) for longer than LostAfter: when they
+	// resume, each finds the other silent, but a was silent too, so no one
+	// is lost until a has beaten on time for LostAfter again.
+	beat(t, a, b)
+	clk.add(3 * lostAfter)
+	beat(t, a)
+	if got := lost(); got != nil {
+		t.Errorf("after a stall of both: lost %v", got)
+	}
+	clk.add(lostAfter / 2)
+	beat(t, a)
+	clk.add(lostAfter / 2)
+	beat(t, a)
+	if got := lost(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("a beat on time for LostAfter after the stall: lost %v, want b", got)
+	}
+	// A late beat (a gap over half of LostAfter) restarts the count.
+	clk.add(lostAfter/2 + time.Microsecond)
+	beat(t, a)
+	if got := lost(); got != nil {
+		t.Errorf("after a late beat: lost %v", got)
+	}
+	clk.add(lostAfter / 2)
+	beat(t, a)
+	clk.add(lostAfter / 2)
+	beat(t, a)
+
 	st.fail("Nodes", 1)
 	if _, err := a.Lost(t.Context()); !errors.Is(err, errDown) {
 		t.Errorf("lost with the store down: %v", err)

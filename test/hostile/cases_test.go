@@ -108,13 +108,18 @@ var cases = []hostileCase{
 		}},
 	{name: "fork-bomb-recovered", lang: "bash", heavy: true,
 		// The same bomb in the background of a script that surely exits
-		// 0 (its sleep started first, wait is a builtin; Corral ends what
-		// the script leaves behind): a success whose record and summary
-		// name the process limit. On gVisor nothing counts the refused
+		// 0: the script forks twice, its sleep and one subshell that runs
+		// the bomb, both before the sandbox fills, then only waits (a
+		// builtin); Corral ends what it leaves behind. (Calling the bomb
+		// from the script itself would fork each side of its pipe from
+		// the script: the first side can fill the sandbox before the
+		// second fork, which bash then retries for 15 s and gives up,
+		// exiting 1.) A success whose record and summary name the process
+		// limit. On gVisor nothing counts the refused
 		// forks; the probe sees the sandbox full while bash retries them.
 		// (fork-bomb and fork-bomb-shell watch the host under a bomb.)
 		limits: sandbox.Limits{TimeoutMS: 20000, MemoryMB: 512, DiskMB: smallDiskMB},
-		code:   "sleep 3 & s=$!\n:(){ :|:& };:\nwait $s",
+		code:   "sleep 3 & s=$!\n( :(){ :|:& };: ) &\nwait $s",
 		check: func(t *testing.T, o *outcome) {
 			h := o.limitHit(t, sandbox.LimitProcesses)
 			if o.tier == sandbox.IsolationContainer && h.Count < 1 {

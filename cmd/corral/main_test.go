@@ -110,7 +110,7 @@ func TestRunExitStatusMirrorsVerdict(t *testing.T) {
 		// Successes that met a limit say so on the verdict line.
 		{"disk_recovered", "bash", "dd if=/dev/zero of=big bs=1M count=64 2>/dev/null; echo done", []string{"--disk", "16"}, 0, "done\n",
 			"limits hit: disk\n        disk: the 16 MB disk"},
-		{"forkbomb_recovered", "bash", "sleep 3 & s=$!\n:(){ :|:& };:\nwait $s", []string{"--timeout", "20s"}, 0, "", "limits hit: processes\n        processes: "},
+		{"forkbomb_recovered", "bash", "sleep 3 & s=$!\n( :(){ :|:& };: ) &\nwait $s", []string{"--timeout", "20s"}, 0, "", "limits hit: processes\n        processes: "},
 		{"javascript", "javascript", "console.log(4950)", nil, 0, "4950\n", "corral: success"},
 		{"bash", "bash", "echo 4950", nil, 0, "4950\n", "corral: success"},
 		{"c", "c", "#include <stdio.h>\nint main(void){printf(\"4950\\n\");}", nil, 0, "4950\n", "corral: success"},

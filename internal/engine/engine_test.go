@@ -355,8 +355,10 @@ func TestKeptSandboxLimitsHit(t *testing.T) {
 				return e.Run(t.Context(), job, nil)
 			}
 			// The bomb in the background of a script that surely exits 0:
-			// its sleep started first, and wait forks nothing.
-			bomb := run("sleep 3 & s=$!\n:(){ :|:& };:\nwait $s")
+			// its sleep and the subshell that runs the bomb are forked
+			// before the sandbox fills, and wait forks nothing (see
+			// fork-bomb-recovered in test/hostile).
+			bomb := run("sleep 3 & s=$!\n( :(){ :|:& };: ) &\nwait $s")
 			if bomb.Status != sandbox.StatusSuccess || len(bomb.LimitsHit) != 1 || bomb.LimitsHit[0].Limit != sandbox.LimitProcesses ||
 				!strings.Contains(bomb.Summary, "\nlimits hit: processes (") {
 				t.Fatalf("fork bomb: %s %+v, limits_hit %+v, summary:\n%s", bomb.Status, bomb.Error, bomb.LimitsHit, bomb.Summary)

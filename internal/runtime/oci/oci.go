@@ -676,8 +676,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		// Whatever else is in the cgroup: the runtime's delete refuses a
 		// cgroup that still has processes, and what the runtime started
 		// and never reported (a creation killed half-way leaves runsc's
-		// sandbox and gofer) holds the disk's mounts.
-		if err := cgroup.Kill(s.cgroup, 5*time.Second); err != nil {
+		// sandbox and gofer) holds the disk's mounts. A killed process
+		// leaves in milliseconds, but under a stalled kernel its exit has
+		// taken tens of seconds here, and a cgroup removed before it left
+		// stayed behind for good: wait for it that long.
+		if err := cgroup.Kill(s.cgroup, killWait); err != nil {
 			errs = append(errs, err)
 		}
 		if err := s.rt.deleteContainer(ctx, s.id); err != nil {
@@ -712,6 +715,10 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	})
 	return s.destroyErr
 }
+
+// killWait bounds how long Destroy waits for the processes it killed to
+// leave their cgroup.
+const killWait = 2 * time.Minute
 
 // deleteContainer removes a container from the runtime's state. For runc, a
 // plain delete of a stopped container is immediate while --force (for one

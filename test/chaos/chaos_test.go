@@ -78,6 +78,13 @@ func newReceiver(t *testing.T) *receiver {
 	return r
 }
 
+// postedAt is when id first posted (zero if never).
+func (r *receiver) postedAt(id string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at[id]
+}
+
 func (r *receiver) count(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -274,7 +281,7 @@ ports = [%s]
 		"(%d after posting, not run again); %d programs failed before posting, submitted again %v; %d calls moved to another node; "+
 		"5xx seen: %v; %d calls over %v, the slowest %v",
 		total, took.Round(time.Second), float64(total)/took.Seconds(), posted, twice, effects, h.lost.Load(), h.lostHit.Load(),
-		h.nfailed, h.failed, h.switched.Load(), seen.codes, h.slow.Load(), slowCall, h.slowest.Round(time.Millisecond))
+		h.failedCount(), h.failed, h.switched.Load(), seen.codes, h.slow.Load(), slowCall, h.slowest.Round(time.Millisecond))
 	seen.mu.Unlock()
 }
 
@@ -294,8 +301,7 @@ type harness struct {
 	// failed: executions whose program failed or timed out before it
 	// posted, by verdict and message; each job of theirs was submitted
 	// again (see maxFailed).
-	failed  map[string]int
-	nfailed int
+	failed map[string]int
 }
 
 // maxFailed bounds the executions whose program failed before posting.
@@ -395,20 +401,28 @@ func (h *harness) records(ids []string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		res, err := h.clients[0].GetExecution(ctx, id)
 		cancel()
-		h.recv.mu.Lock()
-		at := h.recv.at[id]
-		h.recv.mu.Unlock()
-		switch {
-		case err != nil:
+		if err != nil {
 			fmt.Fprintf(&b, "\n\t%s: %v", id, err)
-		case res.Error != nil:
-			fmt.Fprintf(&b, "\n\t%s: %s %s %q started %v finished %v, posted %v", id, res.Status, res.Error.Type, res.Error.Message,
-				res.StartedAt, res.FinishedAt, at)
-		default:
-			fmt.Fprintf(&b, "\n\t%s: %s started %v finished %v, posted %v", id, res.Status, res.StartedAt, res.FinishedAt, at)
+			continue
 		}
+		why := ""
+		if res.Error != nil {
+			why = fmt.Sprintf(" %s %q", res.Error.Type, res.Error.Message)
+		}
+		fmt.Fprintf(&b, "\n\t%s: %s%s started %v finished %v, posted %v", id, res.Status, why, res.StartedAt, res.FinishedAt,
+			h.recv.postedAt(id))
 	}
 	return b.String()
+}
+
+// failedCount is how many programs failed before posting (h.mu held, or
+// every job done).
+func (h *harness) failedCount() int {
+	n := 0
+	for _, c := range h.failed {
+		n += c
+	}
+	return n
 }
 
 // programFailed counts an execution whose program failed before posting,
@@ -420,8 +434,7 @@ func (h *harness) programFailed(id string, res *sandbox.Result) error {
 		h.failed = map[string]int{}
 	}
 	h.failed[fmt.Sprintf("%s %s: %s", res.Status, res.Error.Type, strings.TrimSpace(res.Stderr))]++
-	h.nfailed++
-	if h.nfailed > maxFailed {
+	if h.failedCount() > maxFailed {
 		return fmt.Errorf("execution %s: %s %+v; stderr %q: more than %d programs failed before posting: %v",
 			id, res.Status, res.Error, res.Stderr, maxFailed, h.failed)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Code contexts of live sandboxes (internal/session contexts.go,
+// Code contexts of live sandboxes (live.Sandbox.Contexts,
 // internal/kernel): create, list, delete, run a cell, restart, fork,
 // interrupt.
 
@@ -57,7 +57,11 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 		o.Env = append(o.Env, k+"="+v)
 	}
 	slices.Sort(o.Env)
-	info, err := s.sessions.CreateContext(r.Context(), t.Name, id, o)
+	k, err := s.contexts(r, t, id)
+	var info kernel.Info
+	if err == nil {
+		info, err = k.Create(r.Context(), o)
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -70,11 +74,12 @@ func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant)
 	if !ok {
 		return
 	}
-	infos, err := s.sessions.Contexts(r.Context(), t.Name, id)
+	k, err := s.contexts(r, t, id)
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
+	infos := k.List()
 	out := sandbox.ContextList{Contexts: []sandbox.CodeContext{}}
 	for _, i := range infos {
 		out.Contexts = append(out.Contexts, contextInfo(i))
@@ -87,7 +92,11 @@ func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.DeleteContext(r.Context(), t.Name, id, cid))
+	k, err := s.contexts(r, t, id)
+	if err == nil {
+		err = k.Delete(r.Context(), cid)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -95,7 +104,11 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenan
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.RestartContext(r.Context(), t.Name, id, cid))
+	k, err := s.contexts(r, t, id)
+	if err == nil {
+		err = k.Restart(r.Context(), cid)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) interruptContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -103,7 +116,11 @@ func (s *Server) interruptContext(w http.ResponseWriter, r *http.Request, t *Ten
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.InterruptContext(r.Context(), t.Name, id, cid))
+	k, err := s.contexts(r, t, id)
+	if err == nil {
+		err = k.Interrupt(r.Context(), cid)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -111,7 +128,11 @@ func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) 
 	if !ok {
 		return
 	}
-	info, err := s.sessions.ForkContext(r.Context(), t.Name, id, cid)
+	k, err := s.contexts(r, t, id)
+	var info kernel.Info
+	if err == nil {
+		info, err = k.Fork(r.Context(), cid)
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -163,9 +184,12 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	if wantsJSON(r) {
 		out := sandbox.ContextEventList{Events: []sandbox.ContextEvent{}}
-		err := s.sessions.RunContext(r.Context(), t.Name, id, cid, req.Code, timeout, func(ev kernel.Event) {
-			out.Events = append(out.Events, contextEvent(ev))
-		})
+		k, err := s.contexts(r, t, id)
+		if err == nil {
+			err = k.Run(r.Context(), cid, req.Code, timeout, func(ev kernel.Event) {
+				out.Events = append(out.Events, contextEvent(ev))
+			})
+		}
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the client left
@@ -205,7 +229,12 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 			}
 		}
 	}()
-	err := s.sessions.RunContext(r.Context(), t.Name, id, cid, req.Code, timeout, func(ev kernel.Event) {
+	k, err := s.contexts(r, t, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	err = k.Run(r.Context(), cid, req.Code, timeout, func(ev kernel.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		if seq == 0 {

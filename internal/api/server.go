@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/cluster"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/session"
@@ -39,6 +40,7 @@ type Server struct {
 	ready    []Pinger
 	log      *slog.Logger
 	sessions *session.Manager
+	live     *live.Manager    // nil: /v1/sandboxes is 404
 	cluster  *cluster.Cluster // nil: every session is this node's
 	blobs    http.Handler
 	stats    StatsSource // nil: GET /v1/stats is 404
@@ -57,6 +59,9 @@ func (s *Server) Drain() { s.draining.Store(true) }
 func (s *Server) SetFiles(sessions *session.Manager, blobs http.Handler) {
 	s.sessions, s.blobs = sessions, blobs
 }
+
+// SetSandboxes enables the live sandbox endpoints.
+func (s *Server) SetSandboxes(l *live.Manager) { s.live = l }
 
 // Extension serves another API beside /v1 on the same listener
 // (internal/e2b: E2B's).

@@ -17,6 +17,7 @@ import (
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -263,15 +264,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 		req.Network = &sandbox.Network{Allow: body.Network.AllowOut}
 	}
 	// A fresh id is no other node's: it is made here.
-	info, err := s.cfg.Sessions.Create(r.Context(), tenant, req)
+	sb, info, err := s.cfg.Sandboxes.Create(r.Context(), tenant, req)
 	if err != nil {
 		s.fail(w, err, body.TemplateID)
 		return
 	}
 	token := newAccessToken(tenant)
-	if err := s.cfg.Sessions.SetAccessToken(tenant, info.SandboxID, token); err != nil {
+	if err := sb.SetAccessToken(token); err != nil {
 		// Nothing of a sandbox no client can reach may stay.
-		if derr := s.cfg.Sessions.Delete(r.Context(), tenant, info.SandboxID); derr != nil {
+		if derr := s.cfg.Sandboxes.Kill(r.Context(), tenant, info.SandboxID); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		s.fail(w, err, "")
@@ -285,12 +286,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !ok {
 		return
 	}
-	info, err := s.cfg.Sessions.Sandbox(tenant, id)
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
 	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
-	writeJSON(w, http.StatusOK, detail{listed: s.listed(info), Domain: s.domain()})
+	writeJSON(w, http.StatusOK, detail{listed: s.listed(sb.Info()), Domain: s.domain()})
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request, tenant string) {
@@ -298,7 +299,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !ok {
 		return
 	}
-	if err := s.cfg.Sessions.Delete(r.Context(), tenant, id); err != nil {
+	if err := s.cfg.Sandboxes.Kill(r.Context(), tenant, id); err != nil {
 		s.fail(w, err, "")
 		return
 	}
@@ -314,7 +315,11 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, tenant strin
 	if !ok {
 		return
 	}
-	if _, err := s.cfg.Sessions.SetTimeout(r.Context(), tenant, id, timeout); err != nil {
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	if err == nil {
+		_, err = sb.SetTimeout(r.Context(), timeout)
+	}
+	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
@@ -334,31 +339,27 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, tenant string) 
 	if !ok {
 		return
 	}
-	info, err := s.cfg.Sessions.Sandbox(tenant, id)
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
 	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
+	info := sb.Info()
 	status := http.StatusOK
 	if state(info) == "paused" {
-		p, ok := s.cfg.Sessions.(Pauser)
-		if !ok {
-			target.WriteError(w, http.StatusNotImplemented, "this server cannot resume paused sandboxes")
-			return
-		}
-		if info, err = p.Resume(r.Context(), tenant, id); err != nil {
+		if info, err = sb.Resume(r.Context()); err != nil {
 			s.fail(w, err, "")
 			return
 		}
 		status = http.StatusCreated
 	}
 	if timeout > 0 && time.Now().Add(timeout).After(info.ExpiresAt) {
-		if info, err = s.cfg.Sessions.SetTimeout(r.Context(), tenant, id, timeout); err != nil {
+		if info, err = sb.SetTimeout(r.Context(), timeout); err != nil {
 			s.fail(w, err, "")
 			return
 		}
 	}
-	token, err := s.token(tenant, id)
+	token, err := s.token(sb)
 	if err != nil {
 		s.fail(w, err, "")
 		return
@@ -367,31 +368,30 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, tenant string) 
 }
 
 // token returns a sandbox's access token, minting one if it has none.
-func (s *Server) token(tenant, id string) (string, error) {
+func (s *Server) token(sb *live.Sandbox) (string, error) {
 	s.mintMu.Lock()
 	defer s.mintMu.Unlock()
-	token, err := s.cfg.Sessions.AccessToken(tenant, id)
+	token, err := sb.AccessToken()
 	if err != nil || token != "" {
 		return token, err
 	}
-	token = newAccessToken(tenant)
-	if err := s.cfg.Sessions.SetAccessToken(tenant, id, token); err != nil {
+	token = newAccessToken(sb.Tenant())
+	if err := sb.SetAccessToken(token); err != nil {
 		return "", err
 	}
 	return token, nil
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, tenant string) {
-	p, ok := s.cfg.Sessions.(Pauser)
-	if !ok {
-		target.WriteError(w, http.StatusNotImplemented, "this server cannot pause sandboxes")
-		return
-	}
 	id, ok := s.routed(w, r, tenant, false)
 	if !ok {
 		return
 	}
-	if err := p.Pause(r.Context(), tenant, id); err != nil {
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	if err == nil {
+		err = sb.Pause(r.Context())
+	}
+	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
@@ -401,11 +401,6 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, tenant string) {
 // resume is the older SDKs' way back from a pause (the current ones
 // connect): 201 and the sandbox, with the timeout given from now.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
-	p, ok := s.cfg.Sessions.(Pauser)
-	if !ok {
-		target.WriteError(w, http.StatusNotImplemented, "this server cannot resume paused sandboxes")
-		return
-	}
 	id, ok := s.routed(w, r, tenant, false)
 	if !ok {
 		return
@@ -414,18 +409,22 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !ok {
 		return
 	}
-	info, err := p.Resume(r.Context(), tenant, id)
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	var info sandbox.SandboxInfo
+	if err == nil {
+		info, err = sb.Resume(r.Context())
+	}
 	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
 	if timeout > 0 {
-		if info, err = s.cfg.Sessions.SetTimeout(r.Context(), tenant, id, timeout); err != nil {
+		if info, err = sb.SetTimeout(r.Context(), timeout); err != nil {
 			s.fail(w, err, "")
 			return
 		}
 	}
-	token, err := s.token(tenant, id)
+	token, err := s.token(sb)
 	if err != nil {
 		s.fail(w, err, "")
 		return
@@ -440,7 +439,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, tenant string) 
 	if !ok {
 		return
 	}
-	if _, err := s.cfg.Sessions.Sandbox(tenant, id); err != nil {
+	if _, err := s.cfg.Sandboxes.Get(tenant, id); err != nil {
 		s.fail(w, err, "")
 		return
 	}

@@ -92,14 +92,22 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, t target.Targe
 func (h *handler) run(r *http.Request, t target.Target, req executeRequest, language string, s *stream) error {
 	emit := func(ev kernel.Event) { s.event(ev) }
 	if req.ContextID != "" {
-		return h.m.RunContext(r.Context(), t.Tenant, t.SandboxID, req.ContextID, req.Code, 0, emit)
+		k, err := h.contexts(r.Context(), t)
+		if err != nil {
+			return err
+		}
+		return k.Run(r.Context(), req.ContextID, req.Code, 0, emit)
 	}
 	for attempt := 0; ; attempt++ {
 		d, id, err := h.defaultContext(r.Context(), t, language)
 		if err != nil {
 			return err
 		}
-		err = h.m.RunContext(r.Context(), t.Tenant, t.SandboxID, id, req.Code, 0, emit)
+		k, err := h.contexts(r.Context(), t)
+		if err != nil {
+			return err
+		}
+		err = k.Run(r.Context(), id, req.Code, 0, emit)
 		if !errors.Is(err, kernel.ErrNotFound) || s.events() > 0 || attempt > 0 {
 			return err
 		}

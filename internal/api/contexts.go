@@ -21,15 +21,6 @@ import (
 // maxRunTimeout bounds a cell's timeout_seconds.
 const maxRunTimeout = 24 * time.Hour
 
-func contextInfo(i kernel.Info) sandbox.CodeContext {
-	return sandbox.CodeContext{ID: i.ID, Language: i.Language, Cwd: i.Cwd}
-}
-
-func contextEvent(ev kernel.Event) sandbox.ContextEvent {
-	return sandbox.ContextEvent{Type: ev.Type, Text: ev.Text, Data: ev.Data, IsMain: ev.IsMain, Name: ev.Name,
-		Value: ev.Value, Traceback: ev.Traceback, ExecutionCount: ev.ExecutionCount}
-}
-
 // contextPath reads a context call's sandbox and context ids and routes
 // it to the sandbox's node.
 func (s *Server) contextPath(w http.ResponseWriter, r *http.Request, t *Tenant) (string, string, bool) {
@@ -58,7 +49,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	slices.Sort(o.Env)
 	k, err := s.contexts(r, t, id)
-	var info kernel.Info
+	var info sandbox.CodeContext
 	if err == nil {
 		info, err = k.Create(r.Context(), o)
 	}
@@ -66,7 +57,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, asError(err, s.log))
 		return
 	}
-	writeJSON(w, http.StatusCreated, contextInfo(info))
+	writeJSON(w, http.StatusCreated, info)
 }
 
 func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -81,9 +72,7 @@ func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant)
 	}
 	infos := k.List()
 	out := sandbox.ContextList{Contexts: []sandbox.CodeContext{}}
-	for _, i := range infos {
-		out.Contexts = append(out.Contexts, contextInfo(i))
-	}
+	out.Contexts = append(out.Contexts, infos...)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -129,7 +118,7 @@ func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) 
 		return
 	}
 	k, err := s.contexts(r, t, id)
-	var info kernel.Info
+	var info sandbox.CodeContext
 	if err == nil {
 		info, err = k.Fork(r.Context(), cid)
 	}
@@ -137,7 +126,7 @@ func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) 
 		writeError(w, asError(err, s.log))
 		return
 	}
-	writeJSON(w, http.StatusCreated, contextInfo(info))
+	writeJSON(w, http.StatusCreated, info)
 }
 
 // wantsJSON reports whether the client asked for one JSON answer rather
@@ -186,8 +175,8 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		out := sandbox.ContextEventList{Events: []sandbox.ContextEvent{}}
 		k, err := s.contexts(r, t, id)
 		if err == nil {
-			err = k.Run(r.Context(), cid, req.Code, timeout, func(ev kernel.Event) {
-				out.Events = append(out.Events, contextEvent(ev))
+			err = k.Run(r.Context(), cid, req.Code, timeout, func(ev sandbox.ContextEvent) {
+				out.Events = append(out.Events, ev)
 			})
 		}
 		if err != nil {
@@ -234,7 +223,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	err = k.Run(r.Context(), cid, req.Code, timeout, func(ev kernel.Event) {
+	err = k.Run(r.Context(), cid, req.Code, timeout, func(ev sandbox.ContextEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		if seq == 0 {
@@ -247,7 +236,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 			w.WriteHeader(http.StatusOK)
 		}
 		seq++
-		data, _ := json.Marshal(contextEvent(ev))
+		data, _ := json.Marshal(ev)
 		writeEvent(w, seq, ev.Type, data)
 		flusher.Flush()
 	})

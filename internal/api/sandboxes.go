@@ -37,7 +37,7 @@ func (s *Server) proc(t *Tenant, id string, pid int) (*live.Process, error) {
 }
 
 // contexts returns the code contexts of tenant's live sandbox id.
-func (s *Server) contexts(r *http.Request, t *Tenant, id string) (*kernel.Kernels, error) {
+func (s *Server) contexts(r *http.Request, t *Tenant, id string) (*kernel.Contexts, error) {
 	sb, err := s.box(t, id)
 	if err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ const closeWait = 5 * time.Second
 
 // Contexts returns the sandbox's code contexts, making its running
 // sandbox (again) if it has none.
-func (s *Sandbox) Contexts(ctx context.Context) (*kernel.Kernels, error) {
+func (s *Sandbox) Contexts(ctx context.Context) (*kernel.Contexts, error) {
 	sb, err := s.held(ctx)
 	if err != nil {
 		return nil, err

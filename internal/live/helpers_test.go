@@ -331,7 +331,7 @@ func (b *byID) Watch(ctx context.Context, tenant, id, dir string, recursive bool
 	return s.Watch(ctx, dir, recursive, fn)
 }
 
-func (b *byID) contexts(ctx context.Context, tenant, id string) (*kernel.Kernels, error) {
+func (b *byID) contexts(ctx context.Context, tenant, id string) (*kernel.Contexts, error) {
 	s, err := b.Get(tenant, id)
 	if err != nil {
 		return nil, err
@@ -339,15 +339,15 @@ func (b *byID) contexts(ctx context.Context, tenant, id string) (*kernel.Kernels
 	return s.Contexts(ctx)
 }
 
-func (b *byID) CreateContext(ctx context.Context, tenant, id string, o kernel.ContextOptions) (kernel.Info, error) {
+func (b *byID) CreateContext(ctx context.Context, tenant, id string, o kernel.ContextOptions) (sandbox.CodeContext, error) {
 	k, err := b.contexts(ctx, tenant, id)
 	if err != nil {
-		return kernel.Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	return k.Create(ctx, o)
 }
 
-func (b *byID) Contexts(ctx context.Context, tenant, id string) ([]kernel.Info, error) {
+func (b *byID) Contexts(ctx context.Context, tenant, id string) ([]sandbox.CodeContext, error) {
 	k, err := b.contexts(ctx, tenant, id)
 	if err != nil {
 		return nil, err
@@ -355,7 +355,7 @@ func (b *byID) Contexts(ctx context.Context, tenant, id string) ([]kernel.Info, 
 	return k.List(), nil
 }
 
-func (b *byID) RunContext(ctx context.Context, tenant, id, cid, code string, timeout time.Duration, emit func(kernel.Event)) error {
+func (b *byID) RunContext(ctx context.Context, tenant, id, cid, code string, timeout time.Duration, emit func(sandbox.ContextEvent)) error {
 	k, err := b.contexts(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -379,10 +379,10 @@ func (b *byID) RestartContext(ctx context.Context, tenant, id, cid string) error
 	return k.Restart(ctx, cid)
 }
 
-func (b *byID) ForkContext(ctx context.Context, tenant, id, cid string) (kernel.Info, error) {
+func (b *byID) ForkContext(ctx context.Context, tenant, id, cid string) (sandbox.CodeContext, error) {
 	k, err := b.contexts(ctx, tenant, id)
 	if err != nil {
-		return kernel.Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	return k.Fork(ctx, cid)
 }

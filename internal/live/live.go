@@ -136,7 +136,7 @@ type Sandbox struct {
 	img  images.Image      // what the sandbox runs
 	stop func()            // ends the egress proxy
 	// contexts holds the sandbox's code contexts (contexts.go).
-	contexts *kernel.Kernels
+	contexts *kernel.Contexts
 	procs    map[int]*Process // by pid, ended ones included
 	// ended lists the pids of ended processes, oldest first.
 	ended []int

@@ -21,7 +21,7 @@ import (
 // (runtime.Pauser: gVisor's, through runsc checkpoint) is saved to the
 // session's directory as well, and Resume restores it: its processes run
 // on, with the same pids, process table and output buffers on this node,
-// and its code contexts keep their variables (kernel.Kernels.Suspend and
+// and its code contexts keep their variables (kernel.Contexts.Suspend and
 // Resume). Any other (runc's: no CRIU here) is torn down; Resume makes a
 // new sandbox on the same disk, and its processes and contexts are lost,
 // which the resume's answer says.

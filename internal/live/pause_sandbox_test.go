@@ -59,10 +59,10 @@ func TestPauseSandbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cell := func(code string) []kernel.Event {
+			cell := func(code string) []sandbox.ContextEvent {
 				t.Helper()
-				var evs []kernel.Event
-				if err := m.RunContext(ctx, "t", "box", c.ID, code, time.Minute, func(ev kernel.Event) { evs = append(evs, ev) }); err != nil {
+				var evs []sandbox.ContextEvent
+				if err := m.RunContext(ctx, "t", "box", c.ID, code, time.Minute, func(ev sandbox.ContextEvent) { evs = append(evs, ev) }); err != nil {
 					t.Fatalf("run %q: %v", code, err)
 				}
 				return evs

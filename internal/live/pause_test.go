@@ -34,7 +34,7 @@ func (u *unit) pausedCalls(pid int, cid string) {
 	_, err = u.m.Contexts(ctx, "t", "box")
 	checkPaused(t, "list contexts", err)
 	if cid != "" {
-		checkPaused(t, "run a cell", u.m.RunContext(ctx, "t", "box", cid, "1", time.Second, func(kernel.Event) {}))
+		checkPaused(t, "run a cell", u.m.RunContext(ctx, "t", "box", cid, "1", time.Second, func(sandbox.ContextEvent) {}))
 	}
 	_, err = u.m.SetTimeout(ctx, "t", "box", time.Minute)
 	checkPaused(t, "set the timeout", err)

@@ -25,10 +25,11 @@ import (
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // contexts returns the code contexts of the live sandbox t names.
-func (h *handler) contexts(ctx context.Context, t target.Target) (*kernel.Kernels, error) {
+func (h *handler) contexts(ctx context.Context, t target.Target) (*kernel.Contexts, error) {
 	sb, err := h.m.Get(t.Tenant, t.SandboxID)
 	if err != nil {
 		return nil, err
@@ -131,7 +132,7 @@ func (h *handler) createContext(w http.ResponseWriter, r *http.Request, t target
 		return
 	}
 	k, err := h.contexts(r.Context(), t)
-	var info kernel.Info
+	var info sandbox.CodeContext
 	if err == nil {
 		info, err = k.Create(r.Context(), kernel.ContextOptions{Language: language, Cwd: req.Cwd})
 	}
@@ -144,7 +145,7 @@ func (h *handler) createContext(w http.ResponseWriter, r *http.Request, t target
 
 func (h *handler) listContexts(w http.ResponseWriter, r *http.Request, t target.Target) {
 	k, err := h.contexts(r.Context(), t)
-	var infos []kernel.Info
+	var infos []sandbox.CodeContext
 	if err == nil {
 		infos = k.List()
 	}
@@ -217,7 +218,7 @@ func (h *handler) defaultContext(ctx context.Context, t target.Target, language 
 		return d, d.id, nil
 	}
 	ks, err := h.contexts(ctx, t)
-	var info kernel.Info
+	var info sandbox.CodeContext
 	if err == nil {
 		info, err = ks.Create(ctx, kernel.ContextOptions{Language: language})
 	}

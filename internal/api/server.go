@@ -79,7 +79,7 @@ type Extension interface {
 // SetExtension serves x beside /v1; call it before Handler.
 func (s *Server) SetExtension(x Extension) { s.ext = x }
 
-// SetCluster makes session calls reach the node that holds the session.
+// SetCluster makes session calls reach the node that owns the session or sandbox.
 func (s *Server) SetCluster(c *cluster.Cluster) { s.cluster = c }
 
 // New returns a server; ready lists what /readyz checks.

@@ -41,7 +41,7 @@ func (s *Server) sessionID(w http.ResponseWriter, r *http.Request) (string, bool
 
 // Session calls that do more than reach the session's node.
 const (
-	// claimSession: a session no node holds becomes this node's (the
+	// claimSession: a session no node owns becomes this node's (the
 	// calls that create sessions).
 	claimSession = 1 << iota
 	// forgetLost: a session lost with its node is forgotten (deleting
@@ -53,7 +53,7 @@ const (
 	sandboxCall
 )
 
-// route sends a session's call to the node that holds the session. It
+// route sends a session's call to the node that owns the session. It
 // reports whether this node serves r itself; if not, r was forwarded or
 // answered.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id string, how int) bool {
@@ -61,7 +61,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id str
 }
 
 // RouteSandbox sends a call about tenant's sandbox id to the node that
-// holds it, as route does for /v1 (internal/e2b's calls). It reports
+// owns it, as route does for /v1 (internal/e2b's calls). It reports
 // whether this node serves r itself; if not, r was forwarded, or answered
 // by fail with the status and message /v1 would give, or (forget: a
 // delete) answered 204 for a sandbox lost with its node, now forgotten.

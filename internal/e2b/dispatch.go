@@ -61,7 +61,7 @@ func (s *Server) hostTarget(host string) (port int, id string, ok bool) {
 }
 
 // ServeTraffic serves in-sandbox traffic: the access token names the
-// tenant, the call goes to the node that holds the sandbox, which checks
+// tenant, the call goes to the node that owns the sandbox, which checks
 // the token and hands the call, its Target in the context, to the service
 // of its port.
 func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {

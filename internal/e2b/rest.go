@@ -200,7 +200,7 @@ func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 // routed reads the path's sandbox id and sends the call to the node that
-// holds the sandbox; it reports whether this node serves it.
+// owns the sandbox; it reports whether this node serves it.
 func (s *Server) routed(w http.ResponseWriter, r *http.Request, tenant string, forget bool) (string, bool) {
 	id, ok := sandboxID(w, r)
 	if !ok {

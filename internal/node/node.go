@@ -219,7 +219,7 @@ type Submission struct {
 
 // Submit validates req, and unless the same request was already submitted
 // under its id, stores it as queued (the store is the queue) and wakes the
-// nodes. An execution of a session is queued for the node that holds the
+// nodes. An execution of a session is queued for the node that owns the
 // session. Errors: *engine.InputError, ErrConflict, ErrQueueFull,
 // *cluster.OwnerError, or internal.
 func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteRequest) (Submission, error) {

@@ -128,13 +128,13 @@ func (s *service) remove(ctx context.Context, req *connect.Request[RemoveRequest
 	return connect.NewResponse(&RemoveResponse{}), nil
 }
 
-// eventTypes maps the session's watch ops to envd's event types.
+// eventTypes maps the live sandbox's watch ops to envd's event types.
 var eventTypes = map[string]EventType{
 	live.OpCreate: EventCreate, live.OpWrite: EventWrite, live.OpRemove: EventRemove,
 	live.OpRename: EventRename, live.OpChmod: EventChmod,
 }
 
-// fsEvent maps a change the session reports under root to envd's event
+// fsEvent maps a change the live sandbox reports under root to envd's event
 // (its name is the path relative to the watched directory); nil for the
 // ops that describe the watch itself.
 func (s *service) fsEvent(ctx context.Context, t target.Target, root string, ev sandbox.FileEvent, withEntry bool) *FilesystemEvent {

@@ -2,11 +2,11 @@
 // SDK speaks (a sandbox's port 49999): POST /execute runs a cell and
 // streams its output as newline-delimited JSON, /contexts creates, lists,
 // restarts and deletes code contexts, GET /health answers. It is backed by
-// the code contexts of Corral's live sandboxes (internal/session,
+// the code contexts of Corral's live sandboxes (internal/live,
 // internal/kernel): no Jupyter server runs in the sandbox.
 //
 // The dispatcher (internal/e2b) authenticates each request, routes it to
-// the node holding the sandbox and puts the sandbox in the request's
+// the node owning the sandbox and puts the sandbox in the request's
 // context (internal/e2b/target); this package trusts that.
 package interp
 

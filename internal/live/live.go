@@ -459,7 +459,7 @@ func (s *Sandbox) startLocked(ctx context.Context, restore string) (runtime.Sand
 	spec.Limits.Pids = req.Limits.Pids
 	var sb runtime.Sandbox
 	if restore != "" {
-		sb, err = m.fleet.Restore(ctx, job.Tier, spec, job.Image, restore, fleet.HolderSession)
+		sb, err = m.fleet.Restore(ctx, job.Tier, spec, job.Image, restore, fleet.HolderSandbox)
 	} else {
 		sb, err = s.makeSandbox(ctx, job, spec)
 	}
@@ -497,7 +497,7 @@ func (s *Sandbox) makeSandbox(ctx context.Context, job *engine.Job, spec runtime
 				err = k.KeepDisk(spec.Workspace)
 			}
 			if can && err == nil {
-				m.fleet.Hold(sb, fleet.HolderSession, time.Time{})
+				m.fleet.Hold(sb, fleet.HolderSandbox, time.Time{})
 				return sb, nil
 			}
 			if err != nil {
@@ -506,7 +506,7 @@ func (s *Sandbox) makeSandbox(ctx context.Context, job *engine.Job, spec runtime
 			m.destroy(sb)
 		}
 	}
-	return m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSession)
+	return m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSandbox)
 }
 
 // destroy tears a running sandbox down before returning, so its disk is
@@ -619,7 +619,7 @@ func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
 	m.mu.Unlock()
 	l := fleet.NewLease(sb, true, nil, func(bool) {
 		// Held for the sandbox's life, not the execution's.
-		m.fleet.Hold(sb, fleet.HolderSession, time.Time{})
+		m.fleet.Hold(sb, fleet.HolderSandbox, time.Time{})
 		if _, err := m.table.Update(s.w, func(i *workspace.Info) {
 			i.Executions++
 			i.LastUsedAt = m.table.Now().UTC()

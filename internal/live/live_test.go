@@ -106,7 +106,7 @@ func TestLiveLifecycle(t *testing.T) {
 	if sb == nil || !u.f.Alive(sb.ID()) {
 		t.Fatal("no sandbox held after Create")
 	}
-	if h, _ := u.f.Fleet.Holder(sb.ID()); h != fleet.HolderSession {
+	if h, _ := u.f.Fleet.Holder(sb.ID()); h != fleet.HolderSandbox {
 		t.Errorf("the sandbox is held by %q, want the session", h)
 	}
 	published := string(u.reg.Published(key("t", "box")))
@@ -441,7 +441,7 @@ func TestExecutionInLiveSandbox(t *testing.T) {
 	if p, err := u.m.Process(t.Context(), "t", "box", bg.PID, false); err != nil || !p.Running {
 		t.Errorf("the background process: %+v, %v; want it running", p, err)
 	}
-	if h, _ := u.f.Fleet.Holder(held.ID()); h != fleet.HolderSession {
+	if h, _ := u.f.Fleet.Holder(held.ID()); h != fleet.HolderSandbox {
 		t.Errorf("after executions the sandbox is held by %q", h)
 	}
 	got, _ := u.m.Sandbox("t", "box")

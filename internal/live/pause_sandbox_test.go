@@ -173,7 +173,7 @@ func TestPauseSandbox(t *testing.T) {
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("a sandbox deleted while paused left %s: %v", dir, err)
 			}
-			if n := e.Fleet().Count()[fleet.HolderSession]; n != 0 {
+			if n := e.Fleet().Count()[fleet.HolderSandbox]; n != 0 {
 				t.Errorf("%d sandboxes held for sessions after the delete", n)
 			}
 			if strings.Contains(logs.String(), "restore a paused sandbox") {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +98,8 @@ func TestSandboxAcrossNodes(t *testing.T) {
 // sandbox's error, field sandbox_id, naming it: 503 sandbox_unavailable
 // while the node may come back, 410 sandbox_lost once it is lost; the same
 // id through /v1/sessions answers as a session's. Deleting it frees the
-// id.
+// id, for another sandbox on another node; the node that lost it drops
+// its copy when it comes back.
 func TestSandboxOwnerLost(t *testing.T) {
 	nodes := startNodes(t, nil, nil)
 	a, b := nodes[0], nodes[1]
@@ -138,6 +141,17 @@ func TestSandboxOwnerLost(t *testing.T) {
 	}
 	if got, body := rawCall(t, b, "GET", "/v1/sandboxes/"+sb.ID); got != http.StatusNotFound {
 		t.Errorf("after the delete: %d %+v, want 404", got, body)
+	}
+	// The id is free: made again on B.
+	if _, _, err := client(b, testserver.AlphaKey).CreateSandbox(ctx, sandbox.CreateSandboxRequest{SandboxID: sb.ID,
+		Tier: sandbox.IsolationContainer}); err != nil {
+		t.Fatalf("make the freed id again: %v", err)
+	}
+	// A comes back: it reaps the sandbox its killed process left and drops
+	// its copy of the id, now B's.
+	a.Launch()
+	if _, err := os.Stat(filepath.Join(a.Data, "sessions", "alpha", sb.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("node A kept its stale copy of the sandbox: %v", err)
 	}
 }
 

@@ -173,7 +173,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, asError(err, s.log))
 		return
 	}
-	out := []sandbox.SandboxInfo{}
+	out := []sandbox.Info{}
 	for _, info := range all {
 		match := true
 		for k, v := range want {
@@ -186,14 +186,14 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 			out = append(out, info)
 		}
 	}
-	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return strings.Compare(a.SandboxID, b.SandboxID) })
+	slices.SortFunc(out, func(a, b sandbox.Info) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	writeJSON(w, http.StatusOK, sandbox.SandboxList{Sandboxes: out})
 }
 
 // Sandboxes lists tenant's live sandboxes that have not expired, on every
 // node (from what each published in the shared store), in no order.
-func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.SandboxInfo, error) {
-	var all []sandbox.SandboxInfo
+func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.Info, error) {
+	var all []sandbox.Info
 	switch {
 	case s.live == nil:
 		return nil, nil
@@ -205,7 +205,7 @@ func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.Sandbo
 			return nil, err
 		}
 		for _, sb := range list {
-			var info sandbox.SandboxInfo
+			var info sandbox.Info
 			if err := json.Unmarshal(sb.Info, &info); err != nil {
 				s.log.Warn("a sandbox's published description is not JSON", "sandbox", sb.ID, "node", sb.Node, "err", err)
 				continue
@@ -215,7 +215,7 @@ func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.Sandbo
 	}
 	now := time.Now()
 	// Expired ones are the reaper's of their node.
-	return slices.DeleteFunc(all, func(info sandbox.SandboxInfo) bool { return now.After(info.ExpiresAt) }), nil
+	return slices.DeleteFunc(all, func(info sandbox.Info) bool { return now.After(info.ExpiresAt) }), nil
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -251,7 +251,7 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 		return
 	}
 	sb, err := s.box(t, id)
-	var info sandbox.SandboxInfo
+	var info sandbox.Info
 	if err == nil {
 		info, err = sb.SetTimeout(r.Context(), time.Duration(body.TimeoutSeconds)*time.Second)
 	}
@@ -286,7 +286,7 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 		return
 	}
 	sb, err := s.box(t, id)
-	var info sandbox.SandboxInfo
+	var info sandbox.Info
 	if err == nil {
 		info, err = sb.Resume(r.Context())
 	}

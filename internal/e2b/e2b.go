@@ -46,7 +46,7 @@ type Node interface {
 	RouteSandbox(w http.ResponseWriter, r *http.Request, tenant, id string, forget bool,
 		fail func(w http.ResponseWriter, status int, msg string)) bool
 	// Sandboxes lists tenant's live sandboxes on every node.
-	Sandboxes(ctx context.Context, tenant string) ([]sandbox.SandboxInfo, error)
+	Sandboxes(ctx context.Context, tenant string) ([]sandbox.Info, error)
 	// Explain is the status and message an error is answered with.
 	Explain(err error) (status int, msg string)
 }

@@ -217,12 +217,12 @@ func (s *Server) domain() *string {
 	return &d
 }
 
-func (s *Server) created(info sandbox.SandboxInfo, token string) created {
+func (s *Server) created(info sandbox.Info, token string) created {
 	return created{SandboxID: info.SandboxID, TemplateID: info.Image, ClientID: clientID,
 		EnvdVersion: s.cfg.EnvdVersion, EnvdAccessToken: token, TrafficAccessToken: token, Domain: s.domain()}
 }
 
-func (s *Server) listed(info sandbox.SandboxInfo) listed {
+func (s *Server) listed(info sandbox.Info) listed {
 	md := info.Metadata
 	if md == nil {
 		md = map[string]string{}
@@ -235,7 +235,7 @@ func (s *Server) listed(info sandbox.SandboxInfo) listed {
 
 // state is E2B's name of a sandbox's state: paused, or running (a sandbox
 // being made again is running to its clients).
-func state(info sandbox.SandboxInfo) string {
+func state(info sandbox.Info) string {
 	if info.State == "paused" {
 		return "paused"
 	}
@@ -410,7 +410,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	sb, err := s.cfg.Sandboxes.Get(tenant, id)
-	var info sandbox.SandboxInfo
+	var info sandbox.Info
 	if err == nil {
 		info, err = sb.Resume(r.Context())
 	}
@@ -454,7 +454,7 @@ type listQuery struct {
 	startedAfter time.Time
 }
 
-func (q listQuery) match(info sandbox.SandboxInfo) bool {
+func (q listQuery) match(info sandbox.Info) bool {
 	for k, v := range q.metadata {
 		if got, ok := info.Metadata[k]; !ok || got != v {
 			return false
@@ -524,13 +524,13 @@ func parseListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
 }
 
 // matching lists tenant's sandboxes q matches, in no order.
-func (s *Server) matching(w http.ResponseWriter, r *http.Request, tenant string, q listQuery) ([]sandbox.SandboxInfo, bool) {
+func (s *Server) matching(w http.ResponseWriter, r *http.Request, tenant string, q listQuery) ([]sandbox.Info, bool) {
 	all, err := s.cfg.Node.Sandboxes(r.Context(), tenant)
 	if err != nil {
 		s.fail(w, err, "")
 		return nil, false
 	}
-	return slices.DeleteFunc(all, func(info sandbox.SandboxInfo) bool { return !q.match(info) }), true
+	return slices.DeleteFunc(all, func(info sandbox.Info) bool { return !q.match(info) }), true
 }
 
 // listV1 answers GET /sandboxes: every running sandbox that matches, one
@@ -560,14 +560,14 @@ const (
 )
 
 // newestFirst orders sandboxes by start, newest first, then by id.
-func newestFirst(a, b sandbox.SandboxInfo) int {
+func newestFirst(a, b sandbox.Info) int {
 	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 		return c
 	}
 	return strings.Compare(a.SandboxID, b.SandboxID)
 }
 
-func oldestFirst(a, b sandbox.SandboxInfo) int {
+func oldestFirst(a, b sandbox.Info) int {
 	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 		return c
 	}
@@ -626,14 +626,14 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, tenant string) {
 		target.WriteError(w, http.StatusBadRequest, "order is asc or desc")
 		return
 	}
-	var after *sandbox.SandboxInfo
+	var after *sandbox.Info
 	if v := qs.Get("nextToken"); v != "" {
 		p, err := decodeToken(v)
 		if err != nil || p.Order != order || p.SandboxID == "" {
 			target.WriteError(w, http.StatusBadRequest, "nextToken is not one this server gave for this order")
 			return
 		}
-		after = &sandbox.SandboxInfo{SandboxID: p.SandboxID, CreatedAt: p.CreatedAt}
+		after = &sandbox.Info{SandboxID: p.SandboxID, CreatedAt: p.CreatedAt}
 	}
 	infos, ok := s.matching(w, r, tenant, q)
 	if !ok {

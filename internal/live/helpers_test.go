@@ -121,20 +121,20 @@ type byID struct {
 	sessions *session.Manager
 }
 
-func (b *byID) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (sandbox.SandboxInfo, error) {
+func (b *byID) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (sandbox.Info, error) {
 	_, info, err := b.Manager.Create(ctx, tenant, req)
 	return info, err
 }
 
-func (b *byID) Sandbox(tenant, id string) (sandbox.SandboxInfo, error) {
+func (b *byID) Sandbox(tenant, id string) (sandbox.Info, error) {
 	s, err := b.Get(tenant, id)
 	if err != nil {
-		return sandbox.SandboxInfo{}, err
+		return sandbox.Info{}, err
 	}
 	return s.Info(), nil
 }
 
-func (b *byID) Sandboxes(tenant string) []sandbox.SandboxInfo { return b.List(tenant) }
+func (b *byID) Sandboxes(tenant string) []sandbox.Info { return b.List(tenant) }
 
 func (b *byID) Delete(ctx context.Context, tenant, id string) error { return b.Kill(ctx, tenant, id) }
 
@@ -144,10 +144,10 @@ func (b *byID) Touch(ctx context.Context, tenant, id string, o session.Options) 
 
 func (b *byID) Acquirer(tenant, id string) session.Acquirer { return b.sessions.Acquirer(tenant, id) }
 
-func (b *byID) SetTimeout(ctx context.Context, tenant, id string, d time.Duration) (sandbox.SandboxInfo, error) {
+func (b *byID) SetTimeout(ctx context.Context, tenant, id string, d time.Duration) (sandbox.Info, error) {
 	s, err := b.Get(tenant, id)
 	if err != nil {
-		return sandbox.SandboxInfo{}, err
+		return sandbox.Info{}, err
 	}
 	return s.SetTimeout(ctx, d)
 }
@@ -160,10 +160,10 @@ func (b *byID) Pause(ctx context.Context, tenant, id string) error {
 	return s.Pause(ctx)
 }
 
-func (b *byID) Resume(ctx context.Context, tenant, id string) (sandbox.SandboxInfo, error) {
+func (b *byID) Resume(ctx context.Context, tenant, id string) (sandbox.Info, error) {
 	s, err := b.Get(tenant, id)
 	if err != nil {
-		return sandbox.SandboxInfo{}, err
+		return sandbox.Info{}, err
 	}
 	return s.Resume(ctx)
 }

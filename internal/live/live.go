@@ -273,11 +273,11 @@ func (m *Manager) timeoutError() error {
 }
 
 // Create makes a live sandbox of tenant and starts its sandbox.
-func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.SandboxInfo, error) {
+func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
 	if req.SandboxID == "" {
 		req.SandboxID = NewSandboxID()
 	} else if !engine.ValidID(req.SandboxID) {
-		return nil, sandbox.SandboxInfo{}, &engine.InputError{Field: "sandbox_id",
+		return nil, sandbox.Info{}, &engine.InputError{Field: "sandbox_id",
 			Message: "must be 1-128 characters of letters, digits and . _ : - starting with a letter or digit"}
 	}
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
@@ -285,27 +285,27 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 		timeout = m.cfg.DefaultTimeout
 	}
 	if timeout <= 0 || timeout > m.cfg.MaxTimeout {
-		return nil, sandbox.SandboxInfo{}, m.timeoutError()
+		return nil, sandbox.Info{}, m.timeoutError()
 	}
 	req.TimeoutSeconds = int64(timeout.Seconds())
 	if err := checkMetadata(req.Metadata); err != nil {
-		return nil, sandbox.SandboxInfo{}, err
+		return nil, sandbox.Info{}, err
 	}
 	job, err := m.prepare(&req)
 	if err != nil {
-		return nil, sandbox.SandboxInfo{}, err
+		return nil, sandbox.Info{}, err
 	}
 	id := req.SandboxID
 	if err := m.table.RemoveExpired(ctx, tenant, id); err != nil {
-		return nil, sandbox.SandboxInfo{}, err
+		return nil, sandbox.Info{}, err
 	}
 	if _, ok := m.table.Lookup(tenant, id); ok {
-		return nil, sandbox.SandboxInfo{}, ErrExists
+		return nil, sandbox.Info{}, ErrExists
 	}
 	if err := m.table.Own(ctx, tenant, id); errors.Is(err, workspace.ErrElsewhere) {
-		return nil, sandbox.SandboxInfo{}, ErrExists
+		return nil, sandbox.Info{}, ErrExists
 	} else if err != nil {
-		return nil, sandbox.SandboxInfo{}, err
+		return nil, sandbox.Info{}, err
 	}
 	now := m.table.Now().UTC()
 	spec := &Spec{Request: req, Tier: string(job.Tier), Image: job.Image.Name}
@@ -313,7 +313,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	w, created, err := m.table.Put(workspace.Info{Tenant: tenant, Session: sandbox.Session{ID: id, DiskMB: req.Limits.DiskMB,
 		TTLSeconds: req.TimeoutSeconds, CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(timeout)}}, spec, s)
 	if w == nil && err == nil && !created {
-		return nil, sandbox.SandboxInfo{}, ErrExists
+		return nil, sandbox.Info{}, ErrExists
 	}
 	s.w = w
 	if err == nil {
@@ -324,7 +324,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 		if rerr := m.table.Remove(w); rerr != nil {
 			m.log.Warn("remove a sandbox that could not start", "sandbox", w.Key(), "err", rerr)
 		}
-		return nil, sandbox.SandboxInfo{}, err
+		return nil, sandbox.Info{}, err
 	}
 	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", job.Tier, "image", job.Image.Name)
 	info := s.Info()
@@ -360,14 +360,14 @@ func (m *Manager) Kill(ctx context.Context, tenant, id string) error {
 }
 
 // List describes this node's live sandboxes of tenant, by id.
-func (m *Manager) List(tenant string) []sandbox.SandboxInfo {
-	var out []sandbox.SandboxInfo
+func (m *Manager) List(tenant string) []sandbox.Info {
+	var out []sandbox.Info
 	for _, w := range m.table.Each(tenant) {
 		if s, ok := m.table.State(w).Occupant.(*Sandbox); ok {
 			out = append(out, s.Info())
 		}
 	}
-	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return strings.Compare(a.SandboxID, b.SandboxID) })
+	slices.SortFunc(out, func(a, b sandbox.Info) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	return out
 }
 
@@ -536,16 +536,16 @@ func (s *Sandbox) dropLocked() {
 }
 
 // Info describes the sandbox.
-func (s *Sandbox) Info() sandbox.SandboxInfo {
+func (s *Sandbox) Info() sandbox.Info {
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
 	return s.infoLocked()
 }
 
-func (s *Sandbox) infoLocked() sandbox.SandboxInfo {
+func (s *Sandbox) infoLocked() sandbox.Info {
 	wi := s.m.table.State(s.w).Info
 	r := s.spec.Request
-	info := sandbox.SandboxInfo{SandboxID: s.id, Language: r.Language, Image: s.spec.Image, Tier: s.spec.Tier,
+	info := sandbox.Info{SandboxID: s.id, Language: r.Language, Image: s.spec.Image, Tier: s.spec.Tier,
 		Limits: r.Limits, Network: r.Network, Metadata: r.Metadata, State: "running",
 		TimeoutSeconds: wi.TTLSeconds, CreatedAt: wi.CreatedAt, ExpiresAt: wi.ExpiresAt,
 		Executions: wi.Executions, Restarts: s.spec.Restarts}
@@ -559,7 +559,7 @@ func (s *Sandbox) infoLocked() sandbox.SandboxInfo {
 // publish records a sandbox's description in the cluster, for every
 // node's listing. A failure is logged: the sandbox itself is fine, and its
 // next change publishes again.
-func (m *Manager) publish(ctx context.Context, s *Sandbox, info sandbox.SandboxInfo) {
+func (m *Manager) publish(ctx context.Context, s *Sandbox, info sandbox.Info) {
 	b, err := json.Marshal(info)
 	if err == nil {
 		err = m.pub.PublishSandbox(ctx, s.tenant, s.id, b)
@@ -570,19 +570,19 @@ func (m *Manager) publish(ctx context.Context, s *Sandbox, info sandbox.SandboxI
 }
 
 // SetTimeout makes the sandbox end timeout from now.
-func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) (sandbox.SandboxInfo, error) {
+func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) (sandbox.Info, error) {
 	m := s.m
 	if timeout <= 0 || timeout > m.cfg.MaxTimeout {
-		return sandbox.SandboxInfo{}, m.timeoutError()
+		return sandbox.Info{}, m.timeoutError()
 	}
 	if _, err := m.Get(s.tenant, s.id); err != nil {
-		return sandbox.SandboxInfo{}, err
+		return sandbox.Info{}, err
 	}
 	m.mu.Lock()
 	if s.spec.Paused != nil {
 		// Its clock is stopped; the resume sets it going again.
 		m.mu.Unlock()
-		return sandbox.SandboxInfo{}, ErrPaused
+		return sandbox.Info{}, ErrPaused
 	}
 	now := m.table.Now().UTC()
 	_, err := m.table.Update(s.w, func(i *workspace.Info) {
@@ -593,7 +593,7 @@ func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) (sandbo
 	info := s.infoLocked()
 	m.mu.Unlock()
 	if err != nil {
-		return sandbox.SandboxInfo{}, err
+		return sandbox.Info{}, err
 	}
 	m.publish(ctx, s, info)
 	return info, nil

@@ -19,7 +19,7 @@ import (
 )
 
 // create makes live sandbox req.SandboxID of tenant t on the container tier.
-func (u *unit) create(req sandbox.CreateSandboxRequest) sandbox.SandboxInfo {
+func (u *unit) create(req sandbox.CreateSandboxRequest) sandbox.Info {
 	u.t.Helper()
 	if req.Tier == "" {
 		req.Tier = sandbox.IsolationContainer
@@ -95,7 +95,7 @@ func TestLiveLifecycle(t *testing.T) {
 	u := newUnit(t)
 	start := u.clock.Now()
 	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Metadata: map[string]string{"owner": "ann"}, TimeoutSeconds: 60})
-	want := sandbox.SandboxInfo{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
+	want := sandbox.Info{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
 		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUs: 1, Pids: 256, DiskMB: 1024},
 		Metadata: map[string]string{"owner": "ann"}, State: "running", TimeoutSeconds: 60,
 		CreatedAt: start, ExpiresAt: start.Add(time.Minute)}

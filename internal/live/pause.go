@@ -166,12 +166,12 @@ func (s *Sandbox) dropPausedLocked() int {
 // saved with it (its processes run on, its contexts keep their state),
 // else made anew on its disk (its files only). A sandbox whose restore
 // fails is made anew on its disk too, and the answer says what was kept
-// (SandboxInfo.Resume). Resuming a sandbox that is not paused is
+// (sandbox.Info.Resume). Resuming a sandbox that is not paused is
 // ErrNotPaused.
-func (s *Sandbox) Resume(ctx context.Context) (sandbox.SandboxInfo, error) {
+func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 	m := s.m
 	if err := s.lock(ctx); err != nil {
-		return sandbox.SandboxInfo{}, err
+		return sandbox.Info{}, err
 	}
 	defer s.w.Unlock()
 	s.mu.Lock()
@@ -180,7 +180,7 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.SandboxInfo, error) {
 	p := s.spec.Paused
 	m.mu.Unlock()
 	if p == nil {
-		return sandbox.SandboxInfo{}, ErrNotPaused
+		return sandbox.Info{}, ErrNotPaused
 	}
 	start := time.Now()
 	rep := &sandbox.SandboxResume{ProcessesLost: s.pauseLost}
@@ -188,7 +188,7 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.SandboxInfo, error) {
 		err := s.restoreLocked(ctx, rep)
 		if err != nil && ctx.Err() != nil {
 			// Still paused, its saved state whole: the client may retry.
-			return sandbox.SandboxInfo{}, fmt.Errorf("resume %s: %w", s.w.Key(), err)
+			return sandbox.Info{}, fmt.Errorf("resume %s: %w", s.w.Key(), err)
 		}
 		if err != nil {
 			m.log.Warn("restore a paused sandbox; making it anew on its disk, its memory lost", "sandbox", s.w.Key(), "err", err)
@@ -207,7 +207,7 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.SandboxInfo, error) {
 		p.Memory = false // nothing is left to restore
 		m.mu.Unlock()
 		if _, err := s.startLocked(ctx, ""); err != nil {
-			return sandbox.SandboxInfo{}, fmt.Errorf("resume %s: %w", s.w.Key(), err)
+			return sandbox.Info{}, fmt.Errorf("resume %s: %w", s.w.Key(), err)
 		}
 	}
 	m.mu.Lock()

@@ -509,15 +509,9 @@ func (s *Sandbox) makeSandbox(ctx context.Context, job *engine.Job, spec runtime
 	return m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSandbox)
 }
 
-// destroy tears a running sandbox down before returning, so its disk is
-// free for the next one.
-func (m *Manager) destroy(sb runtime.Sandbox) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := m.fleet.DestroyNow(ctx, sb); err != nil {
-		m.log.Error("destroy a live sandbox's sandbox", "runtime_sandbox", sb.ID(), "err", err)
-	}
-}
+// destroy tears sb down before returning, so its disk is free for the
+// next one.
+func (m *Manager) destroy(sb runtime.Sandbox) { workspace.Destroy(m.fleet, sb, m.log) }
 
 // dropLocked tears down the running sandbox (s.mu is held): its code
 // contexts are closed, its processes end as their agent goes.

@@ -333,15 +333,9 @@ func (m *Manager) release(w *workspace.Workspace, sb runtime.Sandbox, c fleet.Cl
 	}
 }
 
-// destroy tears a session's sandbox down before returning, so its disk is
-// free for the next one.
-func (m *Manager) destroy(sb runtime.Sandbox) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := m.fleet.DestroyNow(ctx, sb); err != nil {
-		m.log.Error("destroy session sandbox", "sandbox", sb.ID(), "err", err)
-	}
-}
+// destroy tears sb down before returning, so its disk is free for the
+// next one.
+func (m *Manager) destroy(sb runtime.Sandbox) { workspace.Destroy(m.fleet, sb, m.log) }
 
 // Close destroys every kept sandbox; the sessions' disks stay for the
 // next start.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/fleet"
+	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -422,6 +423,17 @@ func (t *Table) Remove(w *Workspace) error {
 		t.log.Warn("give up a removed session's ownership", "session", w.key, "err", err)
 	}
 	return nil
+}
+
+// Destroy tears sb, a sandbox on a workspace's disk, down through fl
+// before it returns (within a minute), so that the disk is free for the
+// next one; a failure is logged.
+func Destroy(fl *fleet.Fleet, sb runtime.Sandbox, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := fl.DestroyNow(ctx, sb); err != nil {
+		log.Error("destroy a workspace's sandbox", "sandbox", sb.ID(), "err", err)
+	}
 }
 
 // Run removes expired workspaces every ReapInterval until ctx ends.

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,7 +47,7 @@ type harness struct {
 	svc   *service
 	base  string
 	other string
-	logs  *logBuffer
+	logs  *testenv.LogBuffer
 }
 
 // newHarness makes the harness on fake sandboxes; opts change the
@@ -62,7 +61,7 @@ func newHarness(t *testing.T, opts ...func(*service)) *harness {
 // harnessOn makes the harness on eng's sandboxes of tier.
 func harnessOn(t testing.TB, eng *engine.Engine, fl *fleet.Fleet, tier sandbox.Isolation, opts ...func(*service)) *harness {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, oneNode{}, log)
 	if err != nil {
@@ -102,24 +101,6 @@ func (h *harness) proc(pid int) *live.Process {
 		h.t.Fatal(err)
 	}
 	return p
-}
-
-// logBuffer is a log destination tests read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // client is a connect-go client of one procedure with the JSON codec.

@@ -311,11 +311,17 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	spec := &Spec{Request: req, Tier: string(job.Tier), Image: job.Image.Name}
 	s := m.newSandbox(nil, tenant, id, spec)
 	w, created, err := m.table.Put(workspace.Info{Tenant: tenant, Session: sandbox.Session{ID: id, DiskMB: req.Limits.DiskMB,
-		TTLSeconds: req.TimeoutSeconds, CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(timeout)}}, spec, s)
-	if w == nil && err == nil && !created {
+		TTLSeconds: req.TimeoutSeconds, CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(timeout)}}, spec, nil)
+	switch {
+	case w == nil && err != nil:
+		return nil, sandbox.Info{}, err
+	case w == nil || !created:
 		return nil, sandbox.Info{}, ErrExists
 	}
+	// Its occupant once the handle knows its workspace: a session's call
+	// for the id meanwhile finds no sandbox.
 	s.w = w
+	m.table.SetOccupant(w, s)
 	if err == nil {
 		_, err = s.held(ctx)
 	}

@@ -74,9 +74,13 @@ var (
 	ErrQueueFull = errors.New("corral: queue full")
 	// ErrRateLimited: any other 429, e.g. a tenant quota.
 	ErrRateLimited = errors.New("corral: rate limited")
-	// ErrSessionLost: 410 session_lost, the node that held the session
-	// is gone and its files with it; create a new session.
+	// ErrSessionLost: 410 session_lost, the node that owned the session
+	// is gone and its files with it; create a new session. It matches
+	// every 410, sandbox_lost too.
 	ErrSessionLost = errors.New("corral: session lost")
+	// ErrSandboxLost: 410 sandbox_lost, the node that owned the live
+	// sandbox is gone and the sandbox with it; create a new sandbox.
+	ErrSandboxLost = errors.New("corral: sandbox lost")
 	// ErrTierUnavailable: 503 tier_unavailable, the isolation tier the
 	// request needs (gVisor, asked for or picked by auto) is still being
 	// installed on the server; retry after APIError.RetryAfter. It also
@@ -136,6 +140,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusTooManyRequests && e.Code != "queue_full"
 	case ErrSessionLost:
 		return e.Status == http.StatusGone
+	case ErrSandboxLost:
+		return e.Status == http.StatusGone && e.Code == "sandbox_lost"
 	case ErrTierUnavailable:
 		return e.Status == http.StatusServiceUnavailable && e.Code == "tier_unavailable"
 	case ErrServer:

@@ -42,8 +42,9 @@ type CreateSandboxRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// SandboxInfo describes a live sandbox (GET /v1/sandboxes/{id}).
-type SandboxInfo struct {
+// Info describes a live sandbox (GET /v1/sandboxes/{id}; the OpenAPI
+// schema SandboxInfo).
+type Info struct {
 	SandboxID string            `json:"sandbox_id"`
 	Language  string            `json:"language"`
 	Image     string            `json:"image"`
@@ -67,6 +68,11 @@ type SandboxInfo struct {
 	// Resume says what the resume kept, in the answer of Sandbox.Resume.
 	Resume *SandboxResume `json:"resume,omitempty"`
 }
+
+// SandboxInfo is Info's old name, kept for one release.
+//
+// Deprecated: use Info.
+type SandboxInfo = Info
 
 // SandboxPause describes a paused sandbox. While paused its timeout does
 // not run (ExpiresAt is then when the server drops it if it is never
@@ -101,7 +107,7 @@ type SandboxResume struct {
 
 // SandboxList is the answer of GET /v1/sandboxes.
 type SandboxList struct {
-	Sandboxes []SandboxInfo `json:"sandboxes"`
+	Sandboxes []Info `json:"sandboxes"`
 }
 
 // PTYSize is a terminal's size.

@@ -89,8 +89,8 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, ide
 
 // CreateSandbox makes a live sandbox and returns a handle on it with its
 // description. It is sent once, never retried.
-func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*Sandbox, *SandboxInfo, error) {
-	var info SandboxInfo
+func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*Sandbox, *Info, error) {
+	var info Info
 	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", req, &info, false); err != nil {
 		return nil, nil, err
 	}
@@ -99,7 +99,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*
 
 // ListSandboxes lists the key's live sandboxes on every node of the
 // server, those whose metadata hold every pair of match (nil: all).
-func (c *Client) ListSandboxes(ctx context.Context, match map[string]string) ([]SandboxInfo, error) {
+func (c *Client) ListSandboxes(ctx context.Context, match map[string]string) ([]Info, error) {
 	q := url.Values{}
 	keys := make([]string, 0, len(match))
 	for k := range match {
@@ -122,8 +122,8 @@ func (c *Client) ListSandboxes(ctx context.Context, match map[string]string) ([]
 
 // Info describes the sandbox (ErrNotFound once it reached its timeout or
 // was killed).
-func (s *Sandbox) Info(ctx context.Context) (*SandboxInfo, error) {
-	var info SandboxInfo
+func (s *Sandbox) Info(ctx context.Context) (*Info, error) {
+	var info Info
 	if err := s.c.call(ctx, http.MethodGet, s.path(), nil, &info, true); err != nil {
 		return nil, err
 	}
@@ -131,8 +131,8 @@ func (s *Sandbox) Info(ctx context.Context) (*SandboxInfo, error) {
 }
 
 // SetTimeout makes the sandbox end d from now.
-func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) (*SandboxInfo, error) {
-	var info SandboxInfo
+func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) (*Info, error) {
+	var info Info
 	body := map[string]int64{"timeout_seconds": int64(d.Round(time.Second) / time.Second)}
 	if err := s.c.call(ctx, http.MethodPost, s.path()+"/timeout", body, &info, true); err != nil {
 		return nil, err
@@ -145,8 +145,8 @@ func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) (*SandboxInfo
 // code contexts go on after Resume (SandboxPause.Memory says which). While
 // paused its timeout stops and calls that need it running fail with
 // ErrSandboxPaused. Pausing a paused sandbox is ErrSandboxPaused.
-func (s *Sandbox) Pause(ctx context.Context) (*SandboxInfo, error) {
-	var info SandboxInfo
+func (s *Sandbox) Pause(ctx context.Context) (*Info, error) {
+	var info Info
 	if err := s.c.call(ctx, http.MethodPost, s.path()+"/pause", nil, &info, false); err != nil {
 		return nil, err
 	}
@@ -156,8 +156,8 @@ func (s *Sandbox) Pause(ctx context.Context) (*SandboxInfo, error) {
 // Resume resumes a paused sandbox with its whole timeout; the answer's
 // Resume says what was kept (without memory, its processes and contexts
 // were lost). Resuming a sandbox that runs is ErrNotPaused.
-func (s *Sandbox) Resume(ctx context.Context) (*SandboxInfo, error) {
-	var info SandboxInfo
+func (s *Sandbox) Resume(ctx context.Context) (*Info, error) {
+	var info Info
 	if err := s.c.call(ctx, http.MethodPost, s.path()+"/resume", nil, &info, false); err != nil {
 		return nil, err
 	}

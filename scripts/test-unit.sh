@@ -7,7 +7,7 @@
 # Coverage counts the fake sandboxes' agents too (scripts/as-nobody).
 set -eu
 cd "$(dirname "$0")/.."
-pkgs="./internal/node ./internal/cluster ./internal/session ./internal/pool ./internal/notify ./internal/agent ./internal/kernel ./internal/runtime/fake ./internal/e2b ./internal/e2b/envd ./internal/e2b/interp"
+pkgs="./internal/node ./internal/cluster ./internal/session ./internal/live ./internal/pool ./internal/notify ./internal/agent ./internal/kernel ./internal/runtime/fake ./internal/e2b ./internal/e2b/envd ./internal/e2b/interp"
 go build ./... # compile errors first, outside the timing
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

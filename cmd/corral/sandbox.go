@@ -227,7 +227,7 @@ func cmdSandboxList(args []string) int {
 		return callFailed("sandbox list", err)
 	}
 	if *jsonOut {
-		return printJSON(os.Stdout, sandbox.SandboxList{Sandboxes: append([]sandbox.SandboxInfo{}, list...)})
+		return printJSON(os.Stdout, sandbox.SandboxList{Sandboxes: append([]sandbox.Info{}, list...)})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SANDBOX\tLANGUAGE\tTIER\tSTATE\tEXPIRES\tMETADATA")
@@ -246,7 +246,7 @@ func cmdSandboxList(args []string) int {
 
 func cmdSandboxKill(args []string) int {
 	return forEachSandbox(args, "kill", "Ends live sandboxes: their processes and files go.", false,
-		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error) {
+		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Info, string, error) {
 			return nil, "killed", sb.Kill(ctx)
 		})
 }
@@ -256,7 +256,7 @@ func cmdSandboxKill(args []string) int {
 // withJSON, the sandbox's description is printed instead). The exit status
 // is the worst of the calls'.
 func forEachSandbox(args []string, name, about string, withJSON bool,
-	act func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error)) int {
+	act func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Info, string, error)) int {
 	fs, cf := sandboxFlags(name, "[flags] ID...", about)
 	jsonOut := new(bool)
 	if withJSON {
@@ -321,7 +321,7 @@ func cmdSandboxPause(args []string) int {
 		"Pauses live sandboxes: their files are kept, and on gVisor their memory too (their\n"+
 			"processes and code contexts go on after resume); on runc their processes end. A\n"+
 			"paused sandbox's timeout stops until `corral sandbox resume`.", true,
-		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error) {
+		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Info, string, error) {
 			info, err := sb.Pause(ctx)
 			switch {
 			case err != nil:
@@ -336,7 +336,7 @@ func cmdSandboxPause(args []string) int {
 func cmdSandboxResume(args []string) int {
 	return forEachSandbox(args, "resume",
 		"Resumes paused sandboxes, each with its whole timeout again, and says what was kept.", true,
-		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.SandboxInfo, string, error) {
+		func(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Info, string, error) {
 			info, err := sb.Resume(ctx)
 			switch {
 			case err != nil:

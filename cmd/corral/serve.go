@@ -27,6 +27,7 @@ import (
 	"github.com/corralhq/corral/internal/e2b/interp"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/node"
@@ -40,6 +41,7 @@ import (
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/postgres"
 	"github.com/corralhq/corral/internal/store/sqlite"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -189,19 +191,27 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	nc := node.DefaultConfig()
 	nc.MaxConcurrency, nc.QueueBound = cfg.MaxConcurrency, cfg.QueueBound
 	nc.MemoryURL = cfg.Memory.URL
-	scfg := session.DefaultConfig(filepath.Join(cfg.DataDir, "sessions"))
-	scfg.DefaultTTL = time.Duration(cfg.Sessions.DefaultTTL)
-	scfg.MaxTTL = time.Duration(cfg.Sessions.MaxTTL)
-	scfg.ReapInterval = time.Duration(cfg.Sessions.ReapInterval)
-	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
-	scfg.DefaultTimeout, scfg.MaxProcesses = time.Duration(cfg.Sessions.SandboxTimeout), cfg.Sessions.MaxProcesses
-	scfg.PausedTTL = time.Duration(cfg.Sessions.PausedTTL)
-	sessions, err := session.New(ctx, scfg, loc.engine, loc.fleet, cl, log.With("component", "sessions"))
+	// Sessions and live sandboxes share this node's workspaces (one id
+	// space, one directory per tenant/id, one reaper).
+	table, err := workspace.Open(ctx, workspace.Config{Dir: filepath.Join(cfg.DataDir, "sessions"),
+		ReapInterval: time.Duration(cfg.Sessions.ReapInterval)}, cl, log.With("component", "workspaces"))
 	if err != nil {
 		return err
 	}
+	scfg := session.DefaultConfig()
+	scfg.DefaultTTL = time.Duration(cfg.Sessions.DefaultTTL)
+	scfg.MaxTTL = time.Duration(cfg.Sessions.MaxTTL)
+	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
+	sessions := session.New(scfg, table, loc.engine, loc.fleet, log.With("component", "sessions"))
 	defer sessions.Close()
-	sessions.SetPool(wp)
+	lcfg := live.DefaultConfig()
+	lcfg.DefaultTimeout, lcfg.MaxTimeout = time.Duration(cfg.Sessions.SandboxTimeout), time.Duration(cfg.Sessions.MaxTTL)
+	lcfg.DefaultDiskMB, lcfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
+	lcfg.MaxProcesses = cfg.Sessions.MaxProcesses
+	lcfg.PausedTTL = time.Duration(cfg.Sessions.PausedTTL)
+	sandboxes := live.New(lcfg, table, loc.engine, loc.fleet, cl, log.With("component", "sandboxes"))
+	defer sandboxes.Close()
+	sandboxes.SetPool(wp)
 	blobs, blobHandler, err := openBlob(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("open blob store: %w", err)
@@ -212,13 +222,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Artifacts: node.BlobArtifacts{Store: blobs}})
 	srv := api.New(api.Config{MaxBodyBytes: cfg.MaxBodyBytes}, n, auth, m, log, st, ls)
 	srv.SetFiles(sessions, blobHandler)
+	srv.SetSandboxes(sandboxes)
 	srv.SetCluster(cl)
 	srv.SetStats(st)
 	// E2B's API beside /v1, with the in-sandbox services its SDKs speak.
-	srv.SetExtension(e2b.New(e2b.Config{Sessions: sessions, Keys: auth, Node: srv, Domain: cfg.E2B.Domain,
+	srv.SetExtension(e2b.New(e2b.Config{Sandboxes: sandboxes, Keys: auth, Node: srv, Domain: cfg.E2B.Domain,
 		Tier:   sandbox.Isolation(cfg.E2B.Tier),
-		Envd:   envd.New(sessions, log.With("component", "e2b-envd")),
-		Interp: interp.New(sessions, log.With("component", "e2b-interp")),
+		Envd:   envd.New(sandboxes, log.With("component", "e2b-envd")),
+		Interp: interp.New(sandboxes, log.With("component", "e2b-interp")),
 		Log:    log.With("component", "e2b")}))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -231,7 +242,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { cl.Run(workCtx) })
-	wg.Go(func() { sessions.Run(workCtx) })
+	wg.Go(func() { table.Run(workCtx) })
 	wg.Go(func() {
 		if err := n.Run(workCtx); err != nil {
 			log.Error("node stopped", "err", err)

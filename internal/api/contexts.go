@@ -14,21 +14,12 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Code contexts of live sandboxes (internal/session contexts.go,
+// Code contexts of live sandboxes (live.Sandbox.Contexts,
 // internal/kernel): create, list, delete, run a cell, restart, fork,
 // interrupt.
 
 // maxRunTimeout bounds a cell's timeout_seconds.
 const maxRunTimeout = 24 * time.Hour
-
-func contextInfo(i kernel.Info) sandbox.CodeContext {
-	return sandbox.CodeContext{ID: i.ID, Language: i.Language, Cwd: i.Cwd}
-}
-
-func contextEvent(ev kernel.Event) sandbox.ContextEvent {
-	return sandbox.ContextEvent{Type: ev.Type, Text: ev.Text, Data: ev.Data, IsMain: ev.IsMain, Name: ev.Name,
-		Value: ev.Value, Traceback: ev.Traceback, ExecutionCount: ev.ExecutionCount}
-}
 
 // contextPath reads a context call's sandbox and context ids and routes
 // it to the sandbox's node.
@@ -57,12 +48,16 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 		o.Env = append(o.Env, k+"="+v)
 	}
 	slices.Sort(o.Env)
-	info, err := s.sessions.CreateContext(r.Context(), t.Name, id, o)
+	k, err := s.contexts(r, t, id)
+	var info sandbox.CodeContext
+	if err == nil {
+		info, err = k.Create(r.Context(), o)
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	writeJSON(w, http.StatusCreated, contextInfo(info))
+	writeJSON(w, http.StatusCreated, info)
 }
 
 func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -70,15 +65,14 @@ func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant)
 	if !ok {
 		return
 	}
-	infos, err := s.sessions.Contexts(r.Context(), t.Name, id)
+	k, err := s.contexts(r, t, id)
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
+	infos := k.List()
 	out := sandbox.ContextList{Contexts: []sandbox.CodeContext{}}
-	for _, i := range infos {
-		out.Contexts = append(out.Contexts, contextInfo(i))
-	}
+	out.Contexts = append(out.Contexts, infos...)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -87,7 +81,11 @@ func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.DeleteContext(r.Context(), t.Name, id, cid))
+	k, err := s.contexts(r, t, id)
+	if err == nil {
+		err = k.Delete(r.Context(), cid)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -95,7 +93,11 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenan
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.RestartContext(r.Context(), t.Name, id, cid))
+	k, err := s.contexts(r, t, id)
+	if err == nil {
+		err = k.Restart(r.Context(), cid)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) interruptContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -103,7 +105,11 @@ func (s *Server) interruptContext(w http.ResponseWriter, r *http.Request, t *Ten
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.InterruptContext(r.Context(), t.Name, id, cid))
+	k, err := s.contexts(r, t, id)
+	if err == nil {
+		err = k.Interrupt(r.Context(), cid)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -111,12 +117,16 @@ func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) 
 	if !ok {
 		return
 	}
-	info, err := s.sessions.ForkContext(r.Context(), t.Name, id, cid)
+	k, err := s.contexts(r, t, id)
+	var info sandbox.CodeContext
+	if err == nil {
+		info, err = k.Fork(r.Context(), cid)
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	writeJSON(w, http.StatusCreated, contextInfo(info))
+	writeJSON(w, http.StatusCreated, info)
 }
 
 // wantsJSON reports whether the client asked for one JSON answer rather
@@ -163,9 +173,12 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	if wantsJSON(r) {
 		out := sandbox.ContextEventList{Events: []sandbox.ContextEvent{}}
-		err := s.sessions.RunContext(r.Context(), t.Name, id, cid, req.Code, timeout, func(ev kernel.Event) {
-			out.Events = append(out.Events, contextEvent(ev))
-		})
+		k, err := s.contexts(r, t, id)
+		if err == nil {
+			err = k.Run(r.Context(), cid, req.Code, timeout, func(ev sandbox.ContextEvent) {
+				out.Events = append(out.Events, ev)
+			})
+		}
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the client left
@@ -205,7 +218,12 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 			}
 		}
 	}()
-	err := s.sessions.RunContext(r.Context(), t.Name, id, cid, req.Code, timeout, func(ev kernel.Event) {
+	k, err := s.contexts(r, t, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	err = k.Run(r.Context(), cid, req.Code, timeout, func(ev sandbox.ContextEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		if seq == 0 {
@@ -218,7 +236,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 			w.WriteHeader(http.StatusOK)
 		}
 		seq++
-		data, _ := json.Marshal(contextEvent(ev))
+		data, _ := json.Marshal(ev)
 		writeEvent(w, seq, ev.Type, data)
 		flusher.Flush()
 	})

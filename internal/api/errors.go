@@ -10,12 +10,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/kernel"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/node"
-	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -48,9 +47,8 @@ func errorf(status int, code, field, msg string) *Error {
 func asError(err error, log *slog.Logger) *Error {
 	var ae *Error
 	var ie *engine.InputError
-	var se *cluster.SessionError
+	var se *cluster.OwnerError
 	var pe *engine.TierPendingError
-	var re *agent.RemoteError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -75,14 +73,8 @@ func asError(err error, log *slog.Logger) *Error {
 		e := errorf(http.StatusTooManyRequests, "queue_full", "", "the server's queue is full; retry after the delay in Retry-After")
 		e.RetryAfter = 1
 		return e
-	case errors.As(err, &se) && se.Lost:
-		return errorf(http.StatusGone, "session_lost", "session_id",
-			"session "+se.Session+" was lost with the node that held it; its files are gone: create a new session")
 	case errors.As(err, &se):
-		e := errorf(http.StatusServiceUnavailable, "session_unavailable", "session_id",
-			"session "+se.Session+" is held by a node that is not answering; retry after the delay in Retry-After")
-		e.RetryAfter = 2
-		return e
+		return ownerError(se, "session")
 	case errors.Is(err, kernel.ErrNotFound), errors.Is(err, kernel.ErrClosed):
 		return errorf(http.StatusNotFound, "not_found", "",
 			"no such code context in the sandbox (a sandbox made again after it ended has lost its contexts)")
@@ -93,40 +85,40 @@ func asError(err error, log *slog.Logger) *Error {
 			"the context request is invalid: a language without code contexts (python, bash and javascript have them), "+
 				"a working directory that is not an absolute clean path or does not exist in the sandbox, an environment variable that is not KEY=VALUE, "+
 				"code over 1 MiB, or a fork of a context whose language cannot fork (only python can)")
-	case errors.Is(err, session.ErrPaused):
+	case errors.Is(err, live.ErrPaused):
 		return errorf(http.StatusConflict, "sandbox_paused", "",
 			"the sandbox is paused; resume it (POST /v1/sandboxes/{id}/resume) first")
-	case errors.Is(err, session.ErrNotPaused):
+	case errors.Is(err, live.ErrNotPaused):
 		return errorf(http.StatusConflict, "not_paused", "", "the sandbox is not paused; it runs")
-	case errors.Is(err, session.ErrNoProcess):
+	case errors.Is(err, live.ErrNoProcess):
 		return errorf(http.StatusNotFound, "not_found", "", "no such process in the sandbox (ended processes stay listed for a while)")
-	case errors.Is(err, session.ErrNotFound):
+	case errors.Is(err, live.ErrNotFound):
 		return errorf(http.StatusNotFound, "not_found", "", "no such sandbox or session (it may have reached its timeout)")
-	case errors.Is(err, session.ErrExists):
+	case errors.Is(err, live.ErrExists):
 		return errorf(http.StatusConflict, "conflict", "sandbox_id", "a sandbox or session with this id exists; choose another id")
-	case errors.Is(err, session.ErrTooMany):
+	case errors.Is(err, live.ErrTooMany):
 		return errorf(http.StatusTooManyRequests, "too_many_processes", "",
 			"the sandbox runs as many processes as it may; wait for one to end or signal one")
-	case errors.Is(err, session.ErrNoStdin):
+	case errors.Is(err, live.ErrNoStdin):
 		return errorf(http.StatusConflict, "no_stdin", "", "the process was started without stdin (start it with \"stdin\": true)")
-	case errors.Is(err, session.ErrNoTerminal):
+	case errors.Is(err, live.ErrNoTerminal):
 		return errorf(http.StatusConflict, "no_terminal", "", "the process was started without a terminal (start it with \"pty\": {\"cols\": 80, \"rows\": 24})")
-	case errors.Is(err, session.ErrEnded):
+	case errors.Is(err, live.ErrEnded):
 		return errorf(http.StatusConflict, "process_ended", "", "the process has ended (or its stdin was closed)")
-	case errors.Is(err, session.ErrUnsupported):
+	case errors.Is(err, live.ErrUnsupported):
 		return errorf(http.StatusNotImplemented, "not_implemented", "", "this server does not support this yet")
-	case errors.Is(err, agent.ErrLost):
+	case errors.Is(err, live.ErrLost):
 		e := errorf(http.StatusServiceUnavailable, "sandbox_restarting", "",
 			"the sandbox ended during the call; it is made again on its disk at the next call (its processes are lost); retry")
 		e.RetryAfter = 1
 		return e
-	case errors.Is(err, session.ErrInvalid):
-		// The session package words these for the caller (which field,
-		// which bound).
-		return errorf(http.StatusBadRequest, "invalid_request", "", strings.TrimPrefix(err.Error(), session.ErrInvalid.Error()+": "))
-	case errors.As(err, &re):
-		return agentError(re, log)
-	case errors.Is(err, session.ErrElsewhere):
+	case errors.Is(err, live.ErrInvalid):
+		// The session and live packages word these for the caller (which
+		// field, which bound).
+		return errorf(http.StatusBadRequest, "invalid_request", "", strings.TrimPrefix(err.Error(), live.ErrInvalid.Error()+": "))
+	case isRefusal(err):
+		return agentError(err, log)
+	case errors.Is(err, live.ErrElsewhere):
 		e := errorf(http.StatusServiceUnavailable, "session_unavailable", "session_id",
 			"the session was just created on another node; retry")
 		e.RetryAfter = 1
@@ -142,17 +134,50 @@ func asError(err error, log *slog.Logger) *Error {
 	}
 }
 
-// agentError answers a session file operation the sandbox's agent refused,
-// by the kind of the refusal alone: the agent's message comes from inside
-// the sandbox and goes to the log.
-func agentError(re *agent.RemoteError, log *slog.Logger) *Error {
+// isRefusal reports whether err is a refusal of a sandbox's agent.
+func isRefusal(err error) bool {
+	_, ok := live.Refusal(err)
+	return ok
+}
+
+// asSandboxError is asError for a call about a live sandbox: an owner
+// gone or not answering is the sandbox's (sandbox_lost,
+// sandbox_unavailable, field sandbox_id). Before, these were answered
+// session_lost and session_unavailable with field session_id, a misnomer
+// (docs/errors.md).
+func asSandboxError(err error, log *slog.Logger) *Error {
+	var se *cluster.OwnerError
+	if errors.As(err, &se) {
+		return ownerError(se, "sandbox")
+	}
+	return asError(err, log)
+}
+
+// ownerError answers a call for a session or sandbox (what) whose owner is
+// lost (410 what_lost) or not answering (503 what_unavailable); the field
+// is what_id.
+func ownerError(se *cluster.OwnerError, what string) *Error {
+	if se.Lost {
+		return errorf(http.StatusGone, what+"_lost", what+"_id",
+			what+" "+se.ID+" was lost with the node that owned it; its files are gone: create a new "+what)
+	}
+	e := errorf(http.StatusServiceUnavailable, what+"_unavailable", what+"_id",
+		what+" "+se.ID+" is owned by a node that is not answering; retry after the delay in Retry-After")
+	e.RetryAfter = 2
+	return e
+}
+
+// agentError answers a file operation the sandbox's agent refused, by the
+// kind of the refusal alone: the agent's message comes from inside the
+// sandbox and goes to the log.
+func agentError(re error, log *slog.Logger) *Error {
 	bad := func(msg string) *Error { return errorf(http.StatusBadRequest, "invalid_request", "path", msg) }
 	switch {
 	case errors.Is(re, syscall.ENOENT):
 		return errorf(http.StatusNotFound, "not_found", "", "no such file in the session")
 	case errors.Is(re, syscall.ENOTDIR):
 		return bad("a directory named in the path is a file")
-	case errors.Is(re, agent.KindNotRegular):
+	case errors.Is(re, live.ErrNotRegular):
 		return bad("the path is neither a regular file nor a directory")
 	case errors.Is(re, syscall.ENOSPC), errors.Is(re, syscall.EDQUOT):
 		return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "", "the session's disk is full")
@@ -160,13 +185,13 @@ func agentError(re *agent.RemoteError, log *slog.Logger) *Error {
 		return bad("the path is a directory; name a file")
 	case errors.Is(re, syscall.EEXIST):
 		return bad("something else already exists at the path")
-	case errors.Is(re, agent.KindSymlink):
+	case errors.Is(re, live.ErrSymlink):
 		return bad("the path is a symbolic link; files are not written through links")
 	case errors.Is(re, syscall.ENAMETOOLONG):
 		return bad("the path is too long for the session's file system")
 	case errors.Is(re, syscall.EACCES), errors.Is(re, syscall.EPERM):
 		return bad("permission denied: a program in the session took away the access to this path")
-	case errors.Is(re, agent.KindInvalid):
+	case errors.Is(re, live.ErrBadPath):
 		return bad("the path is not valid in the session's workspace")
 	case errors.Is(re, syscall.EXDEV):
 		return bad("/workspace and /tmp are separate file systems: a move between them is not possible; copy the file instead")
@@ -175,7 +200,8 @@ func agentError(re *agent.RemoteError, log *slog.Logger) *Error {
 	case errors.Is(re, syscall.EINVAL):
 		return bad("a directory cannot be moved into itself")
 	}
-	log.Error("internal error", "err", re, "kind", re.Kind)
+	kind, _ := live.Refusal(re)
+	log.Error("internal error", "err", re, "kind", kind)
 	return errorf(http.StatusInternalServerError, "internal", "", "internal error; retry")
 }
 

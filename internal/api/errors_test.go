@@ -10,7 +10,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/kernel"
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/live"
 )
 
 // TestAgentErrorsByKind: a session file operation the agent refused is
@@ -64,10 +64,10 @@ func TestAgentErrorsByKind(t *testing.T) {
 // which it writes for the caller.
 func TestSessionErrors(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if e := asError(fmt.Errorf("%w: ttl_seconds must be between 1 and 86400", session.ErrInvalid), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
+	if e := asError(fmt.Errorf("%w: ttl_seconds must be between 1 and 86400", live.ErrInvalid), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
 		t.Errorf("invalid: %+v", e)
 	}
-	if e := asError(session.ErrNotFound, log); e.Status != 404 || !strings.HasPrefix(e.Message, "no such sandbox or session") {
+	if e := asError(live.ErrNotFound, log); e.Status != 404 || !strings.HasPrefix(e.Message, "no such sandbox or session") {
 		t.Errorf("not found: %+v", e)
 	}
 	if e := asError(errors.New("disk image: "+"runc said something"), log); e.Status != 500 || strings.Contains(e.Message, "runc") {
@@ -84,12 +84,12 @@ func TestSandboxErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{fmt.Errorf("process 7: %w", session.ErrNoProcess), 404, "not_found"},
-		{session.ErrExists, 409, "conflict"},
-		{session.ErrTooMany, 429, "too_many_processes"},
-		{session.ErrNoStdin, 409, "no_stdin"},
-		{session.ErrEnded, 409, "process_ended"},
-		{fmt.Errorf("%w: a PTY", session.ErrUnsupported), 501, "not_implemented"},
+		{fmt.Errorf("process 7: %w", live.ErrNoProcess), 404, "not_found"},
+		{live.ErrExists, 409, "conflict"},
+		{live.ErrTooMany, 429, "too_many_processes"},
+		{live.ErrNoStdin, 409, "no_stdin"},
+		{live.ErrEnded, 409, "process_ended"},
+		{fmt.Errorf("%w: a PTY", live.ErrUnsupported), 501, "not_implemented"},
 		{fmt.Errorf("start: %w", agent.ErrLost), 503, "sandbox_restarting"},
 		{fmt.Errorf("context %q: %w", "c1", kernel.ErrNotFound), 404, "not_found"},
 		{kernel.ErrClosed, 404, "not_found"},
@@ -100,7 +100,7 @@ func TestSandboxErrors(t *testing.T) {
 			t.Errorf("%v: %d %s, want %d %s", c.err, e.Status, e.Code, c.status, c.code)
 		}
 	}
-	if e := asError(fmt.Errorf("process 7: %w", session.ErrNoProcess), log); !strings.Contains(e.Message, "process") {
+	if e := asError(fmt.Errorf("process 7: %w", live.ErrNoProcess), log); !strings.Contains(e.Message, "process") {
 		t.Errorf("a missing process: %q", e.Message)
 	}
 	if e := asError(fmt.Errorf("%w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), log); strings.Contains(e.Message, "agent words") {

@@ -32,7 +32,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	if req.SessionID != "" && engine.ValidID(req.SessionID) {
-		// A session's executions are submitted on the node that holds
+		// A session's executions are submitted on the node that owns
 		// it, which answers (and waits) for them.
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		if !s.route(w, r, t, req.SessionID, claimSession) {

@@ -14,13 +14,36 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/kernel"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Live sandboxes (/v1/sandboxes): sessions whose sandbox is held for their
-// whole life, with processes and files (internal/session, live.go). Every
-// call about one sandbox reaches the node that holds it (route).
+// Live sandboxes (/v1/sandboxes): a sandbox held for its whole life, with
+// processes, files and code contexts (internal/live). Every call about one
+// sandbox reaches the node that owns it (route); there, it is served on the
+// sandbox's handle.
+
+// box returns the handle of tenant's live sandbox id.
+func (s *Server) box(t *Tenant, id string) (*live.Sandbox, error) { return s.live.Get(t.Name, id) }
+
+// proc returns the handle of process pid of tenant's live sandbox id.
+func (s *Server) proc(t *Tenant, id string, pid int) (*live.Process, error) {
+	sb, err := s.box(t, id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Process(pid)
+}
+
+// contexts returns the code contexts of tenant's live sandbox id.
+func (s *Server) contexts(r *http.Request, t *Tenant, id string) (*kernel.Contexts, error) {
+	sb, err := s.box(t, id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Contexts(r.Context())
+}
 
 // maxSandboxBody caps the JSON body of a sandbox call.
 const maxSandboxBody = 256 << 10
@@ -56,7 +79,7 @@ func decodeBody(r *http.Request, v any) *Error {
 }
 
 func (s *Server) sandboxesOn(w http.ResponseWriter) bool {
-	if s.sessions == nil {
+	if s.live == nil {
 		writeError(w, errorf(http.StatusNotFound, "not_found", "", "sandboxes are not enabled on this server"))
 		return false
 	}
@@ -74,7 +97,7 @@ func (s *Server) sandboxRoute(w http.ResponseWriter, r *http.Request, t *Tenant,
 	if !ok {
 		return "", false
 	}
-	return id, s.route(w, r, t, id, how)
+	return id, s.route(w, r, t, id, how|sandboxCall)
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -99,11 +122,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 		// A client-chosen id may be another node's already: that node
 		// answers (that it exists).
 		r.Body = io.NopCloser(bytes.NewReader(raw))
-		if !s.route(w, r, t, req.SandboxID, 0) {
+		if !s.route(w, r, t, req.SandboxID, sandboxCall) {
 			return
 		}
 	}
-	info, err := s.sessions.Create(r.Context(), t.Name, req)
+	_, info, err := s.live.Create(r.Context(), t.Name, req)
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -150,7 +173,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, asError(err, s.log))
 		return
 	}
-	out := []sandbox.SandboxInfo{}
+	out := []sandbox.Info{}
 	for _, info := range all {
 		match := true
 		for k, v := range want {
@@ -163,26 +186,26 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 			out = append(out, info)
 		}
 	}
-	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return strings.Compare(a.SandboxID, b.SandboxID) })
+	slices.SortFunc(out, func(a, b sandbox.Info) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	writeJSON(w, http.StatusOK, sandbox.SandboxList{Sandboxes: out})
 }
 
 // Sandboxes lists tenant's live sandboxes that have not expired, on every
 // node (from what each published in the shared store), in no order.
-func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.SandboxInfo, error) {
-	var all []sandbox.SandboxInfo
+func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.Info, error) {
+	var all []sandbox.Info
 	switch {
-	case s.sessions == nil:
+	case s.live == nil:
 		return nil, nil
 	case s.cluster == nil:
-		all = s.sessions.Sandboxes(tenant)
+		all = s.live.List(tenant)
 	default:
 		list, err := s.cluster.Sandboxes(ctx, tenant)
 		if err != nil {
 			return nil, err
 		}
 		for _, sb := range list {
-			var info sandbox.SandboxInfo
+			var info sandbox.Info
 			if err := json.Unmarshal(sb.Info, &info); err != nil {
 				s.log.Warn("a sandbox's published description is not JSON", "sandbox", sb.ID, "node", sb.Node, "err", err)
 				continue
@@ -192,7 +215,7 @@ func (s *Server) Sandboxes(ctx context.Context, tenant string) ([]sandbox.Sandbo
 	}
 	now := time.Now()
 	// Expired ones are the reaper's of their node.
-	return slices.DeleteFunc(all, func(info sandbox.SandboxInfo) bool { return now.After(info.ExpiresAt) }), nil
+	return slices.DeleteFunc(all, func(info sandbox.Info) bool { return now.After(info.ExpiresAt) }), nil
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -200,8 +223,12 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !ok {
 		return
 	}
-	info, err := s.sessions.Sandbox(t.Name, id)
-	s.reply(w, http.StatusOK, info, err)
+	sb, err := s.box(t, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusOK, sb.Info())
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -209,7 +236,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.Delete(r.Context(), t.Name, id))
+	s.reply(w, http.StatusNoContent, nil, s.live.Kill(r.Context(), t.Name, id))
 }
 
 func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -223,27 +250,33 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 	if !decode(w, r, &body) {
 		return
 	}
-	info, err := s.sessions.SetTimeout(r.Context(), t.Name, id, time.Duration(body.TimeoutSeconds)*time.Second)
+	sb, err := s.box(t, id)
+	var info sandbox.Info
+	if err == nil {
+		info, err = sb.SetTimeout(r.Context(), time.Duration(body.TimeoutSeconds)*time.Second)
+	}
 	s.reply(w, http.StatusOK, info, err)
 }
 
-// pauseSandbox pauses a sandbox (session.Manager.Pause) and answers its
+// pauseSandbox pauses a sandbox (live.Sandbox.Pause) and answers its
 // description, state paused.
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id, ok := s.sandboxRoute(w, r, t, 0)
 	if !ok {
 		return
 	}
-	if err := s.sessions.Pause(r.Context(), t.Name, id); err != nil {
-		writeError(w, asError(err, s.log))
-		return
+	sb, err := s.box(t, id)
+	if err == nil {
+		err = sb.Pause(r.Context())
 	}
-	info, err := s.sessions.Sandbox(t.Name, id)
+	if err == nil {
+		_, err = s.box(t, id)
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, sb.Info())
 }
 
 // resumeSandbox resumes a paused sandbox; the answer says what it kept.
@@ -252,7 +285,11 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	info, err := s.sessions.Resume(r.Context(), t.Name, id)
+	sb, err := s.box(t, id)
+	var info sandbox.Info
+	if err == nil {
+		info, err = sb.Resume(r.Context())
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -271,8 +308,16 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant)
 	if !decode(w, r, &req) {
 		return
 	}
-	info, err := s.sessions.StartProcess(r.Context(), t.Name, id, req)
-	s.reply(w, http.StatusCreated, info, err)
+	sb, err := s.box(t, id)
+	var p *live.Process
+	if err == nil {
+		p, err = sb.Start(r.Context(), req)
+	}
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
+	writeJSON(w, http.StatusCreated, p.Info())
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -280,12 +325,20 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	procs, err := s.sessions.Processes(t.Name, id)
+	sb, err := s.box(t, id)
+	var procs []*live.Process
+	if err == nil {
+		procs, err = sb.Processes()
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	writeJSON(w, http.StatusOK, sandbox.ProcessList{Processes: procs})
+	out := sandbox.ProcessList{Processes: make([]sandbox.ProcessInfo, 0, len(procs))}
+	for _, p := range procs {
+		out.Processes = append(out.Processes, p.Info())
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // processPath reads the sandbox id and pid of a process call and routes it.
@@ -311,7 +364,15 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	wait := r.URL.Query().Get("wait") == "true"
-	info, err := s.sessions.Process(r.Context(), t.Name, id, pid, wait)
+	p, err := s.proc(t, id, pid)
+	var info sandbox.ProcessInfo
+	switch {
+	case err != nil:
+	case wait:
+		info, err = p.Wait(r.Context())
+	default:
+		info = p.Info()
+	}
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client left
@@ -327,7 +388,11 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, t *Tenant)
 	if !ok {
 		return
 	}
-	n, err := s.sessions.WriteStdin(r.Context(), t.Name, id, pid, r.Body)
+	p, err := s.proc(t, id, pid)
+	var n int64
+	if err == nil {
+		n, err = p.WriteStdin(r.Context(), r.Body)
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -340,7 +405,11 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.CloseStdin(t.Name, id, pid))
+	p, err := s.proc(t, id, pid)
+	if err == nil {
+		err = p.CloseStdin()
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -358,12 +427,16 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 	if name == "" {
 		name = "SIGKILL"
 	}
-	sig, err := session.ParseSignal(name)
+	sig, err := live.ParseSignal(name)
 	if err != nil {
 		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "signal", "give a signal name (\"SIGTERM\") or number (15)"))
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.Signal(r.Context(), t.Name, id, pid, sig))
+	p, err := s.proc(t, id, pid)
+	if err == nil {
+		err = p.Signal(r.Context(), sig)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -375,7 +448,11 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !decode(w, r, &size) {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.Resize(r.Context(), t.Name, id, pid, size))
+	p, err := s.proc(t, id, pid)
+	if err == nil {
+		err = p.Resize(r.Context(), size)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 // processEvents streams a process's events as Server-Sent Events: "id:
@@ -388,7 +465,7 @@ func (s *Server) processEvents(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	out, err := s.sessions.ProcessOutput(t.Name, id, pid)
+	out, err := s.proc(t, id, pid)
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -484,7 +561,10 @@ func (s *Server) readSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Security-Policy", "sandbox")
 	cw := &committingWriter{w: w}
-	err := s.sessions.ReadFile(r.Context(), t.Name, id, p, cw)
+	sb, err := s.box(t, id)
+	if err == nil {
+		err = sb.ReadFile(r.Context(), p, cw)
+	}
 	if err != nil && !cw.started {
 		w.Header().Del("Content-Type")
 		writeError(w, asError(err, s.log))
@@ -505,7 +585,11 @@ func (s *Server) writeSandboxFile(w http.ResponseWriter, r *http.Request, t *Ten
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, maxUpload)
-	f, err := s.sessions.WriteFile(r.Context(), t.Name, id, p, body)
+	sb, err := s.box(t, id)
+	var f sandbox.SandboxFile
+	if err == nil {
+		f, err = sb.WriteFile(r.Context(), p, body)
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -523,7 +607,11 @@ func (s *Server) removeSandboxFile(w http.ResponseWriter, r *http.Request, t *Te
 	if !ok {
 		return
 	}
-	s.reply(w, http.StatusNoContent, nil, s.sessions.RemoveFile(r.Context(), t.Name, id, p))
+	sb, err := s.box(t, id)
+	if err == nil {
+		err = sb.RemoveFile(r.Context(), p)
+	}
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -538,13 +626,17 @@ func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Ten
 	depth := 1
 	if d := r.URL.Query().Get("depth"); d != "" {
 		n, err := strconv.Atoi(d)
-		if err != nil || n < 1 || n > session.MaxListDepth {
-			writeError(w, errorf(http.StatusBadRequest, "invalid_request", "depth", fmt.Sprintf("must be between 1 and %d", session.MaxListDepth)))
+		if err != nil || n < 1 || n > live.MaxListDepth {
+			writeError(w, errorf(http.StatusBadRequest, "invalid_request", "depth", fmt.Sprintf("must be between 1 and %d", live.MaxListDepth)))
 			return
 		}
 		depth = n
 	}
-	entries, err := s.sessions.ListFiles(r.Context(), t.Name, id, p, depth)
+	sb, err := s.box(t, id)
+	var entries []sandbox.SandboxFile
+	if err == nil {
+		entries, err = sb.ListFiles(r.Context(), p, depth)
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -557,7 +649,11 @@ func (s *Server) statSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 	if !ok {
 		return
 	}
-	f, err := s.sessions.StatFile(r.Context(), t.Name, id, p)
+	sb, err := s.box(t, id)
+	var f sandbox.SandboxFile
+	if err == nil {
+		f, err = sb.StatFile(r.Context(), p)
+	}
 	s.reply(w, http.StatusOK, f, err)
 }
 
@@ -573,7 +669,11 @@ func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenan
 	if !decode(w, r, &body) {
 		return
 	}
-	f, err := s.sessions.MakeDir(r.Context(), t.Name, id, body.Path, body.Parents)
+	sb, err := s.box(t, id)
+	var f sandbox.SandboxFile
+	if err == nil {
+		f, err = sb.MakeDir(r.Context(), body.Path, body.Parents)
+	}
 	s.reply(w, http.StatusCreated, f, err)
 }
 
@@ -589,7 +689,11 @@ func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 	if !decode(w, r, &body) {
 		return
 	}
-	f, err := s.sessions.Move(r.Context(), t.Name, id, body.From, body.To)
+	sb, err := s.box(t, id)
+	var f sandbox.SandboxFile
+	if err == nil {
+		f, err = sb.Move(r.Context(), body.From, body.To)
+	}
 	s.reply(w, http.StatusOK, f, err)
 }
 
@@ -618,13 +722,17 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 	}
 	events := make(chan sandbox.FileEvent, watchBacklog)
 	var lost atomic.Bool
-	stop, err := s.sessions.Watch(r.Context(), t.Name, id, p, recursive, func(ev sandbox.FileEvent) {
-		select {
-		case events <- ev:
-		default:
-			lost.Store(true)
-		}
-	})
+	sb, err := s.box(t, id)
+	var stop func() error
+	if err == nil {
+		stop, err = sb.Watch(r.Context(), p, recursive, func(ev sandbox.FileEvent) {
+			select {
+			case events <- ev:
+			default:
+				lost.Store(true)
+			}
+		})
+	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/cluster"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/session"
@@ -39,6 +40,7 @@ type Server struct {
 	ready    []Pinger
 	log      *slog.Logger
 	sessions *session.Manager
+	live     *live.Manager    // nil: /v1/sandboxes is 404
 	cluster  *cluster.Cluster // nil: every session is this node's
 	blobs    http.Handler
 	stats    StatsSource // nil: GET /v1/stats is 404
@@ -58,6 +60,9 @@ func (s *Server) SetFiles(sessions *session.Manager, blobs http.Handler) {
 	s.sessions, s.blobs = sessions, blobs
 }
 
+// SetSandboxes enables the live sandbox endpoints.
+func (s *Server) SetSandboxes(l *live.Manager) { s.live = l }
+
 // Extension serves another API beside /v1 on the same listener
 // (internal/e2b: E2B's).
 type Extension interface {
@@ -74,7 +79,7 @@ type Extension interface {
 // SetExtension serves x beside /v1; call it before Handler.
 func (s *Server) SetExtension(x Extension) { s.ext = x }
 
-// SetCluster makes session calls reach the node that holds the session.
+// SetCluster makes session calls reach the node that owns the session or sandbox.
 func (s *Server) SetCluster(c *cluster.Cluster) { s.cluster = c }
 
 // New returns a server; ready lists what /readyz checks.

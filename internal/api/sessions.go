@@ -41,15 +41,19 @@ func (s *Server) sessionID(w http.ResponseWriter, r *http.Request) (string, bool
 
 // Session calls that do more than reach the session's node.
 const (
-	// claimSession: a session no node holds becomes this node's (the
+	// claimSession: a session no node owns becomes this node's (the
 	// calls that create sessions).
 	claimSession = 1 << iota
 	// forgetLost: a session lost with its node is forgotten (deleting
 	// it), so its id is free again.
 	forgetLost
+	// sandboxCall: a call about a live sandbox (/v1/sandboxes, E2B's): an
+	// owner gone or not answering is the sandbox's (sandbox_lost,
+	// sandbox_unavailable), not a session's.
+	sandboxCall
 )
 
-// route sends a session's call to the node that holds the session. It
+// route sends a session's call to the node that owns the session. It
 // reports whether this node serves r itself; if not, r was forwarded or
 // answered.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id string, how int) bool {
@@ -57,15 +61,15 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id str
 }
 
 // RouteSandbox sends a call about tenant's sandbox id to the node that
-// holds it, as route does for /v1 (internal/e2b's calls). It reports
+// owns it, as route does for /v1 (internal/e2b's calls). It reports
 // whether this node serves r itself; if not, r was forwarded, or answered
 // by fail with the status and message /v1 would give, or (forget: a
 // delete) answered 204 for a sandbox lost with its node, now forgotten.
 func (s *Server) RouteSandbox(w http.ResponseWriter, r *http.Request, tenant, id string, forget bool,
 	fail func(w http.ResponseWriter, status int, msg string)) bool {
-	how := 0
+	how := sandboxCall
 	if forget {
-		how = forgetLost
+		how |= forgetLost
 	}
 	return s.routeAs(w, r, tenant, id, how, func(w http.ResponseWriter, e *Error) {
 		if e.RetryAfter > 0 {
@@ -86,27 +90,31 @@ func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id stri
 	if s.cluster == nil || cluster.Forwarded(r) {
 		return true
 	}
-	owner, err := s.cluster.SessionOwner(r.Context(), tenant, id, how&claimSession != 0)
-	var se *cluster.SessionError
+	owner, err := s.cluster.OwnerOf(r.Context(), tenant, id, how&claimSession != 0)
+	var se *cluster.OwnerError
+	explain := asError
+	if how&sandboxCall != 0 {
+		explain = asSandboxError
+	}
 	switch {
-	case errors.Is(err, cluster.ErrNoSession):
+	case errors.Is(err, cluster.ErrNoOwner):
 		return true // this node answers that there is none
 	case errors.As(err, &se) && se.Lost && how&forgetLost != 0:
 		// Deleting a lost session: its files went with its node; the id
 		// is free again.
-		if err := s.cluster.ForgetSession(r.Context(), se); err != nil {
-			fail(w, asError(err, s.log))
+		if err := s.cluster.Forget(r.Context(), se); err != nil {
+			fail(w, explain(err, s.log))
 			return false
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return false
 	case err != nil:
-		fail(w, asError(err, s.log))
+		fail(w, explain(err, s.log))
 		return false
 	case owner.Local:
 		return true
 	}
-	s.cluster.Forward(w, r, tenant, id, owner, func(w http.ResponseWriter, err error) { fail(w, asError(err, s.log)) })
+	s.cluster.Forward(w, r, tenant, id, owner, func(w http.ResponseWriter, err error) { fail(w, explain(err, s.log)) })
 	return false
 }
 
@@ -193,8 +201,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	// Not a directory is the agent's answer for a file; anything else is
 	// the answer to give.
-	var re *agent.RemoteError
-	if !errors.As(err, &re) || !errors.Is(re, syscall.ENOTDIR) {
+	if !isRefusal(err) || !errors.Is(err, syscall.ENOTDIR) {
 		writeError(w, asError(err, s.log))
 		return
 	}

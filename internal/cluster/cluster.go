@@ -1,8 +1,10 @@
 // Package cluster is what the nodes of one deployment know of each other,
 // kept in the shared store: each node's heartbeat and the address its API
-// is reached at, which nodes are lost, which node owns each session, and
-// the forwarding of a session's calls to its owner. A deployment of one
-// node is a cluster of one.
+// is reached at, which nodes are lost, which node owns each id of a
+// workspace session or a live sandbox (one id space: internal/workspace)
+// with the description a live sandbox's owner published, and the
+// forwarding of their calls to the owner. A deployment of one node is a
+// cluster of one.
 package cluster
 
 import (
@@ -25,29 +27,31 @@ type Config struct {
 	// Heartbeat is how often the node announces itself.
 	Heartbeat time.Duration
 	// LostAfter is how long a node may stay silent before it is lost: what
-	// it ran fails as retryable, its sessions are lost. Several heartbeats.
+	// it ran fails as retryable, its sessions and sandboxes are lost. Several heartbeats.
 	LostAfter time.Duration
 }
 
-// SessionError says why a session's calls cannot reach its owner.
-type SessionError struct {
-	Tenant, Session string
+// OwnerError says why the calls for a session or a live sandbox cannot
+// reach the node that owns it.
+type OwnerError struct {
+	// Tenant and ID name the session or sandbox.
+	Tenant, ID string
 	// Node is the owner's id.
 	Node string
-	// Lost: the owner is gone, and the session with it. Otherwise the
+	// Lost: the owner is gone, and the session or sandbox with it. Otherwise the
 	// owner is not answering now and may come back (retry later).
 	Lost bool
 }
 
-func (e *SessionError) Error() string {
+func (e *OwnerError) Error() string {
 	if e.Lost {
-		return fmt.Sprintf("session %s was lost with node %s", e.Session, e.Node)
+		return fmt.Sprintf("%s was lost with node %s", e.ID, e.Node)
 	}
-	return fmt.Sprintf("session %s is held by node %s, which is not answering", e.Session, e.Node)
+	return fmt.Sprintf("%s is owned by node %s, which is not answering", e.ID, e.Node)
 }
 
-// ErrNoSession: no node holds the session.
-var ErrNoSession = errors.New("no such session")
+// ErrNoOwner: no node owns the id.
+var ErrNoOwner = errors.New("no owner")
 
 // Cluster is one node's view of its cluster. It is safe for concurrent use.
 type Cluster struct {
@@ -73,7 +77,7 @@ type Cluster struct {
 const nodesFresh = 500 * time.Millisecond
 
 // listFresh is how long a read of the node list serves lookups: half a
-// second, or half a heartbeat if that is shorter. SessionOwner judges a
+// second, or half a heartbeat if that is shorter. OwnerOf judges a
 // node's silence from the list, so a list kept longer than two missed
 // beats would make a node that beats on time look silent.
 func (c *Cluster) listFresh() time.Duration { return min(nodesFresh, c.cfg.Heartbeat/2) }
@@ -190,17 +194,17 @@ func (c *Cluster) Lost(ctx context.Context) ([]store.Node, error) {
 
 func (c *Cluster) silent(n store.Node) time.Duration { return c.now().Sub(n.SeenAt) }
 
-// Owner is the node that holds a session.
+// Owner is the node that owns a session or a live sandbox.
 type Owner struct {
 	Node  store.Node
 	Local bool // this node
 }
 
-// SessionOwner returns the node that holds session (tenant, id); with
-// claim, a session no node holds becomes this node's. Errors:
-// ErrNoSession (without claim), *SessionError when the owner is lost or
+// OwnerOf returns the node that owns the session or sandbox (tenant, id);
+// with claim, an id no node owns becomes this node's. Errors:
+// ErrNoOwner (without claim), *OwnerError when the owner is lost or
 // not answering, or the store's.
-func (c *Cluster) SessionOwner(ctx context.Context, tenant, id string, claim bool) (Owner, error) {
+func (c *Cluster) OwnerOf(ctx context.Context, tenant, id string, claim bool) (Owner, error) {
 	var owner string
 	var err error
 	if claim {
@@ -210,15 +214,15 @@ func (c *Cluster) SessionOwner(ctx context.Context, tenant, id string, claim boo
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return Owner{}, ErrNoSession
+		return Owner{}, ErrNoOwner
 	case err != nil:
-		return Owner{}, fmt.Errorf("session %s: %w", id, err)
+		return Owner{}, fmt.Errorf("owner of %s: %w", id, err)
 	case owner == c.cfg.ID:
 		return Owner{Node: store.Node{ID: owner, Address: c.cfg.Address}, Local: true}, nil
 	}
 	ns, err := c.Nodes(ctx)
 	if err != nil {
-		return Owner{}, fmt.Errorf("session %s: %w", id, err)
+		return Owner{}, fmt.Errorf("owner of %s: %w", id, err)
 	}
 	for _, n := range ns {
 		if n.ID != owner {
@@ -226,37 +230,37 @@ func (c *Cluster) SessionOwner(ctx context.Context, tenant, id string, claim boo
 		}
 		switch silent := c.silent(n); {
 		case silent > c.cfg.LostAfter:
-			return Owner{}, &SessionError{Tenant: tenant, Session: id, Node: owner, Lost: true}
+			return Owner{}, &OwnerError{Tenant: tenant, ID: id, Node: owner, Lost: true}
 		case silent > c.cfg.Heartbeat*5/2:
 			// Two heartbeats missed: not lost yet, but not worth a wait.
-			return Owner{}, &SessionError{Tenant: tenant, Session: id, Node: owner}
+			return Owner{}, &OwnerError{Tenant: tenant, ID: id, Node: owner}
 		}
 		return Owner{Node: n}, nil
 	}
 	// Forgotten: lost long ago.
-	return Owner{}, &SessionError{Tenant: tenant, Session: id, Node: owner, Lost: true}
+	return Owner{}, &OwnerError{Tenant: tenant, ID: id, Node: owner, Lost: true}
 }
 
-// HoldSession reports whether this node holds session (tenant, id),
-// claiming it if no node does (session.Registry).
-func (c *Cluster) HoldSession(ctx context.Context, tenant, id string) (bool, error) {
+// Own reports whether this node owns the session or sandbox (tenant,
+// id), claiming it if no node does (workspace.Owner).
+func (c *Cluster) Own(ctx context.Context, tenant, id string) (bool, error) {
 	owner, err := c.store.ClaimSession(ctx, tenant, id, c.cfg.ID, c.now())
 	if err != nil {
-		return false, fmt.Errorf("claim session %s: %w", id, err)
+		return false, fmt.Errorf("own %s: %w", id, err)
 	}
 	return owner == c.cfg.ID, nil
 }
 
-// DropSession gives up this node's hold on a session it removed
-// (session.Registry).
-func (c *Cluster) DropSession(ctx context.Context, tenant, id string) error {
+// Disown gives up this node's ownership of a session or sandbox it
+// removed (workspace.Owner).
+func (c *Cluster) Disown(ctx context.Context, tenant, id string) error {
 	return c.store.ReleaseSession(ctx, tenant, id, c.cfg.ID)
 }
 
-// ForgetSession removes the hold of a lost node on a session, so that its
-// id can be used again (a client deleted it).
-func (c *Cluster) ForgetSession(ctx context.Context, e *SessionError) error {
-	return c.store.ReleaseSession(ctx, e.Tenant, e.Session, e.Node)
+// Forget removes a lost node's ownership of a session or sandbox, so that
+// its id can be used again (a client deleted it).
+func (c *Cluster) Forget(ctx context.Context, e *OwnerError) error {
+	return c.store.ReleaseSession(ctx, e.Tenant, e.ID, e.Node)
 }
 
 // Sandbox is a live sandbox as the cluster lists it: its owner and the
@@ -266,13 +270,13 @@ type Sandbox struct {
 	Info     []byte
 }
 
-// PublishSession records the description of a session this node holds,
-// for every node to list (session.Registry).
-func (c *Cluster) PublishSession(ctx context.Context, tenant, id string, info []byte) error {
+// PublishSandbox records the description of a live sandbox this node
+// owns, for every node to list (live.Publisher).
+func (c *Cluster) PublishSandbox(ctx context.Context, tenant, id string, info []byte) error {
 	return c.store.SetSessionInfo(ctx, tenant, id, c.cfg.ID, info)
 }
 
-// Sandboxes lists a tenant's published sessions on every node, by id.
+// Sandboxes lists a tenant's published sandboxes on every node, by id.
 func (c *Cluster) Sandboxes(ctx context.Context, tenant string) ([]Sandbox, error) {
 	ss, err := c.store.ListSessions(ctx, tenant)
 	if err != nil {

@@ -225,68 +225,68 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestSessionOwner: a session belongs to the node that claimed it first;
+// TestOwnerOf: a session belongs to the node that claimed it first;
 // others find its owner and its address while it beats, are told it is
 // not answering after two missed beats, and that it is lost (with the
 // session) after LostAfter or once it was forgotten.
-func TestSessionOwner(t *testing.T) {
+func TestOwnerOf(t *testing.T) {
 	st, clk := openStore(t), newClock()
 	a, b := member(t, st, clk, "a"), member(t, st, clk, "b")
 	beat(t, a, b)
 	ctx := t.Context()
 
-	if _, err := a.SessionOwner(ctx, "acme", "s1", false); !errors.Is(err, ErrNoSession) {
+	if _, err := a.OwnerOf(ctx, "acme", "s1", false); !errors.Is(err, ErrNoOwner) {
 		t.Fatalf("owner of an unknown session: %v", err)
 	}
-	o, err := a.SessionOwner(ctx, "acme", "s1", true)
+	o, err := a.OwnerOf(ctx, "acme", "s1", true)
 	if err != nil || !o.Local || o.Node.ID != "a" || o.Node.Address != "a.test:7000" {
 		t.Fatalf("claim: %+v, %v; want a, local", o, err)
 	}
 	for _, claim := range []bool{false, true} {
-		o, err := b.SessionOwner(ctx, "acme", "s1", claim)
+		o, err := b.OwnerOf(ctx, "acme", "s1", claim)
 		if err != nil || o.Local || o.Node.ID != "a" || o.Node.Address != "a.test:7000" {
 			t.Errorf("b asks (claim %v): %+v, %v; want a at its address", claim, o, err)
 		}
 	}
-	if mine, err := a.HoldSession(ctx, "acme", "s1"); err != nil || !mine {
+	if mine, err := a.Own(ctx, "acme", "s1"); err != nil || !mine {
 		t.Errorf("a holds: %v, %v", mine, err)
 	}
-	if mine, err := b.HoldSession(ctx, "acme", "s1"); err != nil || mine {
+	if mine, err := b.Own(ctx, "acme", "s1"); err != nil || mine {
 		t.Errorf("b holds: %v, %v", mine, err)
 	}
 	// Sessions are per tenant.
-	if o, err := b.SessionOwner(ctx, "other", "s1", true); err != nil || !o.Local {
+	if o, err := b.OwnerOf(ctx, "other", "s1", true); err != nil || !o.Local {
 		t.Errorf("another tenant's s1: %+v, %v; want b's", o, err)
 	}
 
-	sessionErr := func(wantLost bool) *SessionError {
+	sessionErr := func(wantLost bool) *OwnerError {
 		t.Helper()
-		_, err := b.SessionOwner(ctx, "acme", "s1", false)
-		var se *SessionError
-		if !errors.As(err, &se) || se.Lost != wantLost || se.Node != "a" || se.Tenant != "acme" || se.Session != "s1" {
+		_, err := b.OwnerOf(ctx, "acme", "s1", false)
+		var se *OwnerError
+		if !errors.As(err, &se) || se.Lost != wantLost || se.Node != "a" || se.Tenant != "acme" || se.ID != "s1" {
 			t.Fatalf("owner silent: %v; want a session error, lost %v", err, wantLost)
 		}
 		return se
 	}
 	clk.add(heartbeat * 5 / 2)
-	if _, err := b.SessionOwner(ctx, "acme", "s1", false); err != nil {
+	if _, err := b.OwnerOf(ctx, "acme", "s1", false); err != nil {
 		t.Errorf("owner silent for 2.5 beats: %v", err)
 	}
 	clk.add(time.Microsecond)
 	se := sessionErr(false)
-	if want := "session s1 is held by node a, which is not answering"; se.Error() != want {
+	if want := "s1 is owned by node a, which is not answering"; se.Error() != want {
 		t.Errorf("error %q, want %q", se, want)
 	}
 	clk.add(lostAfter)
 	se = sessionErr(true)
-	if want := "session s1 was lost with node a"; se.Error() != want {
+	if want := "s1 was lost with node a"; se.Error() != want {
 		t.Errorf("error %q, want %q", se, want)
 	}
 	// Back before anyone forgot it: its session is its own again, once
 	// b reads the node list again.
 	clk.add(nodesFresh)
 	beat(t, a)
-	if o, err := b.SessionOwner(ctx, "acme", "s1", false); err != nil || o.Node.ID != "a" {
+	if o, err := b.OwnerOf(ctx, "acme", "s1", false); err != nil || o.Node.ID != "a" {
 		t.Errorf("owner back: %+v, %v", o, err)
 	}
 
@@ -297,36 +297,36 @@ func TestSessionOwner(t *testing.T) {
 	clk.add(nodesFresh)
 	se = sessionErr(true)
 	// A client deleting the lost session frees its id: b may take it.
-	if err := b.ForgetSession(ctx, se); err != nil {
+	if err := b.Forget(ctx, se); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := b.SessionOwner(ctx, "acme", "s1", true); err != nil || !o.Local {
+	if o, err := b.OwnerOf(ctx, "acme", "s1", true); err != nil || !o.Local {
 		t.Errorf("after the lost session was forgotten: %+v, %v; want b's", o, err)
 	}
 	// Dropping a session another node holds does nothing; its holder's
 	// drop frees it.
 	beat(t, b)
-	if err := a.DropSession(ctx, "acme", "s1"); err != nil {
+	if err := a.Disown(ctx, "acme", "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := a.SessionOwner(ctx, "acme", "s1", false); err != nil || o.Node.ID != "b" {
+	if o, err := a.OwnerOf(ctx, "acme", "s1", false); err != nil || o.Node.ID != "b" {
 		t.Errorf("after a's drop of b's session: %+v, %v", o, err)
 	}
-	if err := b.DropSession(ctx, "acme", "s1"); err != nil {
+	if err := b.Disown(ctx, "acme", "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.SessionOwner(ctx, "acme", "s1", false); !errors.Is(err, ErrNoSession) {
+	if _, err := a.OwnerOf(ctx, "acme", "s1", false); !errors.Is(err, ErrNoOwner) {
 		t.Errorf("after b's drop: %v", err)
 	}
 }
 
-// TestSessionOwnerStoreDown: when the store fails, the caller gets the
+// TestOwnerOfStoreDown: when the store fails, the caller gets the
 // store's error, never an answer about the session.
-func TestSessionOwnerStoreDown(t *testing.T) {
+func TestOwnerOfStoreDown(t *testing.T) {
 	st, clk := openStore(t), newClock()
 	a, b := member(t, st, clk, "a"), member(t, st, clk, "b")
 	beat(t, a, b)
-	if _, err := a.SessionOwner(t.Context(), "acme", "s1", true); err != nil {
+	if _, err := a.OwnerOf(t.Context(), "acme", "s1", true); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -335,33 +335,33 @@ func TestSessionOwnerStoreDown(t *testing.T) {
 	}{{"SessionOwner", false}, {"ClaimSession", true}, {"Nodes", false}} {
 		st.fail(tc.method, 1)
 		clk.add(nodesFresh) // no cached node list
-		_, err := b.SessionOwner(t.Context(), "acme", "s1", tc.claim)
-		var se *SessionError
-		if !errors.Is(err, errDown) || errors.Is(err, ErrNoSession) || errors.As(err, &se) || !strings.Contains(err.Error(), "s1") {
+		_, err := b.OwnerOf(t.Context(), "acme", "s1", tc.claim)
+		var se *OwnerError
+		if !errors.Is(err, errDown) || errors.Is(err, ErrNoOwner) || errors.As(err, &se) || !strings.Contains(err.Error(), "s1") {
 			t.Errorf("%s failing: %v; want the store's error about s1", tc.method, err)
 		}
 		beat(t, a)
 	}
 	st.fail("ClaimSession", 1)
-	if _, err := b.HoldSession(t.Context(), "acme", "s2"); !errors.Is(err, errDown) {
+	if _, err := b.Own(t.Context(), "acme", "s2"); !errors.Is(err, errDown) {
 		t.Errorf("hold with the store down: %v", err)
 	}
-	if _, err := b.SessionOwner(t.Context(), "acme", "s2", false); !errors.Is(err, ErrNoSession) {
+	if _, err := b.OwnerOf(t.Context(), "acme", "s2", false); !errors.Is(err, ErrNoOwner) {
 		t.Errorf("a failed hold claimed s2: %v", err)
 	}
 }
 
-// TestSessionOwnerBeating: an owner that beats every Heartbeat is always
+// TestOwnerOfBeating: an owner that beats every Heartbeat is always
 // found, never "not answering", however the others' cached node list
 // lines up with its beats. A list cached for longer than the silence it
 // is judged by would make a node that beats on time look silent (with a
 // heartbeat of 100 ms, two missed beats are 250 ms: less than the half
 // second a list used to be kept).
-func TestSessionOwnerBeating(t *testing.T) {
+func TestOwnerOfBeating(t *testing.T) {
 	st, clk := openStore(t), newClock()
 	a, b := member(t, st, clk, "a"), member(t, st, clk, "b")
 	beat(t, a, b)
-	if _, err := a.SessionOwner(t.Context(), "acme", "s1", true); err != nil {
+	if _, err := a.OwnerOf(t.Context(), "acme", "s1", true); err != nil {
 		t.Fatal(err)
 	}
 	const step = 10 * time.Millisecond
@@ -370,7 +370,7 @@ func TestSessionOwnerBeating(t *testing.T) {
 		if i%int(heartbeat/step) == 0 {
 			beat(t, a)
 		}
-		if o, err := b.SessionOwner(t.Context(), "acme", "s1", false); err != nil || o.Node.ID != "a" {
+		if o, err := b.OwnerOf(t.Context(), "acme", "s1", false); err != nil || o.Node.ID != "a" {
 			t.Fatalf("%s after a's first beat, a beating every %s: %+v, %v", time.Duration(i)*step, heartbeat, o, err)
 		}
 	}

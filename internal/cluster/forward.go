@@ -12,14 +12,14 @@ import (
 
 // ForwardedHeader marks a request one node forwarded to another, naming
 // the sender: the receiver serves it itself, whatever it thinks of the
-// session's owner, so a request is forwarded once at most. A client that
+// owner, so a request is forwarded once at most. A client that
 // sets it only keeps its request on the node it reached.
 const ForwardedHeader = "Corral-Forwarded-By"
 
 // Forwarded reports whether r came from another node.
 func Forwarded(r *http.Request) bool { return r.Header.Get(ForwardedHeader) != "" }
 
-// dialTimeout bounds connecting to the owner of a session: a node that is
+// dialTimeout bounds connecting to the owner of an id: a node that is
 // gone refuses at once, one that is cut off must not hold the caller.
 const dialTimeout = 2 * time.Second
 
@@ -28,14 +28,14 @@ var forwardTransport = &http.Transport{
 	DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 	MaxIdleConnsPerHost:   32,
 	IdleConnTimeout:       90 * time.Second,
-	ResponseHeaderTimeout: 0, // a session's call may take as long as it takes
+	ResponseHeaderTimeout: 0, // a sandbox's call may take as long as it takes
 }
 
-// Forward sends r to the session's owner and relays its answer to w, with
+// Forward sends r to the owner of id and relays its answer to w, with
 // the caller's own credentials (every node knows every tenant's keys). If
 // the owner cannot be reached, nothing was relayed and fail is called with
-// a *SessionError that says so.
-func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, session string, owner Owner, fail func(http.ResponseWriter, error)) {
+// a *OwnerError that says so.
+func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id string, owner Owner, fail func(http.ResponseWriter, error)) {
 	target := &url.URL{Scheme: "http", Host: owner.Node.Address}
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -49,8 +49,8 @@ func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, sessio
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the caller left
 			}
-			c.log.Warn("forward to a session's node", "session", session, "node", owner.Node.ID, "err", err)
-			fail(w, &SessionError{Tenant: tenant, Session: session, Node: owner.Node.ID})
+			c.log.Warn("forward to the owner", "id", id, "node", owner.Node.ID, "err", err)
+			fail(w, &OwnerError{Tenant: tenant, ID: id, Node: owner.Node.ID})
 		},
 	}
 	p.ServeHTTP(w, r)

@@ -172,8 +172,8 @@ func TestForwardUnreachable(t *testing.T) {
 		t.Errorf("answer %d %q, want fail's", resp.StatusCode, body)
 	}
 	fails := f.failed()
-	var se *SessionError
-	if len(fails) != 1 || !errors.As(fails[0], &se) || se.Node != "b" || se.Session != "s1" || se.Tenant != "acme" || se.Lost {
+	var se *OwnerError
+	if len(fails) != 1 || !errors.As(fails[0], &se) || se.Node != "b" || se.ID != "s1" || se.Tenant != "acme" || se.Lost {
 		t.Errorf("fail called with %v, want one session error for b, not lost", fails)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/live"
 )
 
 // In-sandbox traffic: the SDKs send every call made inside a sandbox
@@ -61,7 +61,7 @@ func (s *Server) hostTarget(host string) (port int, id string, ok bool) {
 }
 
 // ServeTraffic serves in-sandbox traffic: the access token names the
-// tenant, the call goes to the node that holds the sandbox, which checks
+// tenant, the call goes to the node that owns the sandbox, which checks
 // the token and hands the call, its Target in the context, to the service
 // of its port.
 func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
@@ -106,9 +106,13 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 	if !s.cfg.Node.RouteSandbox(w, r, tenant, id, false, target.WriteError) {
 		return
 	}
-	want, err := s.cfg.Sessions.AccessToken(tenant, id)
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	var want string
+	if err == nil {
+		want, err = sb.AccessToken()
+	}
 	switch {
-	case errors.Is(err, session.ErrNotFound):
+	case errors.Is(err, live.ErrNotFound):
 		notFound()
 		return
 	case err != nil:

@@ -6,8 +6,8 @@
 // mapping of templates to images; and the dispatch of in-sandbox traffic,
 // named by the E2b-Sandbox-Id header (or a {port}-{id}.{domain} host), to
 // the envd and code-interpreter services once its access token matched
-// and it reached the node that holds the sandbox. Every E2B sandbox is a
-// live sandbox of internal/session: there is no second engine.
+// and it reached the node that owns the sandbox. Every E2B sandbox is a
+// live sandbox of internal/live: there is no second engine.
 package e2b
 
 import (
@@ -15,8 +15,8 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"time"
 
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -31,26 +31,6 @@ const (
 // 0.5.2 closeStdin, 0.5.7 octet-stream uploads).
 const DefaultEnvdVersion = "0.5.7"
 
-// Sessions is what the routes use of the live sandboxes
-// (*session.Manager). Every call is made on the node that holds the
-// sandbox.
-type Sessions interface {
-	Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (sandbox.SandboxInfo, error)
-	Sandbox(tenant, id string) (sandbox.SandboxInfo, error)
-	SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (sandbox.SandboxInfo, error)
-	Delete(ctx context.Context, tenant, id string) error
-	SetAccessToken(tenant, id, token string) error
-	// AccessToken is "" for a sandbox never given one (made through /v1).
-	AccessToken(tenant, id string) (string, error)
-}
-
-// Pauser is the optional capability of Sessions to pause and resume a
-// sandbox; without it the pause and resume routes answer 501.
-type Pauser interface {
-	Pause(ctx context.Context, tenant, id string) error
-	Resume(ctx context.Context, tenant, id string) (sandbox.SandboxInfo, error)
-}
-
 // Keys maps API keys to tenants (*api.Auth).
 type Keys interface {
 	TenantOf(key string) (string, bool)
@@ -60,22 +40,24 @@ type Keys interface {
 // cluster routing and the error table /v1 uses.
 type Node interface {
 	// RouteSandbox reports whether this node serves r, a call about
-	// tenant's sandbox id; if not, r was forwarded to the node that holds
+	// tenant's sandbox id; if not, r was forwarded to the node that owns
 	// it or answered (fail writes the error). forget: a delete, which
 	// forgets a sandbox lost with its node (answered 204).
 	RouteSandbox(w http.ResponseWriter, r *http.Request, tenant, id string, forget bool,
 		fail func(w http.ResponseWriter, status int, msg string)) bool
 	// Sandboxes lists tenant's live sandboxes on every node.
-	Sandboxes(ctx context.Context, tenant string) ([]sandbox.SandboxInfo, error)
+	Sandboxes(ctx context.Context, tenant string) ([]sandbox.Info, error)
 	// Explain is the status and message an error is answered with.
 	Explain(err error) (status int, msg string)
 }
 
 // Config configures the E2B API.
 type Config struct {
-	Sessions Sessions
-	Keys     Keys
-	Node     Node
+	// Sandboxes are this node's live sandboxes; every call about one is
+	// made on the node that owns it.
+	Sandboxes *live.Manager
+	Keys      Keys
+	Node      Node
 	// Envd and Interp serve the in-sandbox traffic of ports 49983 and
 	// 49999 (internal/e2b/envd, internal/e2b/interp); nil answers 502.
 	Envd, Interp http.Handler
@@ -96,7 +78,7 @@ type Config struct {
 type Server struct {
 	cfg Config
 	// mintMu makes the lazy minting of an access token (connect to a
-	// sandbox made through /v1) one at a time on this node, which holds
+	// sandbox made through /v1) one at a time on this node, which owns
 	// the sandbox: two connects get the same token.
 	mintMu sync.Mutex
 }

@@ -20,10 +20,12 @@ import (
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -41,9 +43,9 @@ const (
 // unit is Corral's API with E2B's beside it, on one node of a cluster on a
 // SQLite store, over live sandboxes of the fake runtime.
 type unit struct {
-	t        *testing.T
-	url      string
-	sessions *session.Manager
+	t         *testing.T
+	url       string
+	sandboxes *live.Manager
 }
 
 // seen is what a test service saw of a call.
@@ -76,11 +78,14 @@ func newUnit(t *testing.T, domain string) *unit {
 	if err := cl.Beat(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	m, err := session.New(t.Context(), session.DefaultConfig(t.TempDir()), f.Engine, f.Fleet, cl, log)
+	table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, cl, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := live.New(live.DefaultConfig(), table, f.Engine, f.Fleet, cl, log)
 	t.Cleanup(m.Close)
+	sessions := session.New(session.DefaultConfig(), table, f.Engine, f.Fleet, log)
+	t.Cleanup(sessions.Close)
 	auth, err := api.NewAuth([]api.Tenant{
 		{Name: "alpha", KeyHashes: []string{api.HashKey(keyA)}},
 		{Name: "beta", KeyHashes: []string{api.HashKey(keyB)}},
@@ -89,13 +94,14 @@ func newUnit(t *testing.T, domain string) *unit {
 		t.Fatal(err)
 	}
 	srv := api.New(api.Config{}, nil, auth, metrics.New(), log)
-	srv.SetFiles(m, nil)
+	srv.SetFiles(sessions, nil)
+	srv.SetSandboxes(m)
 	srv.SetCluster(cl)
-	srv.SetExtension(New(Config{Sessions: m, Keys: auth, Node: srv, Domain: domain,
+	srv.SetExtension(New(Config{Sandboxes: m, Keys: auth, Node: srv, Domain: domain,
 		Envd: service("envd"), Interp: service("interp"), Log: log}))
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &unit{t: t, url: hs.URL, sessions: m}
+	return &unit{t: t, url: hs.URL, sandboxes: m}
 }
 
 // do makes a call with headers h (key: value pairs) and returns the
@@ -250,14 +256,11 @@ func TestCreateGetKill(t *testing.T) {
 
 // TestErrors: E2B's error bodies for a missing or unknown key, an unknown
 // template, a body that is not JSON, bad timeouts, ids, list queries and
-// tokens; pause and resume are 501 while the sessions cannot pause.
+// tokens; pause and resume of a sandbox that is not there.
 func TestErrors(t *testing.T) {
 	u := newUnit(t, "")
-	// Sessions that can pause answer that the sandbox is not there.
-	pauseStatus := http.StatusNotImplemented
-	if _, ok := any(u.sessions).(Pauser); ok {
-		pauseStatus = http.StatusNotFound
-	}
+	// Pause and resume of a sandbox that is not there.
+	pauseStatus := http.StatusNotFound
 	for _, c := range []struct {
 		what, method, path, body string
 		h                        []string
@@ -290,7 +293,7 @@ func TestErrors(t *testing.T) {
 		}
 	}
 	// Nothing was made by the refused creates.
-	if got := u.sessions.Sandboxes("alpha"); len(got) != 0 {
+	if got := u.sandboxes.List("alpha"); len(got) != 0 {
 		t.Errorf("refused creates left sandboxes: %+v", got)
 	}
 	// /v1 is untouched: its own error shape.
@@ -504,7 +507,7 @@ func TestTraffic(t *testing.T) {
 	}
 
 	// Made through /v1: no token until connect.
-	v1, err := u.sessions.Create(t.Context(), "alpha", sandbox.CreateSandboxRequest{})
+	_, v1, err := u.sandboxes.Create(t.Context(), "alpha", sandbox.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func NewAPIKey() string {
 // newAccessToken returns a fresh access token for a sandbox of tenant:
 // the tenant's name, a dot (which tenant names cannot hold) and 64 hex
 // digits. Sandbox traffic carries no API key: the token's prefix names
-// the tenant, and the node that holds the sandbox compares the whole.
+// the tenant, and the node that owns the sandbox compares the whole.
 func newAccessToken(tenant string) string {
 	return tenant + "." + randomHex(32)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -199,7 +200,7 @@ func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 // routed reads the path's sandbox id and sends the call to the node that
-// holds the sandbox; it reports whether this node serves it.
+// owns the sandbox; it reports whether this node serves it.
 func (s *Server) routed(w http.ResponseWriter, r *http.Request, tenant string, forget bool) (string, bool) {
 	id, ok := sandboxID(w, r)
 	if !ok {
@@ -216,12 +217,12 @@ func (s *Server) domain() *string {
 	return &d
 }
 
-func (s *Server) created(info sandbox.SandboxInfo, token string) created {
+func (s *Server) created(info sandbox.Info, token string) created {
 	return created{SandboxID: info.SandboxID, TemplateID: info.Image, ClientID: clientID,
 		EnvdVersion: s.cfg.EnvdVersion, EnvdAccessToken: token, TrafficAccessToken: token, Domain: s.domain()}
 }
 
-func (s *Server) listed(info sandbox.SandboxInfo) listed {
+func (s *Server) listed(info sandbox.Info) listed {
 	md := info.Metadata
 	if md == nil {
 		md = map[string]string{}
@@ -234,7 +235,7 @@ func (s *Server) listed(info sandbox.SandboxInfo) listed {
 
 // state is E2B's name of a sandbox's state: paused, or running (a sandbox
 // being made again is running to its clients).
-func state(info sandbox.SandboxInfo) string {
+func state(info sandbox.Info) string {
 	if info.State == "paused" {
 		return "paused"
 	}
@@ -263,15 +264,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 		req.Network = &sandbox.Network{Allow: body.Network.AllowOut}
 	}
 	// A fresh id is no other node's: it is made here.
-	info, err := s.cfg.Sessions.Create(r.Context(), tenant, req)
+	sb, info, err := s.cfg.Sandboxes.Create(r.Context(), tenant, req)
 	if err != nil {
 		s.fail(w, err, body.TemplateID)
 		return
 	}
 	token := newAccessToken(tenant)
-	if err := s.cfg.Sessions.SetAccessToken(tenant, info.SandboxID, token); err != nil {
+	if err := sb.SetAccessToken(token); err != nil {
 		// Nothing of a sandbox no client can reach may stay.
-		if derr := s.cfg.Sessions.Delete(r.Context(), tenant, info.SandboxID); derr != nil {
+		if derr := s.cfg.Sandboxes.Kill(r.Context(), tenant, info.SandboxID); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		s.fail(w, err, "")
@@ -285,12 +286,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !ok {
 		return
 	}
-	info, err := s.cfg.Sessions.Sandbox(tenant, id)
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
 	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
-	writeJSON(w, http.StatusOK, detail{listed: s.listed(info), Domain: s.domain()})
+	writeJSON(w, http.StatusOK, detail{listed: s.listed(sb.Info()), Domain: s.domain()})
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request, tenant string) {
@@ -298,7 +299,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !ok {
 		return
 	}
-	if err := s.cfg.Sessions.Delete(r.Context(), tenant, id); err != nil {
+	if err := s.cfg.Sandboxes.Kill(r.Context(), tenant, id); err != nil {
 		s.fail(w, err, "")
 		return
 	}
@@ -314,7 +315,11 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, tenant strin
 	if !ok {
 		return
 	}
-	if _, err := s.cfg.Sessions.SetTimeout(r.Context(), tenant, id, timeout); err != nil {
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	if err == nil {
+		_, err = sb.SetTimeout(r.Context(), timeout)
+	}
+	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
@@ -334,31 +339,27 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, tenant string) 
 	if !ok {
 		return
 	}
-	info, err := s.cfg.Sessions.Sandbox(tenant, id)
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
 	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
+	info := sb.Info()
 	status := http.StatusOK
 	if state(info) == "paused" {
-		p, ok := s.cfg.Sessions.(Pauser)
-		if !ok {
-			target.WriteError(w, http.StatusNotImplemented, "this server cannot resume paused sandboxes")
-			return
-		}
-		if info, err = p.Resume(r.Context(), tenant, id); err != nil {
+		if info, err = sb.Resume(r.Context()); err != nil {
 			s.fail(w, err, "")
 			return
 		}
 		status = http.StatusCreated
 	}
 	if timeout > 0 && time.Now().Add(timeout).After(info.ExpiresAt) {
-		if info, err = s.cfg.Sessions.SetTimeout(r.Context(), tenant, id, timeout); err != nil {
+		if info, err = sb.SetTimeout(r.Context(), timeout); err != nil {
 			s.fail(w, err, "")
 			return
 		}
 	}
-	token, err := s.token(tenant, id)
+	token, err := s.token(sb)
 	if err != nil {
 		s.fail(w, err, "")
 		return
@@ -367,31 +368,30 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, tenant string) 
 }
 
 // token returns a sandbox's access token, minting one if it has none.
-func (s *Server) token(tenant, id string) (string, error) {
+func (s *Server) token(sb *live.Sandbox) (string, error) {
 	s.mintMu.Lock()
 	defer s.mintMu.Unlock()
-	token, err := s.cfg.Sessions.AccessToken(tenant, id)
+	token, err := sb.AccessToken()
 	if err != nil || token != "" {
 		return token, err
 	}
-	token = newAccessToken(tenant)
-	if err := s.cfg.Sessions.SetAccessToken(tenant, id, token); err != nil {
+	token = newAccessToken(sb.Tenant())
+	if err := sb.SetAccessToken(token); err != nil {
 		return "", err
 	}
 	return token, nil
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, tenant string) {
-	p, ok := s.cfg.Sessions.(Pauser)
-	if !ok {
-		target.WriteError(w, http.StatusNotImplemented, "this server cannot pause sandboxes")
-		return
-	}
 	id, ok := s.routed(w, r, tenant, false)
 	if !ok {
 		return
 	}
-	if err := p.Pause(r.Context(), tenant, id); err != nil {
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	if err == nil {
+		err = sb.Pause(r.Context())
+	}
+	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
@@ -401,11 +401,6 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, tenant string) {
 // resume is the older SDKs' way back from a pause (the current ones
 // connect): 201 and the sandbox, with the timeout given from now.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
-	p, ok := s.cfg.Sessions.(Pauser)
-	if !ok {
-		target.WriteError(w, http.StatusNotImplemented, "this server cannot resume paused sandboxes")
-		return
-	}
 	id, ok := s.routed(w, r, tenant, false)
 	if !ok {
 		return
@@ -414,18 +409,22 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !ok {
 		return
 	}
-	info, err := p.Resume(r.Context(), tenant, id)
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	var info sandbox.Info
+	if err == nil {
+		info, err = sb.Resume(r.Context())
+	}
 	if err != nil {
 		s.fail(w, err, "")
 		return
 	}
 	if timeout > 0 {
-		if info, err = s.cfg.Sessions.SetTimeout(r.Context(), tenant, id, timeout); err != nil {
+		if info, err = sb.SetTimeout(r.Context(), timeout); err != nil {
 			s.fail(w, err, "")
 			return
 		}
 	}
-	token, err := s.token(tenant, id)
+	token, err := s.token(sb)
 	if err != nil {
 		s.fail(w, err, "")
 		return
@@ -440,7 +439,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, tenant string) 
 	if !ok {
 		return
 	}
-	if _, err := s.cfg.Sessions.Sandbox(tenant, id); err != nil {
+	if _, err := s.cfg.Sandboxes.Get(tenant, id); err != nil {
 		s.fail(w, err, "")
 		return
 	}
@@ -455,7 +454,7 @@ type listQuery struct {
 	startedAfter time.Time
 }
 
-func (q listQuery) match(info sandbox.SandboxInfo) bool {
+func (q listQuery) match(info sandbox.Info) bool {
 	for k, v := range q.metadata {
 		if got, ok := info.Metadata[k]; !ok || got != v {
 			return false
@@ -525,13 +524,13 @@ func parseListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
 }
 
 // matching lists tenant's sandboxes q matches, in no order.
-func (s *Server) matching(w http.ResponseWriter, r *http.Request, tenant string, q listQuery) ([]sandbox.SandboxInfo, bool) {
+func (s *Server) matching(w http.ResponseWriter, r *http.Request, tenant string, q listQuery) ([]sandbox.Info, bool) {
 	all, err := s.cfg.Node.Sandboxes(r.Context(), tenant)
 	if err != nil {
 		s.fail(w, err, "")
 		return nil, false
 	}
-	return slices.DeleteFunc(all, func(info sandbox.SandboxInfo) bool { return !q.match(info) }), true
+	return slices.DeleteFunc(all, func(info sandbox.Info) bool { return !q.match(info) }), true
 }
 
 // listV1 answers GET /sandboxes: every running sandbox that matches, one
@@ -561,14 +560,14 @@ const (
 )
 
 // newestFirst orders sandboxes by start, newest first, then by id.
-func newestFirst(a, b sandbox.SandboxInfo) int {
+func newestFirst(a, b sandbox.Info) int {
 	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 		return c
 	}
 	return strings.Compare(a.SandboxID, b.SandboxID)
 }
 
-func oldestFirst(a, b sandbox.SandboxInfo) int {
+func oldestFirst(a, b sandbox.Info) int {
 	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 		return c
 	}
@@ -627,14 +626,14 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, tenant string) {
 		target.WriteError(w, http.StatusBadRequest, "order is asc or desc")
 		return
 	}
-	var after *sandbox.SandboxInfo
+	var after *sandbox.Info
 	if v := qs.Get("nextToken"); v != "" {
 		p, err := decodeToken(v)
 		if err != nil || p.Order != order || p.SandboxID == "" {
 			target.WriteError(w, http.StatusBadRequest, "nextToken is not one this server gave for this order")
 			return
 		}
-		after = &sandbox.SandboxInfo{SandboxID: p.SandboxID, CreatedAt: p.CreatedAt}
+		after = &sandbox.Info{SandboxID: p.SandboxID, CreatedAt: p.CreatedAt}
 	}
 	infos, ok := s.matching(w, r, tenant, q)
 	if !ok {

@@ -182,8 +182,8 @@ type Job struct {
 	// Lease lends the sandbox the execution runs in (Acquire); nil: a
 	// fresh one from the fleet, destroyed after.
 	Lease *fleet.Lease
-	// unhold ends the hold Acquire took on the image.
-	unhold func()
+	// unlockImage ends the lock Acquire took on the image.
+	unlockImage func()
 	// Tenant owns the execution (pooled sandboxes serve one tenant).
 	Tenant string
 	// Artifacts, if set, receives the files under /workspace/output, each
@@ -258,8 +258,8 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 	if job.Lease == nil {
 		err = e.Acquire(ctx, job, fleet.FreshAcquirer{Fleet: e.fleet})
 	}
-	if job.unhold != nil {
-		defer job.unhold()
+	if job.unlockImage != nil {
+		defer job.unlockImage()
 	}
 	lease := job.Lease
 	res := newRecord(job) // after the image's hold: the image may have been re-resolved

@@ -7,12 +7,12 @@ import (
 	"github.com/corralhq/corral/internal/lang"
 )
 
-// ImageHolder is an ImageResolver that evicts images to make room, and
+// ImageLocker is an ImageResolver that evicts images to make room, and
 // must know which ones sandboxes run on.
-type ImageHolder interface {
-	// Acquire marks img in use until release is called; it fails if the
+type ImageLocker interface {
+	// Lock marks img in use until unlock is called; it fails if the
 	// image was removed after it was resolved.
-	Acquire(img images.Image) (release func(), err error)
+	Lock(img images.Image) (unlock func(), err error)
 }
 
 // ImageDefaulter is an ImageResolver with a default image per language.
@@ -30,19 +30,19 @@ func (e *Engine) defaultImage(r lang.Runner) string {
 	return images.HostName
 }
 
-// holdImage marks the job's image in use until the returned func is
+// lockImage marks the job's image in use until the returned func is
 // called, so no build or import evicts it while the execution needs it. An
 // image rebuilt or re-imported since Prepare is run as the name now
 // stands: job.Image says so.
-func (e *Engine) holdImage(job *Job) (func(), error) {
-	h, ok := e.images.(ImageHolder)
+func (e *Engine) lockImage(job *Job) (func(), error) {
+	h, ok := e.images.(ImageLocker)
 	if !ok {
 		return func() {}, nil
 	}
-	release, err := h.Acquire(job.Image)
+	release, err := h.Lock(job.Image)
 	if errors.Is(err, images.ErrNotFound) {
 		if img, rerr := e.images.Resolve(job.Image.Name); rerr == nil && img.Digest != job.Image.Digest {
-			if release, err = h.Acquire(img); err == nil {
+			if release, err = h.Lock(img); err == nil {
 				job.Image = img
 			}
 		}
@@ -62,7 +62,7 @@ func (e *Engine) explain(job *Job) func(stderr string) string {
 
 var (
 	_ ImageResolver    = (*images.Store)(nil)
-	_ ImageHolder      = (*images.Store)(nil)
+	_ ImageLocker      = (*images.Store)(nil)
 	_ ImageDefaulter   = (*images.Store)(nil)
 	_ lang.ModuleIndex = (*images.Store)(nil)
 )

@@ -10,12 +10,12 @@ import (
 	"github.com/corralhq/corral/internal/runtime"
 )
 
-// Claim holds job's image (re-resolving it if it changed since Prepare)
+// Claim locks job's image (re-resolving it if it changed since Prepare)
 // and returns what job's sandbox must be: the claim a warm pool, a session
-// or the fleet lends a sandbox for (then job.Lease). release ends the
-// image's hold, once the execution is over.
+// or the fleet lends a sandbox for (then job.Lease). release unlocks the
+// image, once the execution is over.
 func (e *Engine) Claim(ctx context.Context, job *Job) (_ fleet.Claim, release func(), err error) {
-	release, err = e.holdImage(job)
+	release, err = e.lockImage(job)
 	if err != nil {
 		return fleet.Claim{}, nil, err
 	}
@@ -29,7 +29,7 @@ func (e *Engine) Claim(ctx context.Context, job *Job) (_ fleet.Claim, release fu
 
 // Acquire gets job its sandbox from acq (a warm pool, a session, the
 // fleet's fresh ones) for Claim(job), as job.Lease; Run releases it, and
-// the image's hold with it. The caller of an Acquire that fails records
+// unlocks the image. The caller of an Acquire that fails records
 // the execution with Failed.
 func (e *Engine) Acquire(ctx context.Context, job *Job, acq fleet.Acquirer) error {
 	claim, release, err := e.Claim(ctx, job)
@@ -41,7 +41,7 @@ func (e *Engine) Acquire(ctx context.Context, job *Job, acq fleet.Acquirer) erro
 		release()
 		return err
 	}
-	job.Lease, job.unhold = lease, release
+	job.Lease, job.unlockImage = lease, release
 	return nil
 }
 

@@ -29,16 +29,16 @@ type Config struct {
 	DestroyAsync bool
 }
 
-// ImageHolder marks an image in use, so the image store does not evict
+// ImageLocker marks an image in use, so the image store does not evict
 // it, until the returned func is called (images.Store).
-type ImageHolder interface {
-	Acquire(img images.Image) (release func(), err error)
+type ImageLocker interface {
+	Lock(img images.Image) (unlock func(), err error)
 }
 
 // Fleet is a node's sandboxes. It is safe for concurrent use.
 type Fleet struct {
 	cfg    Config
-	images ImageHolder // nil: images need no hold
+	images ImageLocker // nil: images need no lock
 	log    *slog.Logger
 
 	// tiers holds the current *tierSet; tmu serialises its changes.
@@ -53,10 +53,10 @@ type Fleet struct {
 
 // entry is a sandbox in the registry; its fields are guarded by Fleet.mu.
 type entry struct {
-	sb      runtime.Sandbox
-	unhold  func() // the image's hold
-	created time.Time
-	holder  string
+	sb          runtime.Sandbox
+	unlockImage func() // unlocks the image
+	created     time.Time
+	holder      string
 	// until, when set, is when the holder should have let go: past it
 	// the sandbox is stuck and Sweep destroys it.
 	until time.Time
@@ -64,7 +64,7 @@ type entry struct {
 
 // New returns a fleet over the given runtimes (at most one per tier; more
 // can come later, see AddRuntime). images may be nil.
-func New(cfg Config, rts []runtime.Runtime, imgs ImageHolder, log *slog.Logger) *Fleet {
+func New(cfg Config, rts []runtime.Runtime, imgs ImageLocker, log *slog.Logger) *Fleet {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -87,21 +87,21 @@ func (f *Fleet) Create(ctx context.Context, tier runtime.Tier, spec runtime.Spec
 	if !ok {
 		return nil, fmt.Errorf("no %s runtime", tier)
 	}
-	unhold := func() {}
+	unlockImage := func() {}
 	if f.images != nil && img.Digest != "" {
-		u, err := f.images.Acquire(img)
+		u, err := f.images.Lock(img)
 		if err != nil {
-			return nil, fmt.Errorf("hold image %s: %w", img.Name, err)
+			return nil, fmt.Errorf("lock image %s: %w", img.Name, err)
 		}
-		unhold = u
+		unlockImage = u
 	}
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
-		unhold()
+		unlockImage()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	f.mu.Lock()
-	f.live[sb.ID()] = &entry{sb: sb, unhold: unhold, created: time.Now(), holder: holder}
+	f.live[sb.ID()] = &entry{sb: sb, unlockImage: unlockImage, created: time.Now(), holder: holder}
 	f.mu.Unlock()
 	return sb, nil
 }
@@ -178,7 +178,7 @@ func (f *Fleet) DestroyNow(ctx context.Context, sb runtime.Sandbox) error {
 func (f *Fleet) destroy(ctx context.Context, sb runtime.Sandbox, e *entry) error {
 	err := sb.Destroy(ctx)
 	if e != nil {
-		e.unhold()
+		e.unlockImage()
 	}
 	if err != nil {
 		f.log.Error("destroy sandbox", "sandbox", sb.ID(), "err", err)

@@ -95,6 +95,8 @@ const (
 	HolderPool = "pool"
 	// HolderSession: a session keeps it for its next call.
 	HolderSession = "session"
+	// HolderSandbox: a live sandbox runs on it for its whole life.
+	HolderSandbox = "sandbox"
 	// HolderExecution: an execution runs in it.
 	HolderExecution = "execution"
 )

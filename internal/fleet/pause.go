@@ -23,7 +23,7 @@ func (f *Fleet) Pause(ctx context.Context, sb runtime.Sandbox, dir string) error
 		return err
 	}
 	if e := f.take(sb); e != nil {
-		e.unhold()
+		e.unlockImage()
 	}
 	return nil
 }
@@ -40,21 +40,21 @@ func (f *Fleet) Restore(ctx context.Context, tier runtime.Tier, spec runtime.Spe
 	if !ok {
 		return nil, fmt.Errorf("%w: the %s runtime restores no saved sandbox", runtime.ErrUnavailable, tier)
 	}
-	unhold := func() {}
+	unlockImage := func() {}
 	if f.images != nil && img.Digest != "" {
-		u, err := f.images.Acquire(img)
+		u, err := f.images.Lock(img)
 		if err != nil {
-			return nil, fmt.Errorf("hold image %s: %w", img.Name, err)
+			return nil, fmt.Errorf("lock image %s: %w", img.Name, err)
 		}
-		unhold = u
+		unlockImage = u
 	}
 	sb, err := r.Restore(ctx, spec, dir)
 	if err != nil {
-		unhold()
+		unlockImage()
 		return nil, fmt.Errorf("restore sandbox: %w", err)
 	}
 	f.mu.Lock()
-	f.live[sb.ID()] = &entry{sb: sb, unhold: unhold, created: time.Now(), holder: holder}
+	f.live[sb.ID()] = &entry{sb: sb, unlockImage: unlockImage, created: time.Now(), holder: holder}
 	f.mu.Unlock()
 	return sb, nil
 }

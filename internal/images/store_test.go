@@ -343,7 +343,7 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		release, err := s.Acquire(img)
+		release, err := s.Lock(img)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +369,7 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holdA, err := s.Acquire(imgA)
+	holdA, err := s.Lock(imgA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holdD, err := s.Acquire(imgD)
+	holdD, err := s.Lock(imgD)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestRemoveInUse(t *testing.T) {
 	s := newStore(t, dir, 0)
 	importTiny(t, s, "a", "a")
 	img, _ := s.Resolve("a")
-	release, err := s.Acquire(img)
+	release, err := s.Lock(img)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestRemoveInUse(t *testing.T) {
 	if _, err := s.Remove("b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(img); !errors.Is(err, images.ErrNotFound) {
+	if _, err := s.Lock(img); !errors.Is(err, images.ErrNotFound) {
 		t.Errorf("Acquire of a removed image = %v", err)
 	}
 	if _, err := s.Remove("host"); err == nil {

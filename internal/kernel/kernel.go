@@ -47,6 +47,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/lang"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // Errors, wrapped by what returns them.
@@ -56,7 +57,7 @@ var (
 	// ErrInvalid: a language without contexts, a bad working directory or
 	// environment variable, code too large, a context that cannot fork.
 	ErrInvalid = errors.New("invalid context request")
-	// ErrClosed: the Kernels was closed.
+	// ErrClosed: the Contexts was closed.
 	ErrClosed = errors.New("contexts closed")
 )
 
@@ -73,17 +74,6 @@ const DefaultCwd = "/workspace"
 // killWait bounds the wait for a killed context's exit.
 const killWait = 10 * time.Second
 
-// Event types, in the order a cell sends them: number_of_executions first,
-// end_of_execution last.
-const (
-	EventStdout             = "stdout"
-	EventStderr             = "stderr"
-	EventResult             = "result"
-	EventError              = "error"
-	EventNumberOfExecutions = "number_of_executions"
-	EventEndOfExecution     = "end_of_execution"
-)
-
 // Error names the host reports itself (the runner reports the language's
 // own, KeyboardInterrupt among them).
 const (
@@ -96,35 +86,7 @@ const (
 	ErrorContextRestarted = "ContextRestarted"
 )
 
-// Info describes a context.
-type Info struct {
-	ID       string `json:"id"`
-	Language string `json:"language"`
-	Cwd      string `json:"cwd"`
-}
-
-// Event is one thing a cell produced.
-type Event struct {
-	// Type is one of the Event* constants.
-	Type string `json:"type"`
-	// Text is a stdout or stderr chunk.
-	Text string `json:"text,omitempty"`
-	// Data is a result's MIME bundle: MIME type → data, base64 for binary
-	// types (image/png), JSON text for JSON types.
-	Data map[string]string `json:"data,omitempty"`
-	// IsMain marks the result of the cell's last expression.
-	IsMain bool `json:"is_main_result,omitempty"`
-	// Name, Value and Traceback describe an error: the exception's type,
-	// its message, and the traceback's lines.
-	Name      string   `json:"name,omitempty"`
-	Value     string   `json:"value,omitempty"`
-	Traceback []string `json:"traceback,omitempty"`
-	// ExecutionCount is the context's count of cells run, this one
-	// included (number_of_executions).
-	ExecutionCount int `json:"execution_count,omitempty"`
-}
-
-// Options configure a Kernels.
+// Options configure a Contexts.
 type Options struct {
 	// Env is every context's base environment (PATH, HOME, LANG, the
 	// image's variables).
@@ -140,16 +102,16 @@ type Options struct {
 // ContextOptions describe a context to create.
 type ContextOptions struct {
 	Language string
-	// Cwd is the working directory, absolute; the Kernels' if empty.
+	// Cwd is the working directory, absolute; the Contexts' if empty.
 	Cwd string
 	// Env adds to the base environment, KEY=VALUE each.
 	Env []string
 }
 
-// Kernels holds the code contexts of one live sandbox. It is safe for
+// Contexts holds the code contexts of one live sandbox. It is safe for
 // concurrent use: runs on one context queue and run one at a time, runs on
 // different contexts run side by side.
-type Kernels struct {
+type Contexts struct {
 	o Options
 
 	// rootMu is held while a root zygote starts (an interpreter's start),
@@ -160,27 +122,27 @@ type Kernels struct {
 	mu       sync.Mutex
 	c        *agent.Client // the sandbox's agent; Resume changes it
 	closed   bool
-	contexts map[string]*kctx
+	contexts map[string]*codeContext
 	order    []string // context ids in creation order
 	// held are the contexts Suspend holds (pause.go).
-	held []*kctx
+	held []*codeContext
 }
 
 // New returns the contexts of the sandbox whose agent is c. It starts
 // nothing until the first context is created.
-func New(c *agent.Client, o Options) *Kernels {
+func New(c *agent.Client, o Options) *Contexts {
 	if o.Cwd == "" {
 		o.Cwd = DefaultCwd
 	}
 	if o.Grace <= 0 {
 		o.Grace = DefaultGrace
 	}
-	return &Kernels{c: c, o: o, roots: map[string]*agent.Process{}, contexts: map[string]*kctx{}}
+	return &Contexts{c: c, o: o, roots: map[string]*agent.Process{}, contexts: map[string]*codeContext{}}
 }
 
-// kctx is one context.
-type kctx struct {
-	info Info
+// codeContext is one context.
+type codeContext struct {
+	info sandbox.CodeContext
 	cr   lang.Contexter
 	env  []string // the full environment it was created with
 	// turn is held by the run in progress (and by Fork): one at a time.
@@ -211,10 +173,10 @@ func contexter(language string) (lang.Contexter, error) {
 }
 
 // Create starts a fresh context.
-func (k *Kernels) Create(ctx context.Context, o ContextOptions) (Info, error) {
+func (k *Contexts) Create(ctx context.Context, o ContextOptions) (sandbox.CodeContext, error) {
 	cr, err := contexter(o.Language)
 	if err != nil {
-		return Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	r, _ := lang.Get(o.Language)
 	cwd := o.Cwd
@@ -222,29 +184,29 @@ func (k *Kernels) Create(ctx context.Context, o ContextOptions) (Info, error) {
 		cwd = k.o.Cwd
 	}
 	if !path.IsAbs(cwd) || path.Clean(cwd) != cwd || strings.ContainsRune(cwd, 0) {
-		return Info{}, fmt.Errorf("working directory %q: not an absolute, clean path: %w", cwd, ErrInvalid)
+		return sandbox.CodeContext{}, fmt.Errorf("working directory %q: not an absolute, clean path: %w", cwd, ErrInvalid)
 	}
 	for _, kv := range o.Env {
 		if key, _, ok := strings.Cut(kv, "="); !ok || key == "" || strings.ContainsRune(kv, 0) {
-			return Info{}, fmt.Errorf("environment variable %q: want KEY=VALUE: %w", kv, ErrInvalid)
+			return sandbox.CodeContext{}, fmt.Errorf("environment variable %q: want KEY=VALUE: %w", kv, ErrInvalid)
 		}
 	}
 	env := mergeEnv(k.o.Env, cr.ContextEnv(), o.Env)
-	c := &kctx{info: Info{ID: newID(), Language: r.Name(), Cwd: cwd}, cr: cr, env: env, turn: make(chan struct{}, 1)}
+	c := &codeContext{info: sandbox.CodeContext{ID: newID(), Language: r.Name(), Cwd: cwd}, cr: cr, env: env, turn: make(chan struct{}, 1)}
 	inst, err := k.spawn(ctx, c)
 	if err != nil {
-		return Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	c.cur = inst
 	if err := k.register(c); err != nil {
 		k.kill(inst)
-		return Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	return c.info, nil
 }
 
-// register adds c to the contexts, unless the Kernels is closed.
-func (k *Kernels) register(c *kctx) error {
+// register adds c to the contexts, unless the Contexts is closed.
+func (k *Contexts) register(c *codeContext) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -282,7 +244,7 @@ func newID() string {
 
 // root returns the root zygote of c's language, starting it if it is not
 // running.
-func (k *Kernels) root(ctx context.Context, language string) (*agent.Process, error) {
+func (k *Contexts) root(ctx context.Context, language string) (*agent.Process, error) {
 	k.rootMu.Lock()
 	defer k.rootMu.Unlock()
 	k.mu.Lock()
@@ -319,7 +281,7 @@ func (k *Kernels) root(ctx context.Context, language string) (*agent.Process, er
 
 // spawn starts a fresh process for c: forked from its language's root, or
 // started on its own for a language without a zygote.
-func (k *Kernels) spawn(ctx context.Context, c *kctx) (*instance, error) {
+func (k *Contexts) spawn(ctx context.Context, c *codeContext) (*instance, error) {
 	if !c.cr.ContextZygote() {
 		return k.startAlone(ctx, c)
 	}
@@ -332,7 +294,7 @@ func (k *Kernels) spawn(ctx context.Context, c *kctx) (*instance, error) {
 
 // startAlone starts c's runner as a process of its own and sends it its
 // setup.
-func (k *Kernels) startAlone(ctx context.Context, c *kctx) (*instance, error) {
+func (k *Contexts) startAlone(ctx context.Context, c *codeContext) (*instance, error) {
 	step := c.cr.ContextStep()
 	out := &output{}
 	p, err := k.client().Start(ctx, agent.StartRequest{Argv: step.Argv, Env: mergeEnv(c.env, step.Env), Dir: c.info.Cwd,
@@ -355,7 +317,7 @@ func (k *Kernels) startAlone(ctx context.Context, c *kctx) (*instance, error) {
 
 // startVia starts a context process through the zygote via (the root, or
 // the context to fork), and checks what it said when ready.
-func (k *Kernels) startVia(ctx context.Context, via *agent.Process, req agent.StartRequest) (*instance, error) {
+func (k *Contexts) startVia(ctx context.Context, via *agent.Process, req agent.StartRequest) (*instance, error) {
 	req.Zygote, req.Via, req.Stdin, req.StatusFD = true, via.ID(), true, true
 	out := &output{}
 	p, err := k.client().Start(ctx, req, out)
@@ -378,7 +340,7 @@ func (k *Kernels) startVia(ctx context.Context, via *agent.Process, req agent.St
 }
 
 // kill ends inst's process and waits (a while) for it to be gone.
-func (k *Kernels) kill(inst *instance) {
+func (k *Contexts) kill(inst *instance) {
 	ctx, cancel := context.WithTimeout(context.Background(), killWait)
 	defer cancel()
 	_ = inst.proc.Signal(ctx, syscall.SIGKILL)
@@ -386,7 +348,7 @@ func (k *Kernels) kill(inst *instance) {
 }
 
 // get returns the context id.
-func (k *Kernels) get(id string) (*kctx, error) {
+func (k *Contexts) get(id string) (*codeContext, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -400,7 +362,7 @@ func (k *Kernels) get(id string) (*kctx, error) {
 }
 
 // current returns the process serving c, or ErrNotFound once deleted.
-func (c *kctx) current() (*instance, error) {
+func (c *codeContext) current() (*instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.deleted {
@@ -411,7 +373,7 @@ func (c *kctx) current() (*instance, error) {
 
 // renew replaces c's process old (killed if still running) by a fresh one,
 // unless that happened already; it returns the process serving c.
-func (k *Kernels) renew(ctx context.Context, c *kctx, old *instance) (*instance, error) {
+func (k *Contexts) renew(ctx context.Context, c *codeContext, old *instance) (*instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.deleted {
@@ -430,7 +392,7 @@ func (k *Kernels) renew(ctx context.Context, c *kctx, old *instance) (*instance,
 }
 
 // take waits for c's turn (the run before it to end).
-func (c *kctx) take(ctx context.Context) error {
+func (c *codeContext) take(ctx context.Context) error {
 	select {
 	case c.turn <- struct{}{}:
 		return nil
@@ -439,11 +401,11 @@ func (c *kctx) take(ctx context.Context) error {
 	}
 }
 
-func (c *kctx) release() { <-c.turn }
+func (c *codeContext) release() { <-c.turn }
 
 // Interrupt raises KeyboardInterrupt (or the language's equivalent) in the
 // context's running cell; with no cell running it does nothing.
-func (k *Kernels) Interrupt(ctx context.Context, id string) error {
+func (k *Contexts) Interrupt(ctx context.Context, id string) error {
 	c, err := k.get(id)
 	if err != nil {
 		return err
@@ -461,7 +423,7 @@ func (k *Kernels) Interrupt(ctx context.Context, id string) error {
 // Restart replaces the context's process by a fresh one with the same id,
 // language, working directory and environment; its state is gone. A cell
 // running in it ends with a ContextRestarted error.
-func (k *Kernels) Restart(ctx context.Context, id string) error {
+func (k *Contexts) Restart(ctx context.Context, id string) error {
 	c, err := k.get(id)
 	if err != nil {
 		return err
@@ -478,36 +440,36 @@ func (k *Kernels) Restart(ctx context.Context, id string) error {
 // process forks), once the context's queued runs are done. The copy has
 // the same language, working directory and environment; restarting it
 // makes a fresh context, not a copy.
-func (k *Kernels) Fork(ctx context.Context, id string) (Info, error) {
+func (k *Contexts) Fork(ctx context.Context, id string) (sandbox.CodeContext, error) {
 	c, err := k.get(id)
 	if err != nil {
-		return Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	if err := c.take(ctx); err != nil {
-		return Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	defer c.release()
 	if !c.cr.ContextZygote() {
-		return Info{}, fmt.Errorf("%s contexts cannot fork: %w", c.info.Language, ErrInvalid)
+		return sandbox.CodeContext{}, fmt.Errorf("%s contexts cannot fork: %w", c.info.Language, ErrInvalid)
 	}
 	inst, err := c.current()
 	if err != nil {
-		return Info{}, err
+		return sandbox.CodeContext{}, err
 	}
-	f := &kctx{info: Info{ID: newID(), Language: c.info.Language, Cwd: c.info.Cwd}, cr: c.cr, env: c.env, turn: make(chan struct{}, 1)}
+	f := &codeContext{info: sandbox.CodeContext{ID: newID(), Language: c.info.Language, Cwd: c.info.Cwd}, cr: c.cr, env: c.env, turn: make(chan struct{}, 1)}
 	if f.cur, err = k.startVia(ctx, inst.proc, agent.StartRequest{Argv: []string{"fork"}, Env: c.env, Dir: c.info.Cwd}); err != nil {
-		return Info{}, fmt.Errorf("fork context %s: %w", id, err)
+		return sandbox.CodeContext{}, fmt.Errorf("fork context %s: %w", id, err)
 	}
 	if err := k.register(f); err != nil {
 		k.kill(f.cur)
-		return Info{}, err
+		return sandbox.CodeContext{}, err
 	}
 	return f.info, nil
 }
 
 // Delete ends the context. A cell running in it ends, and its Run returns
 // ErrNotFound.
-func (k *Kernels) Delete(ctx context.Context, id string) error {
+func (k *Contexts) Delete(ctx context.Context, id string) error {
 	k.mu.Lock()
 	c := k.contexts[id]
 	if c == nil {
@@ -529,10 +491,10 @@ func (k *Kernels) Delete(ctx context.Context, id string) error {
 }
 
 // List returns the contexts, oldest first.
-func (k *Kernels) List() []Info {
+func (k *Contexts) List() []sandbox.CodeContext {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]Info, 0, len(k.order))
+	out := make([]sandbox.CodeContext, 0, len(k.order))
 	for _, id := range k.order {
 		out = append(out, k.contexts[id].info)
 	}
@@ -541,7 +503,7 @@ func (k *Kernels) List() []Info {
 
 // Close ends every context and root zygote and waits for them (as long as
 // ctx allows). Calls after it fail with ErrClosed.
-func (k *Kernels) Close(ctx context.Context) error {
+func (k *Contexts) Close(ctx context.Context) error {
 	k.mu.Lock()
 	k.closed = true
 	var procs []*agent.Process
@@ -554,7 +516,7 @@ func (k *Kernels) Close(ctx context.Context) error {
 	for _, p := range k.roots {
 		procs = append(procs, p)
 	}
-	k.contexts, k.roots, k.order = map[string]*kctx{}, map[string]*agent.Process{}, nil
+	k.contexts, k.roots, k.order = map[string]*codeContext{}, map[string]*agent.Process{}, nil
 	held := k.held
 	k.held = nil
 	k.mu.Unlock()

@@ -22,6 +22,7 @@ import (
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/cgroup"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // The tests in this file run contexts in real sandboxes (runc and runsc)
@@ -33,7 +34,7 @@ var sandboxLimits = runtime.Limits{MemoryBytes: 1 << 30, CPUCores: 1, Pids: 256,
 
 // pythonSandbox is a live sandbox of the python image with contexts.
 type pythonSandbox struct {
-	sandbox
+	localBox
 	sb runtime.Sandbox
 }
 
@@ -73,7 +74,7 @@ func newPythonSandbox(t testing.TB, rt runtime.Runtime, img images.Image) *pytho
 			t.Errorf("destroy: %v", err)
 		}
 	})
-	return &pythonSandbox{sandbox: sandbox{k: k}, sb: sb}
+	return &pythonSandbox{localBox: localBox{k: k}, sb: sb}
 }
 
 func TestSandboxContexts(t *testing.T) {
@@ -107,25 +108,25 @@ func TestSandboxContexts(t *testing.T) {
 			}
 
 			c := s.run(t, id, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
-			r := c.of(kernel.EventResult)
+			r := c.of(sandbox.ContextEventResult)
 			if len(r) != 1 || !strings.Contains(r[0].Data["text/html"], "<table") || !strings.Contains(r[0].Data["text/plain"], "a  b") {
 				t.Errorf("DataFrame: %+v", c.events)
 			}
 
 			c = s.run(t, id, "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()")
-			r = c.of(kernel.EventResult)
+			r = c.of(sandbox.ContextEventResult)
 			if len(r) != 1 {
 				t.Fatalf("plt.show(): %+v, want one result", c.events)
 			}
 			checkPNG(t, r[0].Data["image/png"])
-			if c := s.run(t, id, "plt.plot([3, 1])"); len(c.of(kernel.EventResult)) != 2 {
+			if c := s.run(t, id, "plt.plot([3, 1])"); len(c.of(sandbox.ContextEventResult)) != 2 {
 				t.Errorf("a figure left open: %+v, want the value and the figure", c.events)
 			} else {
-				checkPNG(t, c.of(kernel.EventResult)[1].Data["image/png"])
+				checkPNG(t, c.of(sandbox.ContextEventResult)[1].Data["image/png"])
 			}
 
 			c = s.run(t, id, "display('one')\ndisplay({'two': 2})")
-			if r := c.of(kernel.EventResult); len(r) != 2 || r[0].Data["text/plain"] != "'one'" || r[1].Data["text/plain"] != "{'two': 2}" {
+			if r := c.of(sandbox.ContextEventResult); len(r) != 2 || r[0].Data["text/plain"] != "'one'" || r[1].Data["text/plain"] != "{'two': 2}" {
 				t.Errorf("two display() calls: %+v", c.events)
 			}
 
@@ -162,11 +163,11 @@ func TestSandboxStreamingInterruptTimeout(t *testing.T) {
 			var first, end time.Time
 			ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 			defer cancel()
-			err := s.k.Run(ctx, id, "import time\nprint('first')\ntime.sleep(2)\nprint('second')", 0, func(ev kernel.Event) {
+			err := s.k.Run(ctx, id, "import time\nprint('first')\ntime.sleep(2)\nprint('second')", 0, func(ev sandbox.ContextEvent) {
 				switch {
-				case ev.Type == kernel.EventStdout && ev.Text == "first\n":
+				case ev.Type == sandbox.ContextEventStdout && ev.Text == "first\n":
 					first = time.Now()
-				case ev.Type == kernel.EventEndOfExecution:
+				case ev.Type == sandbox.ContextEventEndOfExecution:
 					end = time.Now()
 				}
 			})
@@ -179,11 +180,11 @@ func TestSandboxStreamingInterruptTimeout(t *testing.T) {
 
 			s.run(t, id, "x = 1")
 			evs, errc := s.runAsync(id, "import time\nprint('sleeping', flush=True)\ntime.sleep(600)", 0)
-			next(t, evs, kernel.EventStdout)
+			next(t, evs, sandbox.ContextEventStdout)
 			if err := s.k.Interrupt(t.Context(), id); err != nil {
 				t.Fatal(err)
 			}
-			if e := next(t, evs, kernel.EventError); e.Name != "KeyboardInterrupt" {
+			if e := next(t, evs, sandbox.ContextEventError); e.Name != "KeyboardInterrupt" {
 				t.Errorf("interrupt: %+v", e)
 			}
 			if err := <-errc; err != nil {

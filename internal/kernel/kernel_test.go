@@ -18,6 +18,7 @@ import (
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // The tests in this file drive contexts through a real agent in local mode
@@ -36,13 +37,13 @@ const hostPython = "/usr/bin/python3"
 // the test instead of hanging it.
 const waitLimit = 30 * time.Second
 
-// sandbox is a local agent and the contexts over it.
-type sandbox struct {
-	k    *kernel.Kernels
+// localBox is a local agent and the contexts over it.
+type localBox struct {
+	k    *kernel.Contexts
 	root string
 }
 
-func start(t testing.TB, o kernel.Options) *sandbox {
+func start(t testing.TB, o kernel.Options) *localBox {
 	t.Helper()
 	_, err := os.Stat(hostPython)
 	testenv.Need(t, err == nil, hostPython+" (contexts' unit tests run it)")
@@ -70,10 +71,10 @@ func start(t testing.TB, o kernel.Options) *sandbox {
 			t.Errorf("agent exit: %v", err)
 		}
 	})
-	return &sandbox{k: k, root: root}
+	return &localBox{k: k, root: root}
 }
 
-func (s *sandbox) create(t testing.TB, o kernel.ContextOptions) string {
+func (s *localBox) create(t testing.TB, o kernel.ContextOptions) string {
 	t.Helper()
 	if o.Language == "" {
 		o.Language = "python"
@@ -89,11 +90,11 @@ func (s *sandbox) create(t testing.TB, o kernel.ContextOptions) string {
 
 // cell is what one run produced.
 type cell struct {
-	events []kernel.Event
+	events []sandbox.ContextEvent
 }
 
-func (c cell) of(typ string) []kernel.Event {
-	var out []kernel.Event
+func (c cell) of(typ string) []sandbox.ContextEvent {
+	var out []sandbox.ContextEvent
 	for _, ev := range c.events {
 		if ev.Type == typ {
 			out = append(out, ev)
@@ -104,7 +105,7 @@ func (c cell) of(typ string) []kernel.Event {
 
 func (c cell) stdout() string {
 	var b strings.Builder
-	for _, ev := range c.of(kernel.EventStdout) {
+	for _, ev := range c.of(sandbox.ContextEventStdout) {
 		b.WriteString(ev.Text)
 	}
 	return b.String()
@@ -112,7 +113,7 @@ func (c cell) stdout() string {
 
 // main returns the text/plain of the cell's main result, or "".
 func (c cell) main() string {
-	for _, ev := range c.of(kernel.EventResult) {
+	for _, ev := range c.of(sandbox.ContextEventResult) {
 		if ev.IsMain {
 			return ev.Data["text/plain"]
 		}
@@ -120,8 +121,8 @@ func (c cell) main() string {
 	return ""
 }
 
-func (c cell) err() *kernel.Event {
-	if evs := c.of(kernel.EventError); len(evs) > 0 {
+func (c cell) err() *sandbox.ContextEvent {
+	if evs := c.of(sandbox.ContextEventError); len(evs) > 0 {
 		return &evs[0]
 	}
 	return nil
@@ -129,24 +130,24 @@ func (c cell) err() *kernel.Event {
 
 // run runs code in the context id and checks the events' frame: the
 // execution count first, the end last.
-func (s *sandbox) run(t testing.TB, id, code string) cell {
+func (s *localBox) run(t testing.TB, id, code string) cell {
 	t.Helper()
 	return s.runTimeout(t, id, code, 0)
 }
 
-func (s *sandbox) runTimeout(t testing.TB, id, code string, timeout time.Duration) cell {
+func (s *localBox) runTimeout(t testing.TB, id, code string, timeout time.Duration) cell {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	var c cell
-	if err := s.k.Run(ctx, id, code, timeout, func(ev kernel.Event) { c.events = append(c.events, ev) }); err != nil {
+	if err := s.k.Run(ctx, id, code, timeout, func(ev sandbox.ContextEvent) { c.events = append(c.events, ev) }); err != nil {
 		t.Fatalf("run %q: %v", code, err)
 	}
-	if n := len(c.events); n == 0 || c.events[n-1].Type != kernel.EventEndOfExecution {
-		t.Fatalf("run %q: events %+v do not end with %s", code, c.events, kernel.EventEndOfExecution)
+	if n := len(c.events); n == 0 || c.events[n-1].Type != sandbox.ContextEventEndOfExecution {
+		t.Fatalf("run %q: events %+v do not end with %s", code, c.events, sandbox.ContextEventEndOfExecution)
 	}
-	if len(c.of(kernel.EventEndOfExecution)) != 1 {
-		t.Errorf("run %q: %d ends", code, len(c.of(kernel.EventEndOfExecution)))
+	if len(c.of(sandbox.ContextEventEndOfExecution)) != 1 {
+		t.Errorf("run %q: %d ends", code, len(c.of(sandbox.ContextEventEndOfExecution)))
 	}
 	return c
 }
@@ -154,14 +155,14 @@ func (s *sandbox) runTimeout(t testing.TB, id, code string, timeout time.Duratio
 func TestStateKept(t *testing.T) {
 	s := start(t, kernel.Options{})
 	id := s.create(t, kernel.ContextOptions{})
-	if c := s.run(t, id, "x = 21"); len(c.of(kernel.EventResult)) != 0 || c.err() != nil {
+	if c := s.run(t, id, "x = 21"); len(c.of(sandbox.ContextEventResult)) != 0 || c.err() != nil {
 		t.Errorf("x = 21: %+v, want no result and no error", c.events)
 	}
 	c := s.run(t, id, "x * 2")
 	if got := c.main(); got != "42" {
 		t.Errorf("x * 2: main result %q, want 42 (events %+v)", got, c.events)
 	}
-	if n := c.of(kernel.EventNumberOfExecutions); len(n) != 1 || n[0].ExecutionCount != 2 || c.events[0].Type != kernel.EventNumberOfExecutions {
+	if n := c.of(sandbox.ContextEventNumberOfExecutions); len(n) != 1 || n[0].ExecutionCount != 2 || c.events[0].Type != sandbox.ContextEventNumberOfExecutions {
 		t.Errorf("second cell: %+v, want execution_count 2 first", n)
 	}
 	s.run(t, id, "import math\ndef f(v):\n    return math.floor(v) + 1\nn = 0")
@@ -175,8 +176,8 @@ func TestStateKept(t *testing.T) {
 	}
 	// A trailing semicolon hides the value, None has none.
 	for _, code := range []string{"x;", "x ;  # comment", "None", "print('p')"} {
-		if c := s.run(t, id, code); len(c.of(kernel.EventResult)) != 0 {
-			t.Errorf("%q: results %+v, want none", code, c.of(kernel.EventResult))
+		if c := s.run(t, id, code); len(c.of(sandbox.ContextEventResult)) != 0 {
+			t.Errorf("%q: results %+v, want none", code, c.of(sandbox.ContextEventResult))
 		}
 	}
 }
@@ -215,8 +216,8 @@ func TestContextsApartAndFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := s.run(t, ff.ID, "items")
-	if c.main() != "[1, 'f']" || c.of(kernel.EventNumberOfExecutions)[0].ExecutionCount != 5 {
-		t.Errorf("fork of a fork: %q, %+v", c.main(), c.of(kernel.EventNumberOfExecutions))
+	if c.main() != "[1, 'f']" || c.of(sandbox.ContextEventNumberOfExecutions)[0].ExecutionCount != 5 {
+		t.Errorf("fork of a fork: %q, %+v", c.main(), c.of(sandbox.ContextEventNumberOfExecutions))
 	}
 	ids := []string{}
 	for _, info := range s.k.List() {
@@ -274,7 +275,7 @@ Rich()
 	if !slices.Equal(types, want) {
 		t.Fatalf("events %v, want %v\n%+v", types, want, c.events)
 	}
-	r := c.of(kernel.EventResult)
+	r := c.of(sandbox.ContextEventResult)
 	rich := map[string]string{"text/html": "<b>rich</b>", "image/png": base64.StdEncoding.EncodeToString([]byte(png)),
 		"application/json": `{"a": 1}`, "text/plain": "Rich()"}
 	for _, i := range []int{0, 8} {
@@ -301,7 +302,7 @@ Rich()
 			}
 		}
 	}
-	if got := s.run(t, id, "display(Broken())").of(kernel.EventStderr); len(got) != 1 || !strings.Contains(got[0].Text, "no html") {
+	if got := s.run(t, id, "display(Broken())").of(sandbox.ContextEventStderr); len(got) != 1 || !strings.Contains(got[0].Text, "no html") {
 		t.Errorf("a failing _repr_html_: stderr %+v, want it reported", got)
 	}
 }
@@ -373,19 +374,19 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'
 
 // runAsync runs code in the background; events arrive on the channel,
 // which closes when the run returns.
-func (s *sandbox) runAsync(id, code string, timeout time.Duration) (<-chan kernel.Event, <-chan error) {
-	evs := make(chan kernel.Event, 1000)
+func (s *localBox) runAsync(id, code string, timeout time.Duration) (<-chan sandbox.ContextEvent, <-chan error) {
+	evs := make(chan sandbox.ContextEvent, 1000)
 	errc := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
-		errc <- s.k.Run(ctx, id, code, timeout, func(ev kernel.Event) { evs <- ev })
+		errc <- s.k.Run(ctx, id, code, timeout, func(ev sandbox.ContextEvent) { evs <- ev })
 		close(evs)
 	}()
 	return evs, errc
 }
 
-func next(t *testing.T, evs <-chan kernel.Event, typ string) kernel.Event {
+func next(t *testing.T, evs <-chan sandbox.ContextEvent, typ string) sandbox.ContextEvent {
 	t.Helper()
 	timer := time.NewTimer(waitLimit)
 	defer timer.Stop()
@@ -411,16 +412,16 @@ func TestStreaming(t *testing.T) {
 	id := s.create(t, kernel.ContextOptions{})
 	flag := filepath.Join(s.root, "tmp", "go-on")
 	evs, errc := s.runAsync(id, "print('first')\n"+waitFile(flag)+"print('second')", 0)
-	if ev := next(t, evs, kernel.EventStdout); ev.Text != "first\n" {
+	if ev := next(t, evs, sandbox.ContextEventStdout); ev.Text != "first\n" {
 		t.Fatalf("first output %q", ev.Text)
 	}
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if ev := next(t, evs, kernel.EventStdout); ev.Text != "second\n" {
+	if ev := next(t, evs, sandbox.ContextEventStdout); ev.Text != "second\n" {
 		t.Errorf("second output %q", ev.Text)
 	}
-	next(t, evs, kernel.EventEndOfExecution)
+	next(t, evs, sandbox.ContextEventEndOfExecution)
 	if err := <-errc; err != nil {
 		t.Error(err)
 	}
@@ -439,7 +440,7 @@ func TestInterruptAndTimeout(t *testing.T) {
 	if err := s.k.Interrupt(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if e := next(t, evs, kernel.EventError); e.Name != "KeyboardInterrupt" || !strings.Contains(strings.Join(e.Traceback, ""), "<cell 2>") {
+	if e := next(t, evs, sandbox.ContextEventError); e.Name != "KeyboardInterrupt" || !strings.Contains(strings.Join(e.Traceback, ""), "<cell 2>") {
 		t.Errorf("interrupted: %+v", e)
 	}
 	if err := <-errc; err != nil {
@@ -484,14 +485,14 @@ func TestQueueAndConcurrency(t *testing.T) {
 	b := s.create(t, kernel.ContextOptions{})
 	flag := filepath.Join(s.root, "tmp", "from-b")
 	evs1, err1 := s.runAsync(a, "print('one', flush=True)\n"+waitFile(flag)+"order = ['one']", 0)
-	next(t, evs1, kernel.EventStdout)
+	next(t, evs1, sandbox.ContextEventStdout)
 	evs2, err2 := s.runAsync(a, "order.append('two')\norder", 0)
 	c := s.run(t, b, "open("+quote(flag)+", 'w').close()")
 	if c.err() != nil {
 		t.Fatal(c.err())
 	}
-	next(t, evs1, kernel.EventEndOfExecution)
-	if r := next(t, evs2, kernel.EventResult); r.Data["text/plain"] != "['one', 'two']" {
+	next(t, evs1, sandbox.ContextEventEndOfExecution)
+	if r := next(t, evs2, sandbox.ContextEventResult); r.Data["text/plain"] != "['one', 'two']" {
 		t.Errorf("queued run: %v", r.Data)
 	}
 	for _, errc := range []<-chan error{err1, err2} {
@@ -524,7 +525,7 @@ func TestOptionsAndLifecycle(t *testing.T) {
 			t.Errorf("create %+v: %v, want ErrInvalid", o, err)
 		}
 	}
-	if err := s.k.Run(ctx, id, strings.Repeat("#", kernel.MaxCodeSize+1), 0, func(kernel.Event) {}); !errors.Is(err, kernel.ErrInvalid) {
+	if err := s.k.Run(ctx, id, strings.Repeat("#", kernel.MaxCodeSize+1), 0, func(sandbox.ContextEvent) {}); !errors.Is(err, kernel.ErrInvalid) {
 		t.Errorf("oversized code: %v", err)
 	}
 	s.run(t, id, "x = 1")
@@ -535,14 +536,14 @@ func TestOptionsAndLifecycle(t *testing.T) {
 	if got := c.main(); got != "(False, 'bar')" {
 		t.Errorf("after restart: %q", got)
 	}
-	if n := c.of(kernel.EventNumberOfExecutions); n[0].ExecutionCount != 1 {
+	if n := c.of(sandbox.ContextEventNumberOfExecutions); n[0].ExecutionCount != 1 {
 		t.Errorf("execution count after restart: %d", n[0].ExecutionCount)
 	}
 	if err := s.k.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	for name, err := range map[string]error{
-		"run":       s.k.Run(ctx, id, "1", 0, func(kernel.Event) {}),
+		"run":       s.k.Run(ctx, id, "1", 0, func(sandbox.ContextEvent) {}),
 		"interrupt": s.k.Interrupt(ctx, id),
 		"restart":   s.k.Restart(ctx, id),
 		"delete":    s.k.Delete(ctx, id),
@@ -565,7 +566,7 @@ func TestDeleteWhileRunning(t *testing.T) {
 	s := start(t, kernel.Options{})
 	id := s.create(t, kernel.ContextOptions{})
 	evs, errc := s.runAsync(id, "print('in', flush=True)\nwhile True:\n    pass", 0)
-	next(t, evs, kernel.EventStdout)
+	next(t, evs, sandbox.ContextEventStdout)
 	if err := s.k.Delete(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +621,7 @@ func BenchmarkLocal(b *testing.B) {
 	for _, what := range []string{"Fork", "Create"} {
 		b.Run(what, func(b *testing.B) {
 			for b.Loop() {
-				var info kernel.Info
+				var info sandbox.CodeContext
 				var err error
 				if what == "Fork" {
 					info, err = s.k.Fork(b.Context(), id)
@@ -657,10 +658,10 @@ func TestBash(t *testing.T) {
 	if got := c.stdout(); got != "5 7\nsub\nf 1\n" {
 		t.Errorf("state kept: stdout %q (%+v)", got, c.events)
 	}
-	if got := c.of(kernel.EventStderr); len(got) != 1 || got[0].Text != "child 7\n" {
+	if got := c.of(sandbox.ContextEventStderr); len(got) != 1 || got[0].Text != "child 7\n" {
 		t.Errorf("stderr %+v", got)
 	}
-	if n := c.of(kernel.EventNumberOfExecutions); len(n) != 1 || n[0].ExecutionCount != 2 {
+	if n := c.of(sandbox.ContextEventNumberOfExecutions); len(n) != 1 || n[0].ExecutionCount != 2 {
 		t.Errorf("execution count %+v", n)
 	}
 	if e := s.run(t, id, "false").err(); e == nil || e.Name != "ExitStatus" || e.Value != "1" {
@@ -673,11 +674,11 @@ func TestBash(t *testing.T) {
 	// command (sleep) is the command's, and lost (bash_context.sh).
 	for _, code := range []string{"echo started; while :; do :; done"} {
 		evs, errc := s.runAsync(id, code, 0)
-		next(t, evs, kernel.EventStdout)
+		next(t, evs, sandbox.ContextEventStdout)
 		if err := s.k.Interrupt(t.Context(), id); err != nil {
 			t.Fatal(err)
 		}
-		if e := next(t, evs, kernel.EventError); e.Name != "KeyboardInterrupt" {
+		if e := next(t, evs, sandbox.ContextEventError); e.Name != "KeyboardInterrupt" {
 			t.Errorf("%q interrupted: %+v", code, e)
 		}
 		if err := <-errc; err != nil {

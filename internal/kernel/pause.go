@@ -13,7 +13,7 @@ import (
 // the restored sandbox's agent, by their ids, and lets the queued runs go.
 
 // client returns the agent the contexts run on now.
-func (k *Kernels) client() *agent.Client {
+func (k *Contexts) client() *agent.Client {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.c
@@ -24,7 +24,7 @@ func (k *Kernels) client() *agent.Client {
 // until Resume (or fail with ErrNotFound after Close). On error nothing is
 // held. Contexts created after Suspend began are not held: the caller
 // stops creating them first.
-func (k *Kernels) Suspend(ctx context.Context) error {
+func (k *Contexts) Suspend(ctx context.Context) error {
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
@@ -34,12 +34,12 @@ func (k *Kernels) Suspend(ctx context.Context) error {
 		k.mu.Unlock()
 		return nil
 	}
-	cs := make([]*kctx, 0, len(k.order))
+	cs := make([]*codeContext, 0, len(k.order))
 	for _, id := range k.order {
 		cs = append(cs, k.contexts[id])
 	}
 	k.mu.Unlock()
-	taken := make([]*kctx, 0, len(cs))
+	taken := make([]*codeContext, 0, len(cs))
 	for _, c := range cs {
 		if err := c.take(ctx); err != nil {
 			for _, t := range taken {
@@ -63,7 +63,7 @@ func (k *Kernels) Suspend(ctx context.Context) error {
 // starts again when next needed. With c nil the pause did not happen and
 // the contexts go on as they were. It returns how many contexts went on
 // with their process.
-func (k *Kernels) Resume(c *agent.Client) int {
+func (k *Contexts) Resume(c *agent.Client) int {
 	k.rootMu.Lock() // roots change under both
 	defer k.rootMu.Unlock()
 	k.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // MaxEventSize bounds one event from a context (a figure's PNG, base64);
@@ -30,7 +31,7 @@ var cellIDs atomic.Uint64
 
 // wireEvent is an event as the runner writes it.
 type wireEvent struct {
-	Event
+	sandbox.ContextEvent
 	Cell uint64 `json:"cell"`
 }
 
@@ -47,7 +48,7 @@ type wireEvent struct {
 // and its error is a TimeoutError; if it does not stop within the grace
 // period, its context is restarted (its state is lost) and the error says
 // so.
-func (k *Kernels) Run(ctx context.Context, id, code string, timeout time.Duration, emit func(Event)) error {
+func (k *Contexts) Run(ctx context.Context, id, code string, timeout time.Duration, emit func(sandbox.ContextEvent)) error {
 	if len(code) > MaxCodeSize {
 		return fmt.Errorf("code of %d bytes, more than %d: %w", len(code), MaxCodeSize, ErrInvalid)
 	}
@@ -70,7 +71,7 @@ func (k *Kernels) Run(ctx context.Context, id, code string, timeout time.Duratio
 		if inst, err = k.renew(ctx, c, inst); err != nil {
 			return err
 		}
-		emit(Event{Type: EventError, Name: ErrorContextRestarted,
+		emit(sandbox.ContextEvent{Type: sandbox.ContextEventError, Name: ErrorContextRestarted,
 			Value: "the context's process had ended since its last cell; it was restarted and its state is lost"})
 	default:
 	}
@@ -80,10 +81,10 @@ func (k *Kernels) Run(ctx context.Context, id, code string, timeout time.Duratio
 
 // run is one cell in progress.
 type run struct {
-	k       *Kernels
-	c       *kctx
+	k       *Contexts
+	c       *codeContext
 	inst    *instance
-	emit    func(Event)
+	emit    func(sandbox.ContextEvent)
 	timeout time.Duration
 
 	timedOut bool // interrupted for its timeout
@@ -159,14 +160,14 @@ func (r *run) interrupt(ctx context.Context) <-chan time.Time {
 func (r *run) deliver(s *sink, forward bool) bool {
 	ended := false
 	for _, ev := range s.take() {
-		if ev.Type == EventEndOfExecution {
+		if ev.Type == sandbox.ContextEventEndOfExecution {
 			ended = true
 			continue
 		}
 		if !forward {
 			continue
 		}
-		if ev.Type == EventError {
+		if ev.Type == sandbox.ContextEventError {
 			r.sawError = true
 			if r.timedOut && ev.Name == "KeyboardInterrupt" {
 				tb := ev.Traceback
@@ -185,11 +186,11 @@ func (r *run) end() {
 	if r.timedOut && !r.sawError {
 		r.emit(r.timeoutError("was interrupted; it then ended without an error"))
 	}
-	r.emit(Event{Type: EventEndOfExecution})
+	r.emit(sandbox.ContextEvent{Type: sandbox.ContextEventEndOfExecution})
 }
 
-func (r *run) timeoutError(what string) Event {
-	return Event{Type: EventError, Name: ErrorTimeout, Value: fmt.Sprintf("the cell ran past its timeout of %s and %s", r.timeout, what)}
+func (r *run) timeoutError(what string) sandbox.ContextEvent {
+	return sandbox.ContextEvent{Type: sandbox.ContextEventError, Name: ErrorTimeout, Value: fmt.Sprintf("the cell ran past its timeout of %s and %s", r.timeout, what)}
 }
 
 // died ends a cell whose context's process ended: the context restarts.
@@ -205,9 +206,9 @@ func (r *run) died() error {
 	if _, err := r.k.renew(context.Background(), r.c, r.inst); err != nil {
 		return err
 	}
-	r.emit(Event{Type: EventError, Name: ErrorContextRestarted,
+	r.emit(sandbox.ContextEvent{Type: sandbox.ContextEventError, Name: ErrorContextRestarted,
 		Value: "the context's process ended (" + how + ") while the cell ran; it was restarted and its state is lost"})
-	r.emit(Event{Type: EventEndOfExecution})
+	r.emit(sandbox.ContextEvent{Type: sandbox.ContextEventEndOfExecution})
 	return nil
 }
 
@@ -221,7 +222,7 @@ func (r *run) stuck(cancelled bool, ctx context.Context) error {
 		return ctx.Err()
 	}
 	r.emit(r.timeoutError(fmt.Sprintf("did not stop within %s of an interrupt; the context was restarted and its state is lost", r.k.o.Grace)))
-	r.emit(Event{Type: EventEndOfExecution})
+	r.emit(sandbox.ContextEvent{Type: sandbox.ContextEventEndOfExecution})
 	return nil
 }
 
@@ -244,7 +245,7 @@ type sink struct {
 	notify chan struct{}
 
 	mu      sync.Mutex
-	events  []Event
+	events  []sandbox.ContextEvent
 	pending int
 	dropped bool
 	// marked counts the raw streams whose end marker for this cell came.
@@ -273,8 +274,8 @@ func (o *output) current() *sink {
 	return o.sink
 }
 
-func (o *output) Stdout(p []byte) { o.raw(&o.stdout, EventStdout, p) }
-func (o *output) Stderr(p []byte) { o.raw(&o.stderr, EventStderr, p) }
+func (o *output) Stdout(p []byte) { o.raw(&o.stdout, sandbox.ContextEventStdout, p) }
+func (o *output) Stderr(p []byte) { o.raw(&o.stderr, sandbox.ContextEventStderr, p) }
 
 // raw passes on output written to the process's own stdout or stderr
 // (subprocesses', mostly) during a cell, up to the cell's end marker;
@@ -282,7 +283,7 @@ func (o *output) Stderr(p []byte) { o.raw(&o.stderr, EventStderr, p) }
 func (o *output) raw(rs *rawStream, typ string, p []byte) {
 	rs.split(p, func(text string) {
 		if s := o.current(); s != nil && text != "" {
-			s.add(Event{Type: typ, Text: text})
+			s.add(sandbox.ContextEvent{Type: typ, Text: text})
 		}
 	}, func(cell uint64) {
 		if s := o.current(); s != nil && s.cell == cell {
@@ -322,31 +323,31 @@ func (o *output) event(line []byte) {
 		return
 	}
 	switch ev.Type {
-	case EventStdout, EventStderr, EventResult, EventError, EventNumberOfExecutions, EventEndOfExecution:
+	case sandbox.ContextEventStdout, sandbox.ContextEventStderr, sandbox.ContextEventResult, sandbox.ContextEventError, sandbox.ContextEventNumberOfExecutions, sandbox.ContextEventEndOfExecution:
 	default:
 		return
 	}
 	if s := o.current(); s != nil && s.cell == ev.Cell {
-		s.add(ev.Event)
+		s.add(ev.ContextEvent)
 	}
 }
 
 func (o *output) oversized() {
 	if s := o.current(); s != nil {
-		s.add(Event{Type: EventStderr, Text: fmt.Sprintf("[corral: an output of more than %d MiB was dropped]\n", MaxEventSize>>20)})
+		s.add(sandbox.ContextEvent{Type: sandbox.ContextEventStderr, Text: fmt.Sprintf("[corral: an output of more than %d MiB was dropped]\n", MaxEventSize>>20)})
 	}
 }
 
 // add queues ev for the run; output past MaxPending is dropped, with one
 // note.
-func (s *sink) add(ev Event) {
+func (s *sink) add(ev sandbox.ContextEvent) {
 	s.mu.Lock()
 	size := len(ev.Text)
-	if ev.Type == EventStdout || ev.Type == EventStderr {
+	if ev.Type == sandbox.ContextEventStdout || ev.Type == sandbox.ContextEventStderr {
 		if s.pending+size > MaxPending {
 			if !s.dropped {
 				s.dropped = true
-				s.events = append(s.events, Event{Type: EventStderr, Text: "[corral: output dropped: the caller did not keep up]\n"})
+				s.events = append(s.events, sandbox.ContextEvent{Type: sandbox.ContextEventStderr, Text: "[corral: output dropped: the caller did not keep up]\n"})
 			}
 			s.mu.Unlock()
 			return
@@ -383,7 +384,7 @@ func (s *sink) rawEnded() bool {
 }
 
 // take returns the queued events.
-func (s *sink) take() []Event {
+func (s *sink) take() []sandbox.ContextEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	evs := s.events

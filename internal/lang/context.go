@@ -25,9 +25,9 @@ type Contexter interface {
 	// ContextSetup is written to a new context's stdin before its first
 	// cell; nil for none.
 	ContextSetup() []byte
-	// ContextRequest is cell number id with code, as the context reads
+	// ContextRequest is cell number cell with code, as the context reads
 	// it from its stdin.
-	ContextRequest(id uint64, code string) []byte
+	ContextRequest(cell uint64, code string) []byte
 }
 
 //go:embed python_context.py
@@ -55,12 +55,13 @@ func (python) ContextEnv() []string {
 
 func (python) ContextSetup() []byte { return nil }
 
-// ContextRequest is one JSON line: {"id": ID, "code": CODE}.
-func (python) ContextRequest(id uint64, code string) []byte {
+// ContextRequest is one JSON line: {"cell": CELL, "code": CODE}; the
+// cell's events name it by the same field.
+func (python) ContextRequest(cell uint64, code string) []byte {
 	b, _ := json.Marshal(struct {
-		ID   uint64 `json:"id"`
+		Cell uint64 `json:"cell"`
 		Code string `json:"code"`
-	}{id, code})
+	}{cell, code})
 	return append(b, '\n')
 }
 
@@ -79,8 +80,8 @@ func (bash) ContextSetup() []byte { return bashContext }
 
 // ContextRequest is the cell's two lines (bash_context.sh), the code in
 // base64 so that it is one word of one line.
-func (bash) ContextRequest(id uint64, code string) []byte {
-	n := strconv.FormatUint(id, 10)
+func (bash) ContextRequest(cell uint64, code string) []byte {
+	n := strconv.FormatUint(cell, 10)
 	return []byte("__corral_run " + n + " " + base64.StdEncoding.EncodeToString([]byte(code)) +
 		"\ntrap '' INT; __corral_end " + n + "; trap - INT\n")
 }
@@ -98,6 +99,6 @@ func (javascript) ContextEnv() []string { return nil }
 func (javascript) ContextSetup() []byte { return nil }
 
 // ContextRequest is one JSON line, as python's.
-func (javascript) ContextRequest(id uint64, code string) []byte {
-	return python{}.ContextRequest(id, code)
+func (javascript) ContextRequest(cell uint64, code string) []byte {
+	return python{}.ContextRequest(cell, code)
 }

@@ -3,7 +3,7 @@
 // cell (internal/kernel has the whole picture).
 //
 // The agent starts `node -e <this file>` with cells on stdin, one JSON
-// request per line ({"id": CELL, "code": "..."}), its raw output on stdout
+// request per line ({"cell": CELL, "code": "..."}), its raw output on stdout
 // and stderr, and the event stream on fd 3: the events of
 // python_context.py, in the same order. Each cell runs as a script in the
 // process's own global context (vm.runInThisContext), so top-level `var`
@@ -104,7 +104,7 @@ function errorEvent(e) {
 // Run one cell: its code, the value of its last expression (awaited if a
 // promise), its error, its end.
 async function runCell(request) {
-  state.cell = request.id || 0;
+  state.cell = request.cell || 0;
   state.count += 1;
   emit({ type: 'number_of_executions', execution_count: state.count });
   try {

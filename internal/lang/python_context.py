@@ -19,7 +19,7 @@
 # request stream), stdout and stderr (the raw output of the process and its
 # subprocesses), its status fd (the event stream) and its control socket.
 #
-# Requests, one JSON object per line: {"id": CELL, "code": "..."}. Events,
+# Requests, one JSON object per line: {"cell": CELL, "code": "..."}. Events,
 # one JSON object per line, each with the "cell" it belongs to:
 #   {"type": "number_of_executions", "execution_count": N}   first
 #   {"type": "stdout" | "stderr", "text": "..."}             print, sys.stdout
@@ -482,7 +482,7 @@ def show_figures():
 
 # Run one request: its code as a cell, then its events' end.
 def run_cell(state, request):
-    state.cell = request.get('id', 0)
+    state.cell = request.get('cell', 0)
     state.execution_count += 1
     state.starting = True
     emit(state, {'type': 'number_of_executions', 'execution_count': state.execution_count})

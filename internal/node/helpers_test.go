@@ -24,6 +24,7 @@ import (
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -116,11 +117,12 @@ func (w *world) newNode(id string, opts ...func(*setup)) *tnode {
 	cl := cluster.New(s.cluster, s.deps.Store, log)
 	s.deps.Cluster = cl
 	if s.sessions {
-		scfg := session.DefaultConfig(filepath.Join(w.dir, "sessions", id))
-		m, err := session.New(t.Context(), scfg, s.fake.Engine, s.fake.Fleet, cl, log)
+		table, err := workspace.Open(t.Context(), workspace.Config{Dir: filepath.Join(w.dir, "sessions", id),
+			ReapInterval: 30 * time.Second}, cl, log)
 		if err != nil {
 			t.Fatal(err)
 		}
+		m := session.New(session.DefaultConfig(), table, s.fake.Engine, s.fake.Fleet, log)
 		t.Cleanup(m.Close)
 		s.deps.Sessions = m
 	}

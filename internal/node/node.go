@@ -219,9 +219,9 @@ type Submission struct {
 
 // Submit validates req, and unless the same request was already submitted
 // under its id, stores it as queued (the store is the queue) and wakes the
-// nodes. An execution of a session is queued for the node that holds the
+// nodes. An execution of a session is queued for the node that owns the
 // session. Errors: *engine.InputError, ErrConflict, ErrQueueFull,
-// *cluster.SessionError, or internal.
+// *cluster.OwnerError, or internal.
 func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteRequest) (Submission, error) {
 	job, err := n.engine.Prepare(req)
 	if err != nil {
@@ -257,7 +257,7 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 		return Submission{}, fmt.Errorf("look up execution: %w", err)
 	}
 	if sid := job.Req.SessionID; sid != "" {
-		owner, err := n.cluster.SessionOwner(ctx, tenant, sid, true)
+		owner, err := n.cluster.OwnerOf(ctx, tenant, sid, true)
 		if err != nil {
 			return Submission{}, err
 		}

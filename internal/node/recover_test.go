@@ -109,7 +109,7 @@ func TestReapLost(t *testing.T) {
 		return err == nil && !slices.ContainsFunc(ns, func(n store.Node) bool { return n.ID == "ghost" })
 	})
 	_, err := a.Submit(t.Context(), "acme", sandbox.ExecuteRequest{ExecutionID: "later", SessionID: "s1", Language: "python", Code: "print(4)"})
-	var se *cluster.SessionError
+	var se *cluster.OwnerError
 	if !errors.As(err, &se) || !se.Lost || se.Node != "ghost" {
 		t.Errorf("submit to the lost session: %v, want it lost with ghost", err)
 	}

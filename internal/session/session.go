@@ -1,22 +1,21 @@
 // Package session keeps agents' multi-turn workspaces: executions with the
-// same session_id share a persistent /workspace (a disk image of its own,
-// sized by the session's quota) for a sliding TTL; they run one at a time;
-// a clean sandbox is kept for the session's next execution or file
-// operation; files can be listed, uploaded and downloaded; expired or
-// deleted sessions leave nothing behind. A session lives on the node that
-// created it, which holds it in the cluster's registry (Registry); other
-// nodes forward its calls there.
+// same session_id share a persistent /workspace (a disk of its own, sized
+// by the session's quota, internal/workspace) for a sliding TTL; they run
+// one at a time; a clean sandbox is kept for the session's next execution
+// or file operation; files can be listed, uploaded and downloaded; expired
+// or deleted sessions leave nothing behind. A session lives on the node
+// that created it, which owns it in the cluster; other nodes forward its
+// calls there. An id may name a live sandbox (internal/live) instead: its
+// executions and file calls then use the sandbox's running one
+// (workspace.Live).
 package session
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -25,23 +24,25 @@ import (
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Errors.
+// Errors (shared with live sandboxes: one id space).
 var (
-	ErrNotFound = errors.New("session not found")
+	ErrNotFound = workspace.ErrNotFound
 	// ErrInvalid: a bad TTL, quota or path; the message says which.
-	ErrInvalid = errors.New("invalid session request")
-	// ErrElsewhere: another node holds the session (it was made there
+	ErrInvalid = workspace.ErrInvalid
+	// ErrElsewhere: another node owns the session (it was made there
 	// meanwhile); the caller may retry, which reaches that node.
-	ErrElsewhere = errors.New("session held by another node")
+	ErrElsewhere = workspace.ErrElsewhere
 )
+
+// Info describes a session (the answer of GET /v1/sessions/{id}).
+type Info = workspace.Info
 
 // Config bounds sessions.
 type Config struct {
-	// Dir holds one directory per session: its disk image and metadata.
-	Dir string
 	// DefaultTTL and MaxTTL bound a session's idle lifetime; every use
 	// slides it.
 	DefaultTTL, MaxTTL time.Duration
@@ -50,152 +51,61 @@ type Config struct {
 	DefaultDiskMB, MaxDiskMB int64
 	// MaxIdle caps the clean sandboxes kept for sessions on this node.
 	MaxIdle int
-	// ReapInterval is how often expired sessions are removed.
-	ReapInterval time.Duration
 	// FileLimits are the limits of the sandbox used for file operations
 	// when none is kept.
 	FileLimits runtime.Limits
-	// DefaultTimeout is a live sandbox's lifetime when its request gives
-	// none (MaxTTL bounds it).
-	DefaultTimeout time.Duration
-	// MaxPids bounds a live sandbox's processes and threads.
-	MaxPids int64
-	// MaxProcesses bounds the processes started through the API that run
-	// at once in one live sandbox; KeepEnded is how many ended ones stay
-	// listed (with their output) per sandbox.
-	MaxProcesses, KeepEnded int
-	// OutputBuffer is how much of each process's latest output is kept for
-	// clients that connect later.
-	OutputBuffer int64
-	// PausedTTL is how long a paused live sandbox is kept
-	// (DefaultPausedTTL if zero); its own timeout stops while it is paused.
-	PausedTTL time.Duration
 }
 
 // DefaultConfig: a 1 h sliding TTL (24 h at most), a 1 GiB disk (10 GiB at
-// most), 32 kept sandboxes; live sandboxes live 5 minutes unless told,
-// run 64 processes at most and keep 1 MiB of each one's output.
-func DefaultConfig(dir string) Config {
-	return Config{Dir: dir, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour, DefaultDiskMB: 1024, MaxDiskMB: 10240,
-		MaxIdle: 32, ReapInterval: 30 * time.Second,
-		FileLimits:     runtime.Limits{MemoryBytes: 128 << 20, CPUCores: 0.5, Pids: 32},
-		DefaultTimeout: 5 * time.Minute, MaxPids: 4096, MaxProcesses: 64, KeepEnded: 64, OutputBuffer: 1 << 20}
-}
-
-// Info describes a session (the answer of GET /v1/sessions/{id}).
-type Info struct {
-	ID         string    `json:"session_id"`
-	Tenant     string    `json:"-"`
-	DiskMB     int64     `json:"disk_mb"`
-	TTLSeconds int64     `json:"ttl_seconds"`
-	CreatedAt  time.Time `json:"created_at"`
-	LastUsedAt time.Time `json:"last_used_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	// Executions counts executions run in the session.
-	Executions int64 `json:"executions"`
-}
-
-// Registry records which node holds each session (cluster.Cluster).
-type Registry interface {
-	// HoldSession reports whether this node holds the session, making it
-	// this node's if no node does.
-	HoldSession(ctx context.Context, tenant, id string) (bool, error)
-	// DropSession gives up this node's hold on a session it removed.
-	DropSession(ctx context.Context, tenant, id string) error
-	// PublishSession records the description of a session this node
-	// holds (a live sandbox's), for every node to list.
-	PublishSession(ctx context.Context, tenant, id string, info []byte) error
+// most), 32 kept sandboxes.
+func DefaultConfig() Config {
+	return Config{DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour, DefaultDiskMB: 1024, MaxDiskMB: 10240,
+		MaxIdle:    32,
+		FileLimits: runtime.Limits{MemoryBytes: 128 << 20, CPUCores: 0.5, Pids: 32}}
 }
 
 // Manager keeps this node's sessions. It is safe for concurrent use.
 type Manager struct {
-	cfg      Config
-	engine   *engine.Engine
-	fleet    *fleet.Fleet
-	registry Registry
-	pool     Taker // nil: no warm sandboxes for live sandboxes
-	log      *slog.Logger
-	now      func() time.Time
+	cfg    Config
+	table  *workspace.Table
+	engine *engine.Engine
+	fleet  *fleet.Fleet
+	log    *slog.Logger
 
-	mu       sync.Mutex
-	sessions map[string]*entry // by tenant/id
-	idle     []*entry          // kept sandboxes, least recently used first
+	mu   sync.Mutex
+	idle []*kept // kept sandboxes, least recently used first
 }
 
-// entry is one session. Its mu is held by whoever uses the workspace: an
-// execution from Acquire to Release, or a file operation.
-type entry struct {
-	key  string
-	dir  string
-	lock chan struct{} // one holder at a time; a channel so waits honour ctx
-
-	// live is set for a live sandbox (live.go); it never changes.
-	live *liveState
-
-	// Guarded by Manager.mu:
-	info Info
-	spec *LiveSpec       // a live sandbox's, with live
-	sb   runtime.Sandbox // kept clean sandbox, if any
-	sbOf string          // what sb was made for (see runtime.Key)
-	gone bool            // deleted or expired
-
-	// token is a live sandbox's access token (access.go), "" until
-	// set or read from its file; guarded by Manager.mu.
-	token string
+// kept is a session's clean sandbox, kept for its next use: the occupant
+// of its workspace. Its fields are guarded by Manager.mu.
+type kept struct {
+	m  *Manager
+	w  *workspace.Workspace
+	sb runtime.Sandbox
+	of string // what sb was made for (see runtime.Key)
 }
 
-// New returns a manager; sessions already on disk (a restart) are loaded,
-// those the registry gives to another node (a client deleted it, or made
-// it anew elsewhere, while this node was away) are removed.
-func New(ctx context.Context, cfg Config, eng *engine.Engine, fl *fleet.Fleet, reg Registry, log *slog.Logger) (*Manager, error) {
-	m := &Manager{cfg: cfg, engine: eng, fleet: fl, registry: reg, log: log, now: time.Now, sessions: map[string]*entry{}}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create sessions dir: %w", err)
+// Stop destroys the kept sandbox (its workspace is removed).
+func (k *kept) Stop() {
+	k.m.mu.Lock()
+	sb := k.takeLocked()
+	k.m.mu.Unlock()
+	if sb != nil {
+		k.m.destroy(sb)
 	}
-	tenants, _ := os.ReadDir(cfg.Dir)
-	for _, t := range tenants {
-		ids, _ := os.ReadDir(filepath.Join(cfg.Dir, t.Name()))
-		for _, id := range ids {
-			dir := filepath.Join(cfg.Dir, t.Name(), id.Name())
-			b, err := os.ReadFile(filepath.Join(dir, "session.json"))
-			if err != nil {
-				continue
-			}
-			var rec record
-			if json.Unmarshal(b, &rec) != nil {
-				continue
-			}
-			info := rec.Info
-			info.Tenant = t.Name()
-			mine, err := reg.HoldSession(ctx, info.Tenant, info.ID)
-			if err != nil {
-				// Kept: removing a session for a store that is down would
-				// lose it for nothing.
-				log.Warn("check a session's owner", "session", key(info.Tenant, info.ID), "err", err)
-			} else if !mine {
-				log.Info("session held by another node; removing this copy", "session", key(info.Tenant, info.ID))
-				if err := os.RemoveAll(dir); err != nil {
-					log.Warn("remove session", "session", key(info.Tenant, info.ID), "err", err)
-				}
-				continue
-			}
-			e := m.newEntry(info)
-			if rec.Live != nil {
-				// Its sandbox is made again on its next use.
-				e.spec, e.live = rec.Live, newLiveState()
-				e.live.lost = true
-			}
-			m.sessions[e.key] = e
-		}
-	}
-	return m, nil
 }
 
-func key(tenant, id string) string { return tenant + "/" + id }
+// takeLocked detaches the sandbox from the idle list.
+func (k *kept) takeLocked() runtime.Sandbox {
+	sb := k.sb
+	k.sb, k.of = nil, ""
+	k.m.idle = slices.DeleteFunc(k.m.idle, func(x *kept) bool { return x == k })
+	return sb
+}
 
-func (m *Manager) newEntry(info Info) *entry {
-	return &entry{key: key(info.Tenant, info.ID), dir: filepath.Join(m.cfg.Dir, info.Tenant, info.ID),
-		lock: make(chan struct{}, 1), info: info}
+// New returns the manager of the sessions in table.
+func New(cfg Config, table *workspace.Table, eng *engine.Engine, fl *fleet.Fleet, log *slog.Logger) *Manager {
+	return &Manager{cfg: cfg, table: table, engine: eng, fleet: fl, log: log}
 }
 
 // Options create or touch a session; zero fields keep the current values
@@ -218,238 +128,75 @@ func (m *Manager) check(o Options) error {
 // Touch creates the session if needed and slides its TTL. A session past
 // its TTL is gone even before the reaper removes it: touching it removes it
 // and creates a new, empty one. A session's disk quota is fixed once it has
-// a disk; asking for another is an error.
+// a disk; asking for another is an error. A live sandbox's id is touched
+// too, but its timeout does not slide unless o sets a TTL.
 func (m *Manager) Touch(ctx context.Context, tenant, id string, o Options) (Info, bool, error) {
 	if err := m.check(o); err != nil {
 		return Info{}, false, err
 	}
-	if err := m.removeExpired(ctx, tenant, id); err != nil {
+	if err := m.table.RemoveExpired(ctx, tenant, id); err != nil {
 		return Info{}, false, err
 	}
-	m.mu.Lock()
-	e, ok := m.sessions[key(tenant, id)]
-	live := ok && !e.gone
-	m.mu.Unlock()
-	if !live {
+	if _, ok := m.table.Lookup(tenant, id); !ok {
 		// A new session is this node's only if the cluster agrees.
-		mine, err := m.registry.HoldSession(ctx, tenant, id)
-		if err != nil {
+		if err := m.table.Own(ctx, tenant, id); err != nil {
 			return Info{}, false, err
 		}
-		if !mine {
-			return Info{}, false, ErrElsewhere
-		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.now().UTC()
-	e, ok = m.sessions[key(tenant, id)]
-	created := false
-	if !ok || e.gone {
-		ttl := o.TTL
-		if ttl == 0 {
-			ttl = m.cfg.DefaultTTL
-		}
-		size := o.DiskMB
-		if size == 0 {
-			size = m.cfg.DefaultDiskMB
-		}
-		e = m.newEntry(Info{ID: id, Tenant: tenant, DiskMB: size, TTLSeconds: int64(ttl.Seconds()), CreatedAt: now})
-		m.sessions[e.key] = e
-		created = true
-	} else {
-		if o.DiskMB != 0 && o.DiskMB != e.info.DiskMB {
-			return Info{}, false, fmt.Errorf("%w: the session's disk is %d MB and cannot change", ErrInvalid, e.info.DiskMB)
-		}
-		if o.TTL != 0 {
-			e.info.TTLSeconds = int64(o.TTL.Seconds())
-		}
+	now := m.table.Now().UTC()
+	ttl, size := o.TTL, o.DiskMB
+	if ttl == 0 {
+		ttl = m.cfg.DefaultTTL
 	}
-	e.info.LastUsedAt = now
-	if e.live == nil || o.TTL != 0 {
-		// A live sandbox's timeout does not slide with use.
-		e.info.ExpiresAt = now.Add(time.Duration(e.info.TTLSeconds) * time.Second)
+	if size == 0 {
+		size = m.cfg.DefaultDiskMB
 	}
-	if err := m.saveLocked(e); err != nil {
-		return Info{}, false, err
+	info := Info{Tenant: tenant, Session: sandbox.Session{ID: id, DiskMB: size, TTLSeconds: int64(ttl.Seconds()),
+		CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(ttl)}}
+	for {
+		if _, created, err := m.table.Put(info, nil, nil); created || err != nil {
+			return info, created, err
+		}
+		w, ok := m.table.Lookup(tenant, id)
+		if !ok {
+			continue // removed meanwhile
+		}
+		live := m.table.State(w).Live != nil
+		var bad error
+		info, err := m.table.Update(w, func(i *Info) {
+			if o.DiskMB != 0 && o.DiskMB != i.DiskMB {
+				bad = fmt.Errorf("%w: the session's disk is %d MB and cannot change", ErrInvalid, i.DiskMB)
+				return
+			}
+			if o.TTL != 0 {
+				i.TTLSeconds = int64(o.TTL.Seconds())
+			}
+			i.LastUsedAt = now
+			if !live || o.TTL != 0 {
+				// A live sandbox's timeout does not slide with use.
+				i.ExpiresAt = now.Add(time.Duration(i.TTLSeconds) * time.Second)
+			}
+		})
+		if bad != nil {
+			return Info{}, false, bad
+		}
+		return info, false, err
 	}
-	return e.info, created, nil
 }
 
-// record is what session.json holds.
-type record struct {
-	Info
-	Live *LiveSpec `json:"live,omitempty"`
-}
-
-func (m *Manager) saveLocked(e *entry) error {
-	if err := os.MkdirAll(e.dir, 0o700); err != nil {
-		return fmt.Errorf("create session dir: %w", err)
-	}
-	b, _ := json.Marshal(record{Info: e.info, Live: e.spec})
-	tmp := filepath.Join(e.dir, "session.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save session: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(e.dir, "session.json")); err != nil {
-		return fmt.Errorf("save session: %w", err)
-	}
-	return nil
-}
-
-// removeExpired removes session (tenant, id) if it is past its TTL,
-// waiting for whoever uses it.
-func (m *Manager) removeExpired(ctx context.Context, tenant, id string) error {
-	m.mu.Lock()
-	e, ok := m.sessions[key(tenant, id)]
-	expired := ok && m.now().After(e.info.ExpiresAt)
-	m.mu.Unlock()
-	if !expired {
-		return nil
-	}
-	e, err := m.lookup(ctx, tenant, id)
-	if errors.Is(err, ErrNotFound) {
-		return nil // removed meanwhile
-	}
-	if err != nil {
-		return err
-	}
-	defer func() { <-e.lock }()
-	m.mu.Lock()
-	still := m.now().After(e.info.ExpiresAt)
-	m.mu.Unlock()
-	if !still {
-		return nil // its user slid it
-	}
-	m.log.Info("session expired", "session", e.key)
-	return m.remove(e)
-}
-
-// Get returns a live session.
+// Get returns a session (or a live sandbox's workspace) unless it expired.
 func (m *Manager) Get(tenant, id string) (Info, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.sessions[key(tenant, id)]
-	if !ok || e.gone || m.now().After(e.info.ExpiresAt) {
+	_, info, ok := m.table.Get(tenant, id)
+	if !ok {
 		return Info{}, ErrNotFound
 	}
-	return e.info, nil
-}
-
-// lookup returns the entry of a live session and takes its lock.
-func (m *Manager) lookup(ctx context.Context, tenant, id string) (*entry, error) {
-	m.mu.Lock()
-	e, ok := m.sessions[key(tenant, id)]
-	m.mu.Unlock()
-	if !ok {
-		return nil, ErrNotFound
-	}
-	select {
-	case e.lock <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	m.mu.Lock()
-	gone := e.gone
-	m.mu.Unlock()
-	if gone {
-		<-e.lock
-		return nil, ErrNotFound
-	}
-	return e, nil
+	return info, nil
 }
 
 // Delete removes a session and its workspace; a running execution of it
 // finishes first.
 func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
-	e, err := m.lookup(ctx, tenant, id)
-	if err != nil {
-		return err
-	}
-	defer func() { <-e.lock }()
-	return m.remove(e)
-}
-
-// remove destroys the session's kept sandbox and files; e's lock is held.
-func (m *Manager) remove(e *entry) error {
-	m.mu.Lock()
-	e.gone = true
-	delete(m.sessions, e.key)
-	sb := m.takeIdleLocked(e)
-	m.mu.Unlock()
-	if sb != nil {
-		// Before the files go: the disk must be detached first.
-		m.destroy(sb)
-	}
-	if ls := e.live; ls != nil {
-		ls.mu.Lock()
-		m.dropLocked(ls)
-		ls.mu.Unlock()
-	}
-	if err := os.RemoveAll(e.dir); err != nil {
-		return fmt.Errorf("remove session: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// Tenant and ID never change after the entry is made.
-	if err := m.registry.DropSession(ctx, e.info.Tenant, e.info.ID); err != nil {
-		// The hold outlives the files: the id answers as an empty
-		// session of this node until its next use or the node's restart.
-		m.log.Warn("give up a removed session's hold", "session", e.key, "err", err)
-	}
-	return nil
-}
-
-// takeIdleLocked detaches e's kept sandbox from the idle list.
-func (m *Manager) takeIdleLocked(e *entry) runtime.Sandbox {
-	sb := e.sb
-	e.sb, e.sbOf = nil, ""
-	m.idle = slices.DeleteFunc(m.idle, func(x *entry) bool { return x == e })
-	return sb
-}
-
-// Run removes expired sessions every ReapInterval until ctx ends.
-func (m *Manager) Run(ctx context.Context) {
-	t := time.NewTicker(m.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		m.reap()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (m *Manager) reap() {
-	now := m.now()
-	var expired []*entry
-	m.mu.Lock()
-	for _, e := range m.sessions {
-		if now.After(e.info.ExpiresAt) {
-			expired = append(expired, e)
-		}
-	}
-	m.mu.Unlock()
-	for _, e := range expired {
-		select {
-		case e.lock <- struct{}{}:
-		default:
-			continue // in use: its TTL slides at the end
-		}
-		m.mu.Lock()
-		still := now.After(e.info.ExpiresAt)
-		m.mu.Unlock()
-		if still {
-			if err := m.remove(e); err != nil {
-				m.log.Error("remove expired session", "session", e.key, "err", err)
-			} else {
-				m.log.Info("session expired", "session", e.key)
-			}
-		}
-		<-e.lock
-	}
+	return m.table.Delete(ctx, tenant, id)
 }
 
 // Acquirer lends the session's sandbox to one execution at a time,
@@ -466,49 +213,64 @@ type Acquirer struct {
 
 // Acquire waits for the session (one execution at a time) and lends its
 // sandbox, fitted to c: the kept one, or a new one on the session's disk.
+// A live sandbox's id lends its running sandbox.
 func (a Acquirer) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, error) {
 	if _, _, err := a.m.Touch(ctx, a.tenant, a.id, Options{}); err != nil {
 		return nil, err
 	}
-	e, err := a.m.lookup(ctx, a.tenant, a.id)
+	w, err := a.m.table.Lock(ctx, a.tenant, a.id)
 	if err != nil {
 		return nil, err
 	}
-	if e.live != nil {
-		l, err := a.m.acquireLive(ctx, e)
-		return l, pausedInput(err)
+	if a.m.table.State(w).Live != nil {
+		l, ok := a.m.table.State(w).Occupant.(workspace.Live)
+		if !ok {
+			w.Unlock()
+			return nil, ErrNotFound
+		}
+		return l.Lend(ctx)
 	}
-	sb, err := a.m.sandbox(ctx, e, c)
+	sb, err := a.m.sandbox(ctx, w, c)
 	if err != nil {
-		<-e.lock
+		w.Unlock()
 		return nil, err
 	}
 	m := a.m
 	return fleet.NewLease(sb, true, nil, func(clean bool) {
-		m.release(e, sb, c, clean)
-		m.mu.Lock()
-		e.info.Executions++
-		now := m.now().UTC()
-		e.info.LastUsedAt = now
-		e.info.ExpiresAt = now.Add(time.Duration(e.info.TTLSeconds) * time.Second)
-		if err := m.saveLocked(e); err != nil {
-			m.log.Warn("save session", "session", e.key, "err", err)
+		m.release(w, sb, c, clean)
+		if _, err := m.table.Update(w, func(i *Info) {
+			i.Executions++
+			now := m.table.Now().UTC()
+			i.LastUsedAt = now
+			i.ExpiresAt = now.Add(time.Duration(i.TTLSeconds) * time.Second)
+		}); err != nil {
+			m.log.Warn("save session", "session", w.Key(), "err", err)
 		}
-		m.mu.Unlock()
-		<-e.lock
+		w.Unlock()
 	}), nil
 }
 
-// sandbox returns a sandbox on e's disk for spec: the kept one if it fits
-// and is alive (with its limits updated), else a new one. e's lock is held.
-func (m *Manager) sandbox(ctx context.Context, e *entry, c fleet.Claim) (runtime.Sandbox, error) {
+// take detaches w's kept sandbox, if any.
+func (m *Manager) take(w *workspace.Workspace) (runtime.Sandbox, string) {
+	k, ok := m.table.State(w).Occupant.(*kept)
+	if !ok {
+		return nil, ""
+	}
+	m.mu.Lock()
+	of := k.of
+	sb := k.takeLocked()
+	m.mu.Unlock()
+	m.table.SetOccupant(w, nil)
+	return sb, of
+}
+
+// sandbox returns a sandbox on w's disk for spec: the kept one if it fits
+// and is alive (with its limits updated), else a new one. w's lock is held.
+func (m *Manager) sandbox(ctx context.Context, w *workspace.Workspace, c fleet.Claim) (runtime.Sandbox, error) {
 	spec := c.Spec
 	k := runtime.Key(c.Tier, spec)
-	m.mu.Lock()
-	kept, of := e.sb, e.sbOf
-	m.takeIdleLocked(e)
-	disk := e.info.DiskMB << 20
-	m.mu.Unlock()
+	kept, of := m.take(w)
+	disk := m.table.State(w).Info.DiskMB << 20
 	if kept != nil {
 		alive := true
 		select {
@@ -526,28 +288,29 @@ func (m *Manager) sandbox(ctx context.Context, e *entry, c fleet.Claim) (runtime
 			// request's to have: a new sandbox on the same disk serves it.
 			// Anything else means the kept sandbox is broken.
 			if !errors.Is(err, runtime.ErrLimitBelowUsage) {
-				m.log.Warn("update kept session sandbox", "session", e.key, "sandbox", kept.ID(), "err", err)
+				m.log.Warn("update kept session sandbox", "session", w.Key(), "sandbox", kept.ID(), "err", err)
 			}
 		}
 		m.destroy(kept) // detached before the disk is attached again
 	}
-	spec.Workspace = filepath.Join(e.dir, "disk.img")
+	spec.Workspace = w.Disk()
 	spec.Limits.DiskBytes = disk
 	return m.fleet.Create(ctx, c.Tier, spec, c.Image, fleet.HolderSession)
 }
 
 // release keeps a clean sandbox for the session's next use (evicting the
 // least recently used kept sandbox beyond MaxIdle) or destroys it.
-func (m *Manager) release(e *entry, sb runtime.Sandbox, c fleet.Claim, clean bool) {
+func (m *Manager) release(w *workspace.Workspace, sb runtime.Sandbox, c fleet.Claim, clean bool) {
 	if !clean {
 		m.destroy(sb)
 		return
 	}
 	m.fleet.Hold(sb, fleet.HolderSession, time.Time{})
+	k := &kept{m: m, w: w, sb: sb, of: runtime.Key(c.Tier, c.Spec)}
+	m.table.SetOccupant(w, k)
 	m.mu.Lock()
-	e.sb, e.sbOf = sb, runtime.Key(c.Tier, c.Spec)
-	m.idle = append(m.idle, e)
-	var evict []*entry
+	m.idle = append(m.idle, k)
+	var evict []*kept
 	for len(m.idle) > m.cfg.MaxIdle {
 		evict = append(evict, m.idle[0])
 		m.idle = m.idle[1:]
@@ -556,85 +319,67 @@ func (m *Manager) release(e *entry, sb runtime.Sandbox, c fleet.Claim, clean boo
 	for _, x := range evict {
 		// Only with the session's lock may its sandbox go: it might be
 		// taken right now.
-		select {
-		case x.lock <- struct{}{}:
-			m.mu.Lock()
-			old := x.sb
-			x.sb, x.sbOf = nil, ""
-			m.mu.Unlock()
-			if old != nil {
-				m.destroy(old)
-			}
-			<-x.lock
-		default:
+		if !x.w.TryLock() {
+			continue
 		}
+		m.mu.Lock()
+		old := x.sb
+		x.sb, x.of = nil, ""
+		m.mu.Unlock()
+		if old != nil {
+			m.destroy(old)
+		}
+		x.w.Unlock()
 	}
 }
 
-// destroy tears a session's sandbox down before returning, so its disk is
-// free for the next one.
-func (m *Manager) destroy(sb runtime.Sandbox) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := m.fleet.DestroyNow(ctx, sb); err != nil {
-		m.log.Error("destroy session sandbox", "sandbox", sb.ID(), "err", err)
-	}
-}
+// destroy tears sb down before returning, so its disk is free for the
+// next one.
+func (m *Manager) destroy(sb runtime.Sandbox) { workspace.Destroy(m.fleet, sb, m.log) }
 
-// Close destroys every kept sandbox and every live sandbox's sandbox (their
-// processes end); the sessions' disks stay for the next start, which makes
-// live sandboxes' sandboxes again on their next use.
+// Close destroys every kept sandbox; the sessions' disks stay for the
+// next start.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	var kept []runtime.Sandbox
-	for _, e := range m.idle {
-		if e.sb != nil {
-			kept = append(kept, e.sb)
+	var sbs []runtime.Sandbox
+	for _, k := range m.idle {
+		if k.sb != nil {
+			sbs = append(sbs, k.sb)
 		}
-		e.sb, e.sbOf = nil, ""
+		k.sb, k.of = nil, ""
 	}
 	m.idle = nil
-	var live []*liveState
-	for _, e := range m.sessions {
-		if e.live != nil {
-			live = append(live, e.live)
-		}
-	}
 	m.mu.Unlock()
-	for _, sb := range kept {
+	for _, sb := range sbs {
 		m.destroy(sb)
-	}
-	for _, ls := range live {
-		ls.mu.Lock()
-		m.dropLocked(ls)
-		ls.mu.Unlock()
 	}
 }
 
 // withSandbox runs f with a sandbox on the session's workspace.
 func (m *Manager) withSandbox(ctx context.Context, tenant, id string, f func(c *agent.Client) error) error {
-	if e, err := m.liveEntry(tenant, id); err == nil {
-		// A live sandbox's files are its held sandbox's, used beside
+	if w, _, ok := m.table.Get(tenant, id); ok && m.table.State(w).Live != nil {
+		// A live sandbox's files are its running sandbox's, used beside
 		// whatever runs in it.
-		sb, err := m.held(ctx, e)
+		l, ok := m.table.State(w).Occupant.(workspace.Live)
+		if !ok {
+			return ErrNotFound
+		}
+		c, err := l.Agent(ctx)
 		if err != nil {
 			return err
 		}
-		return f(sb.Agent())
+		return f(c)
 	}
-	e, err := m.lookup(ctx, tenant, id)
+	w, err := m.table.Lock(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
-	defer func() { <-e.lock }()
-	m.mu.Lock()
-	expired := m.now().After(e.info.ExpiresAt)
-	m.mu.Unlock()
-	if expired {
+	defer w.Unlock()
+	if m.table.State(w).Expired {
 		// Gone even before the reaper removes it (see Touch): using its
 		// files would slide its TTL and bring it back.
-		m.log.Info("session expired", "session", e.key)
-		if err := m.remove(e); err != nil {
+		m.log.Info("session expired", "session", w.Key())
+		if err := m.table.Remove(w); err != nil {
 			return err
 		}
 		return ErrNotFound
@@ -643,18 +388,17 @@ func (m *Manager) withSandbox(ctx context.Context, tenant, id string, f func(c *
 	if err != nil {
 		return err
 	}
-	sb, err := m.sandbox(ctx, e, c)
+	sb, err := m.sandbox(ctx, w, c)
 	if err != nil {
 		return err
 	}
 	ferr := f(sb.Agent())
-	m.release(e, sb, c, true)
-	m.mu.Lock()
-	now := m.now().UTC()
-	e.info.LastUsedAt = now
-	e.info.ExpiresAt = now.Add(time.Duration(e.info.TTLSeconds) * time.Second)
-	_ = m.saveLocked(e)
-	m.mu.Unlock()
+	m.release(w, sb, c, true)
+	_, _ = m.table.Update(w, func(i *Info) {
+		now := m.table.Now().UTC()
+		i.LastUsedAt = now
+		i.ExpiresAt = now.Add(time.Duration(i.TTLSeconds) * time.Second)
+	})
 	return ferr
 }
 

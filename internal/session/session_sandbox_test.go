@@ -12,6 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/runtimetest"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -31,11 +32,13 @@ func TestKeptSandboxOverUsageIsReplaced(t *testing.T) {
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
 			e := testenv.Engine(t)
-			var logs logBuffer
-			m, err := New(t.Context(), DefaultConfig(t.TempDir()), e, e.Fleet(), registry(t), slog.New(slog.NewTextHandler(&logs, nil)))
+			var logs testenv.LogBuffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, registry(t), log)
 			if err != nil {
 				t.Fatal(err)
 			}
+			m := New(DefaultConfig(), table, e, e.Fleet(), log)
 			t.Cleanup(m.Close) // before the engine's (cleanups run last-in first)
 			run := func(code string, memoryMB int64) sandbox.Result {
 				t.Helper()
@@ -55,9 +58,15 @@ func TestKeptSandboxOverUsageIsReplaced(t *testing.T) {
 				return r
 			}
 			first := run("open('/workspace/state.txt', 'w').write('turn 1')\n"+whichSandbox, 512)
-			m.mu.Lock()
-			kept := m.sessions[key("t", "s")].sb
-			m.mu.Unlock()
+			var keptSB runtime.Sandbox
+			if w, ok := table.Lookup("t", "s"); ok {
+				if k, ok := table.State(w).Occupant.(*kept); ok {
+					m.mu.Lock()
+					keptSB = k.sb
+					m.mu.Unlock()
+				}
+			}
+			kept := keptSB
 			if kept == nil {
 				t.Fatal("no sandbox kept after a clean execution")
 			}

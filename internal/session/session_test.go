@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +21,7 @@ import (
 	"github.com/corralhq/corral/internal/runtime/fake"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -52,18 +50,20 @@ func registry(t *testing.T) *cluster.Cluster {
 // node), never the old one with its files; Get agrees.
 func TestExpiredIsNotRevived(t *testing.T) {
 	reg := registry(t)
-	m, err := New(t.Context(), DefaultConfig(t.TempDir()), nil, nil, reg, slog.New(slog.DiscardHandler))
+	dir := t.TempDir()
+	table, err := workspace.Open(t.Context(), workspace.Config{Dir: dir, ReapInterval: time.Minute}, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := New(DefaultConfig(), table, nil, nil, slog.New(slog.DiscardHandler))
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	m.now = func() time.Time { return now }
+	table.Now = func() time.Time { return now }
 	info, created, err := m.Touch(t.Context(), "t", "s", Options{TTL: time.Minute})
 	if err != nil || !created {
 		t.Fatalf("Touch = created %v, %v", created, err)
 	}
 	// What the session's workspace holds (its disk image, once used).
-	old := filepath.Join(m.cfg.Dir, "t", "s", "disk.img")
+	old := filepath.Join(dir, "t", "s", "disk.img")
 	if err := os.WriteFile(old, []byte("turn 1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestExpiredIsNotRevived(t *testing.T) {
 	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the expired session's workspace is still there: %v", err)
 	}
-	if mine, err := reg.HoldSession(t.Context(), "t", "s"); err != nil || !mine {
+	if mine, err := reg.Own(t.Context(), "t", "s"); err != nil || !mine {
 		t.Errorf("the new session is not this node's: %v, %v", mine, err)
 	}
 	if _, err := m.Get("t", "s"); err != nil {
@@ -89,217 +89,78 @@ func TestExpiredIsNotRevived(t *testing.T) {
 	}
 }
 
-// logBuffer is a slog destination tests can read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// clock is a manager's clock in unit tests: it moves only when told.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
-
-// fakeRegistry is a cluster as a manager sees it: it holds the sessions
-// no other node holds, and records what it was asked.
-type fakeRegistry struct {
-	mu     sync.Mutex
-	mine   map[string]bool
-	others map[string]bool  // held by another node
-	errs   map[string]error // the store is down for these
-	holds  []string
-	drops  []string
-	// published is the latest description of each session.
-	published map[string][]byte
-}
-
-func newRegistry() *fakeRegistry {
-	return &fakeRegistry{mine: map[string]bool{}, others: map[string]bool{}, errs: map[string]error{}, published: map[string][]byte{}}
-}
-
-func (r *fakeRegistry) PublishSession(_ context.Context, tenant, id string, info []byte) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := key(tenant, id)
-	if !r.mine[k] {
-		return errors.New("not this node's session")
-	}
-	r.published[k] = slices.Clone(info)
-	return nil
-}
-
-func (r *fakeRegistry) HoldSession(_ context.Context, tenant, id string) (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := key(tenant, id)
-	r.holds = append(r.holds, k)
-	if err := r.errs[k]; err != nil {
-		return false, err
-	}
-	if r.others[k] {
-		return false, nil
-	}
-	r.mine[k] = true
-	return true, nil
-}
-
-func (r *fakeRegistry) DropSession(_ context.Context, tenant, id string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := key(tenant, id)
-	r.drops = append(r.drops, k)
-	delete(r.mine, k)
-	delete(r.published, k)
-	return nil
-}
-
-// asked returns the sessions HoldSession and DropSession were asked for.
-func (r *fakeRegistry) asked() (holds, drops []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.holds), slices.Clone(r.drops)
-}
+func key(tenant, id string) string { return tenant + "/" + id }
 
 // unit is a manager over fake sandboxes (no root) with a clock of its own.
 type unit struct {
 	t     *testing.T
 	m     *Manager
-	f     *testenv.Fake
-	reg   *fakeRegistry
-	clock *clock
-	logs  *logBuffer
+	table *workspace.Table
+	dir   string
+	cfg   Config
+	// reapEvery is the table's ReapInterval.
+	reapEvery time.Duration
+	f         *testenv.Fake
+	reg       *testenv.Owners
+	clock     *testenv.Clock
+	logs      *testenv.LogBuffer
 }
 
 func newUnit(t *testing.T, mutate ...func(*Config)) *unit {
 	t.Helper()
 	// No language caches: warming one would make sandboxes of its own.
 	f := testenv.FakeEngine(t, func(c *engine.Config) { c.CacheDir = "" })
-	cfg := DefaultConfig(t.TempDir())
+	cfg := DefaultConfig()
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	u := &unit{t: t, f: f, reg: newRegistry(), clock: newClock(), logs: &logBuffer{}}
-	u.m = u.open(cfg)
+	u := &unit{t: t, f: f, reg: testenv.NewOwners(), clock: testenv.NewClock(), logs: &testenv.LogBuffer{}, dir: t.TempDir(), cfg: cfg,
+		reapEvery: 30 * time.Second}
+	u.m = u.open()
 	return u
 }
 
-// open makes a manager on cfg, as a node's start does.
-func (u *unit) open(cfg Config) *Manager {
+// open makes a table and a manager on the unit's directory, as a node's
+// start does.
+func (u *unit) open() *Manager {
 	u.t.Helper()
-	m, err := New(u.t.Context(), cfg, u.f.Engine, u.f.Fleet, u.reg, slog.New(slog.NewTextHandler(u.logs, nil)))
+	log := slog.New(slog.NewTextHandler(u.logs, nil))
+	table, err := workspace.Open(u.t.Context(), workspace.Config{Dir: u.dir, ReapInterval: u.reapEvery}, u.reg, log)
 	if err != nil {
 		u.t.Fatal(err)
 	}
-	m.now = u.clock.now
+	table.Now = u.clock.Now
+	u.table = table
+	m := New(u.cfg, table, u.f.Engine, u.f.Fleet, log)
 	u.t.Cleanup(m.Close) // before the engine's and the fleet's
 	return m
-}
-
-// claim is what a python execution on tier asks of a session.
-func (u *unit) claim(tier runtime.Tier) fleet.Claim {
-	u.t.Helper()
-	job, err := u.f.Prepare(sandbox.ExecuteRequest{Language: "python", Isolation: sandbox.Isolation(tier)})
-	if err != nil {
-		u.t.Fatal(err)
-	}
-	c, release, err := u.f.Claim(u.t.Context(), job)
-	if err != nil {
-		u.t.Fatal(err)
-	}
-	release()
-	return c
 }
 
 // acquire lends session (t, id)'s sandbox for a claim on tier.
 func (u *unit) acquire(id string, tier runtime.Tier) *fleet.Lease {
 	u.t.Helper()
-	l, err := u.m.Acquirer("t", id).Acquire(u.t.Context(), u.claim(tier))
+	l, err := u.m.Acquirer("t", id).Acquire(u.t.Context(), u.f.PythonClaim(u.t, tier))
 	if err != nil {
 		u.t.Fatal(err)
 	}
 	return l
 }
 
-// run runs python code in session (t, id) through the engine and returns
-// its stdout and the sandbox it ran in.
-func (u *unit) run(id, code string) (string, string) {
-	u.t.Helper()
-	job, err := u.f.Prepare(sandbox.ExecuteRequest{Language: "python", Code: code, SessionID: id,
-		Isolation: sandbox.Isolation(runtime.TierContainer)})
-	if err != nil {
-		u.t.Fatal(err)
-	}
-	job.Tenant = "t"
-	if err := u.f.Acquire(u.t.Context(), job, u.m.Acquirer("t", id)); err != nil {
-		u.t.Fatal(err)
-	}
-	var sink sandboxSink
-	res := u.f.Run(u.t.Context(), job, &sink)
-	if res.Status != sandbox.StatusSuccess {
-		u.t.Fatalf("execution %s: %+v\n%s", res.Status, res.Error, res.Stderr)
-	}
-	return res.Stdout, sink.id
-}
-
-// live reports whether the sandbox is not destroyed, on either tier.
-func (u *unit) live(id string) bool {
-	for _, rt := range u.f.Runtimes {
-		if slices.ContainsFunc(rt.Live(), func(s *fake.Sandbox) bool { return s.ID() == id }) {
-			return true
-		}
-	}
-	return false
-}
-
-// liveCount counts the sandboxes not destroyed, on either tier.
-func (u *unit) liveCount() int {
-	n := 0
-	for _, rt := range u.f.Runtimes {
-		n += len(rt.Live())
-	}
-	return n
-}
-
 // sessionDir is where session (t, id) keeps its files.
-func (u *unit) sessionDir(id string) string { return filepath.Join(u.m.cfg.Dir, "t", id) }
-
-// sandboxSink records which sandbox an execution ran in.
-type sandboxSink struct{ id string }
-
-func (s *sandboxSink) Stdout([]byte)     {}
-func (s *sandboxSink) Stderr([]byte)     {}
-func (s *sandboxSink) Sandbox(id string) { s.id = id }
+func (u *unit) sessionDir(id string) string { return filepath.Join(u.dir, "t", id) }
 
 // TestTouchCreatesAndSlides: Touch makes a session with the defaults,
 // saved on disk; touching it again slides its TTL (or sets a new one) and
 // keeps the rest. Only a new session asks the registry.
 func TestTouchCreatesAndSlides(t *testing.T) {
 	u := newUnit(t)
-	start := u.clock.now()
+	start := u.clock.Now()
 	info, created, err := u.m.Touch(t.Context(), "t", "s", Options{})
 	if err != nil || !created {
 		t.Fatalf("Touch = created %v, %v", created, err)
 	}
-	want := Info{ID: "s", Tenant: "t", DiskMB: 1024, TTLSeconds: 3600, CreatedAt: start, LastUsedAt: start, ExpiresAt: start.Add(time.Hour)}
+	want := Info{Tenant: "t", Session: sandbox.Session{ID: "s", DiskMB: 1024, TTLSeconds: 3600, CreatedAt: start, LastUsedAt: start,
+		ExpiresAt: start.Add(time.Hour)}}
 	if info != want {
 		t.Errorf("a new session: %+v, want %+v", info, want)
 	}
@@ -315,8 +176,8 @@ func TestTouchCreatesAndSlides(t *testing.T) {
 		t.Errorf("saved %+v, want %+v", saved, want)
 	}
 
-	u.clock.advance(10 * time.Minute)
-	later := u.clock.now()
+	u.clock.Advance(10 * time.Minute)
+	later := u.clock.Now()
 	info, created, err = u.m.Touch(t.Context(), "t", "s", Options{TTL: 2 * time.Hour, DiskMB: 1024})
 	if err != nil || created {
 		t.Fatalf("Touch again = created %v, %v", created, err)
@@ -331,7 +192,7 @@ func TestTouchCreatesAndSlides(t *testing.T) {
 	if _, _, err := u.m.Touch(t.Context(), "t", "s", Options{DiskMB: 2048}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("another disk size for a session: %v, want ErrInvalid", err)
 	}
-	if holds, _ := u.reg.asked(); !slices.Equal(holds, []string{"t/s"}) {
+	if holds, _ := u.reg.Asked(); !slices.Equal(holds, []string{"t/s"}) {
 		t.Errorf("the registry was asked for %v, want t/s once", holds)
 	}
 }
@@ -340,7 +201,7 @@ func TestTouchCreatesAndSlides(t *testing.T) {
 // before anything is made; the bounds themselves are accepted.
 func TestTouchRejectsBadOptions(t *testing.T) {
 	u := newUnit(t)
-	cfg := u.m.cfg
+	cfg := u.cfg
 	for _, o := range []Options{
 		{TTL: -time.Second}, {TTL: cfg.MaxTTL + time.Second},
 		{DiskMB: -1}, {DiskMB: 15}, {DiskMB: cfg.MaxDiskMB + 1},
@@ -352,7 +213,7 @@ func TestTouchRejectsBadOptions(t *testing.T) {
 	if _, err := u.m.Get("t", "bad"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a refused session exists: %v", err)
 	}
-	if holds, _ := u.reg.asked(); len(holds) != 0 {
+	if holds, _ := u.reg.Asked(); len(holds) != 0 {
 		t.Errorf("refused sessions asked the registry: %v", holds)
 	}
 	for i, o := range []Options{{TTL: cfg.MaxTTL}, {DiskMB: 16}, {DiskMB: cfg.MaxDiskMB}} {
@@ -367,9 +228,9 @@ func TestTouchRejectsBadOptions(t *testing.T) {
 // here (ErrElsewhere), nor one the registry cannot say about.
 func TestTouchAsksTheRegistry(t *testing.T) {
 	u := newUnit(t)
-	u.reg.others[key("t", "theirs")] = true
+	u.reg.Others[key("t", "theirs")] = true
 	down := errors.New("store down")
-	u.reg.errs[key("t", "unknown")] = down
+	u.reg.Errs[key("t", "unknown")] = down
 	if _, _, err := u.m.Touch(t.Context(), "t", "theirs", Options{}); !errors.Is(err, ErrElsewhere) {
 		t.Errorf("a session of another node: %v, want ErrElsewhere", err)
 	}
@@ -400,30 +261,30 @@ func TestReapRemovesExpired(t *testing.T) {
 	kept := l.Sandbox.ID()
 	l.Release(true)
 	busy := u.acquire("busy", runtime.TierContainer)
-	u.clock.advance(2 * time.Minute)
-	u.m.reap()
+	u.clock.Advance(2 * time.Minute)
+	u.table.Reap()
 	if _, err := u.m.Get("t", "short"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("an expired session: Get = %v, want ErrNotFound", err)
 	}
 	if _, err := os.Stat(u.sessionDir("short")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("an expired session's files are still there: %v", err)
 	}
-	if u.live(kept) {
+	if u.f.Alive(kept) {
 		t.Errorf("an expired session's kept sandbox is not destroyed")
 	}
-	if _, drops := u.reg.asked(); !slices.Equal(drops, []string{"t/short"}) {
+	if _, drops := u.reg.Asked(); !slices.Equal(drops, []string{"t/short"}) {
 		t.Errorf("holds dropped: %v, want t/short's", drops)
 	}
 	if _, err := u.m.Get("t", "long"); err != nil {
 		t.Errorf("a live session was reaped: %v", err)
 	}
 	busy.Release(true)
-	u.m.reap()
+	u.table.Reap()
 	info, err := u.m.Get("t", "busy")
 	if err != nil {
 		t.Fatalf("the session in use was reaped: %v", err)
 	}
-	if want := u.clock.now().Add(time.Minute); !info.ExpiresAt.Equal(want) || info.Executions != 1 {
+	if want := u.clock.Now().Add(time.Minute); !info.ExpiresAt.Equal(want) || info.Executions != 1 {
 		t.Errorf("after its execution: expires %v, executions %d; want %v, 1", info.ExpiresAt, info.Executions, want)
 	}
 }
@@ -431,7 +292,10 @@ func TestReapRemovesExpired(t *testing.T) {
 // TestRunReaps: Run removes expired sessions every ReapInterval until its
 // context ends.
 func TestRunReaps(t *testing.T) {
-	u := newUnit(t, func(c *Config) { c.ReapInterval = 10 * time.Millisecond })
+	u := newUnit(t)
+	u.reapEvery = 10 * time.Millisecond
+	u.m.Close()
+	u.m = u.open()
 	if _, _, err := u.m.Touch(t.Context(), "t", "s", Options{TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -439,9 +303,9 @@ func TestRunReaps(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		u.m.Run(ctx)
+		u.table.Run(ctx)
 	}()
-	u.clock.advance(2 * time.Minute)
+	u.clock.Advance(2 * time.Minute)
 	if !testenv.Eventually(t, 30*time.Second, func() bool {
 		_, err := os.Stat(u.sessionDir("s"))
 		return errors.Is(err, os.ErrNotExist)
@@ -481,10 +345,10 @@ func TestDelete(t *testing.T) {
 	if _, err := os.Stat(u.sessionDir("s")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a deleted session's files are still there: %v", err)
 	}
-	if u.live(sb) {
+	if u.f.Alive(sb) {
 		t.Errorf("a deleted session's kept sandbox is not destroyed")
 	}
-	if _, drops := u.reg.asked(); !slices.Equal(drops, []string{"t/s"}) {
+	if _, drops := u.reg.Asked(); !slices.Equal(drops, []string{"t/s"}) {
 		t.Errorf("holds dropped: %v, want t/s's", drops)
 	}
 	if err := u.m.Delete(t.Context(), "t", "s"); !errors.Is(err, ErrNotFound) {
@@ -506,7 +370,7 @@ func TestLoadAsksTheRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(u.m.cfg.Dir, "t", "empty"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(u.dir, "t", "empty"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(u.sessionDir("corrupt"), 0o700); err != nil {
@@ -517,11 +381,11 @@ func TestLoadAsksTheRegistry(t *testing.T) {
 	}
 	u.m.Close()
 
-	u.reg = newRegistry()
-	u.reg.others[key("t", "theirs")] = true
-	u.reg.errs[key("t", "unknown")] = errors.New("store down")
-	u.m = u.open(u.m.cfg)
-	holds, _ := u.reg.asked()
+	u.reg = testenv.NewOwners()
+	u.reg.Others[key("t", "theirs")] = true
+	u.reg.Errs[key("t", "unknown")] = errors.New("store down")
+	u.m = u.open()
+	holds, _ := u.reg.Asked()
 	slices.Sort(holds)
 	if want := []string{"t/mine", "t/theirs", "t/unknown"}; !slices.Equal(holds, want) {
 		t.Errorf("the registry was asked for %v, want %v", holds, want)
@@ -543,12 +407,12 @@ func TestLoadAsksTheRegistry(t *testing.T) {
 func TestWorkspaceOutlivesSandboxes(t *testing.T) {
 	u := newUnit(t)
 	const which = "\nprint(os.listdir(os.environ['TMPDIR']))\n"
-	out, first := u.run("s", "import os\nopen('state.txt', 'w').write('turn 1')\nopen(os.path.join(os.environ['TMPDIR'], 'leak'), 'w').write('x')"+which)
+	out, first := u.f.RunPython(u.t, u.m.Acquirer("t", "s"), "t", "s", "import os\nopen('state.txt', 'w').write('turn 1')\nopen(os.path.join(os.environ['TMPDIR'], 'leak'), 'w').write('x')"+which)
 	if !strings.Contains(out, "'leak'") {
 		t.Fatalf("the first execution did not write /tmp: %q", out)
 	}
-	u.clock.advance(time.Minute)
-	out, second := u.run("s", "import os\nprint(open('state.txt').read())"+which)
+	u.clock.Advance(time.Minute)
+	out, second := u.f.RunPython(u.t, u.m.Acquirer("t", "s"), "t", "s", "import os\nprint(open('state.txt').read())"+which)
 	if second != first {
 		t.Errorf("the second execution ran in %s, not the kept %s", second, first)
 	}
@@ -559,16 +423,16 @@ func TestWorkspaceOutlivesSandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if now := u.clock.now(); info.Executions != 2 || !info.LastUsedAt.Equal(now) || !info.ExpiresAt.Equal(now.Add(time.Hour)) {
+	if now := u.clock.Now(); info.Executions != 2 || !info.LastUsedAt.Equal(now) || !info.ExpiresAt.Equal(now.Add(time.Hour)) {
 		t.Errorf("after two executions: %+v", info)
 	}
 
 	l := u.acquire("s", runtime.TierContainer)
 	l.Release(false) // killed, timed out
-	if u.live(first) {
+	if u.f.Alive(first) {
 		t.Errorf("a sandbox released unclean is kept")
 	}
-	out, third := u.run("s", "print(open('state.txt').read())")
+	out, third := u.f.RunPython(u.t, u.m.Acquirer("t", "s"), "t", "s", "print(open('state.txt').read())")
 	if third == first || out != "turn 1\n" {
 		t.Errorf("after an unclean release: ran in %s (the old one %s), saw %q", third, first, out)
 	}
@@ -581,12 +445,12 @@ func TestOneExecutionAtATime(t *testing.T) {
 	l := u.acquire("s", runtime.TierContainer)
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := u.m.Acquirer("t", "s").Acquire(cancelled, u.claim(runtime.TierContainer)); !errors.Is(err, context.Canceled) {
+	if _, err := u.m.Acquirer("t", "s").Acquire(cancelled, u.f.PythonClaim(u.t, runtime.TierContainer)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a second claim while the first runs: %v, want it waiting until cancelled", err)
 	}
 	got := make(chan *fleet.Lease, 1)
 	go func() {
-		l, err := u.m.Acquirer("t", "s").Acquire(t.Context(), u.claim(runtime.TierContainer))
+		l, err := u.m.Acquirer("t", "s").Acquire(t.Context(), u.f.PythonClaim(u.t, runtime.TierContainer))
 		if err != nil {
 			t.Error(err)
 		}
@@ -657,7 +521,7 @@ func TestKeptSandboxReplaced(t *testing.T) {
 			if l.Sandbox.ID() == kept.ID() {
 				t.Fatalf("the claim got the kept sandbox")
 			}
-			if u.live(kept.ID()) {
+			if u.f.Alive(kept.ID()) {
 				t.Errorf("the replaced sandbox is not destroyed")
 			}
 			b, err := os.ReadFile(filepath.Join(l.Sandbox.(*fake.Sandbox).WorkspaceDir(), "state.txt"))
@@ -681,8 +545,8 @@ func TestMaxIdleEvicts(t *testing.T) {
 	l = u.acquire("two", runtime.TierContainer)
 	two := l.Sandbox.ID()
 	l.Release(true)
-	if u.live(one) || !u.live(two) || u.liveCount() != 1 {
-		t.Errorf("kept: one %v, two %v, %d live; want only two's", u.live(one), u.live(two), u.liveCount())
+	if u.f.Alive(one) || !u.f.Alive(two) || u.f.AliveCount() != 1 {
+		t.Errorf("kept: one %v, two %v, %d live; want only two's", u.f.Alive(one), u.f.Alive(two), u.f.AliveCount())
 	}
 	l = u.acquire("one", runtime.TierContainer)
 	defer l.Release(true)
@@ -701,11 +565,11 @@ func TestFileOperations(t *testing.T) {
 	if err := u.m.Upload(ctx, "t", "s", "in/data.txt", strings.NewReader("uploaded")); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := u.run("s", "print(open('in/data.txt').read())\nopen('out.txt', 'w').write('written')")
+	out, _ := u.f.RunPython(u.t, u.m.Acquirer("t", "s"), "t", "s", "print(open('in/data.txt').read())\nopen('out.txt', 'w').write('written')")
 	if out != "uploaded\n" {
 		t.Errorf("the execution read %q", out)
 	}
-	u.clock.advance(time.Minute)
+	u.clock.Advance(time.Minute)
 	entries, err := u.m.List(ctx, "t", "s", "")
 	if err != nil {
 		t.Fatal(err)
@@ -722,7 +586,7 @@ func TestFileOperations(t *testing.T) {
 	if err := u.m.Download(ctx, "t", "s", "out.txt", &b); err != nil || b.String() != "written" {
 		t.Errorf("Download = %q, %v", b.String(), err)
 	}
-	if info, _ := u.m.Get("t", "s"); !info.LastUsedAt.Equal(u.clock.now()) {
+	if info, _ := u.m.Get("t", "s"); !info.LastUsedAt.Equal(u.clock.Now()) {
 		t.Errorf("a file operation did not slide the TTL: last used %v", info.LastUsedAt)
 	}
 	if err := u.m.Remove(ctx, "t", "s", "in/data.txt"); err != nil {
@@ -754,13 +618,13 @@ func TestFileOperations(t *testing.T) {
 // sessions and their files are there for the next start.
 func TestCloseKeepsWorkspaces(t *testing.T) {
 	u := newUnit(t)
-	u.run("s", "open('state.txt', 'w').write('kept')")
+	u.f.RunPython(u.t, u.m.Acquirer("t", "s"), "t", "s", "open('state.txt', 'w').write('kept')")
 	u.m.Close()
-	if n := u.liveCount(); n != 0 {
+	if n := u.f.AliveCount(); n != 0 {
 		t.Errorf("%d sandboxes live after Close", n)
 	}
-	u.m = u.open(u.m.cfg)
-	if out, _ := u.run("s", "print(open('state.txt').read())"); out != "kept\n" {
+	u.m = u.open()
+	if out, _ := u.f.RunPython(u.t, u.m.Acquirer("t", "s"), "t", "s", "print(open('state.txt').read())"); out != "kept\n" {
 		t.Errorf("after a restart the session's file holds %q", out)
 	}
 }
@@ -783,7 +647,7 @@ func TestExpiredFilesAreNotRevived(t *testing.T) {
 			if err := u.m.Upload(ctx, "t", "s", "state.txt", strings.NewReader("turn 1")); err != nil {
 				t.Fatal(err)
 			}
-			u.clock.advance(2 * time.Minute)
+			u.clock.Advance(2 * time.Minute)
 			if err := op(u.m); !errors.Is(err, ErrNotFound) {
 				t.Errorf("%s on an expired session: %v, want ErrNotFound", name, err)
 			}
@@ -793,7 +657,7 @@ func TestExpiredFilesAreNotRevived(t *testing.T) {
 			if _, err := os.Stat(u.sessionDir("s")); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the expired session's files are still there: %v", err)
 			}
-			if n := u.liveCount(); n != 0 {
+			if n := u.f.AliveCount(); n != 0 {
 				t.Errorf("%d sandboxes live", n)
 			}
 		})
@@ -808,7 +672,7 @@ func TestSandboxOnTheSessionsDisk(t *testing.T) {
 	if _, _, err := u.m.Touch(t.Context(), "t", "s", Options{DiskMB: 64}); err != nil {
 		t.Fatal(err)
 	}
-	c := u.claim(runtime.TierContainer)
+	c := u.f.PythonClaim(u.t, runtime.TierContainer)
 	l, err := u.m.Acquirer("t", "s").Acquire(t.Context(), c)
 	if err != nil {
 		t.Fatal(err)

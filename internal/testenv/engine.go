@@ -71,7 +71,7 @@ func Engine(t testing.TB, mutate ...func(*engine.Config)) *engine.Engine {
 // closed at the end of t.
 func newEngine(t testing.TB, cfg engine.Config, dir string, imgs engine.ImageResolver, log *slog.Logger) *engine.Engine {
 	t.Helper()
-	holder, _ := imgs.(fleet.ImageHolder)
+	holder, _ := imgs.(fleet.ImageLocker)
 	fl := fleet.New(fleet.Config{DestroyAsync: cfg.DestroyAsync}, Runtimes(t, dir), holder, log)
 	t.Cleanup(fl.Close)
 	e, err := engine.New(cfg, fl, imgs, filepath.Join(dir, "engine"), log)

@@ -33,14 +33,14 @@ func TestSandboxCLI(t *testing.T) {
 	}
 	t.Cleanup(func() { corral(t, srv, "", "sandbox", "kill", id) })
 	r = corral(t, srv, "", "sandbox", "create", "--json", "--isolation", "container", "--metadata", "project="+project)
-	var other sandbox.SandboxInfo
+	var other sandbox.Info
 	if err := json.Unmarshal([]byte(r.stdout), &other); err != nil || r.status != 0 || other.SandboxID == "" ||
 		other.Tier != "container" || other.Metadata["project"] != project {
 		t.Fatalf("create --json: %+v (%v)", r, err)
 	}
 
 	// list: both by project, one by role; the table names the labels.
-	list := func(args ...string) []sandbox.SandboxInfo {
+	list := func(args ...string) []sandbox.Info {
 		t.Helper()
 		r := corral(t, srv, "", append([]string{"sandbox", "list", "--json"}, args...)...)
 		var l sandbox.SandboxList
@@ -209,7 +209,7 @@ func TestSandboxCLI(t *testing.T) {
 
 	// timeout, then kill: the sandbox is gone from the list and its id 404s.
 	r = corral(t, srv, "", "sandbox", "timeout", "--json", id, "10m")
-	var info sandbox.SandboxInfo
+	var info sandbox.Info
 	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || r.status != 0 ||
 		time.Until(info.ExpiresAt) < 9*time.Minute || time.Until(info.ExpiresAt) > 11*time.Minute {
 		t.Errorf("timeout 10m: %+v (%v)", r, err)

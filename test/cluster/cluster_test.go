@@ -6,7 +6,6 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,21 +51,8 @@ func client(s *testserver.Server, key string) *sandbox.Client {
 // and message.
 func call(t *testing.T, s *testserver.Server, method, path string) (int, string, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, s.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+testserver.AlphaKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Error struct{ Code, Message string }
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&body)
-	return resp.StatusCode, body.Error.Code, body.Error.Message
+	status, e := rawCall(t, s, method, path)
+	return status, e.Code, e.Message
 }
 
 // TestSessionAcrossNodes: a session made on node A is used through B and C

@@ -3,9 +3,14 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/sandbox"
 	"github.com/corralhq/corral/test/testserver"
@@ -86,4 +91,88 @@ func TestSandboxAcrossNodes(t *testing.T) {
 			t.Errorf("after the kill, listed: %+v, %v", l, err)
 		}
 	}
+}
+
+// TestSandboxOwnerLost: once the node that owns a live sandbox is killed,
+// its /v1/sandboxes calls through another node answer at once with the
+// sandbox's error, field sandbox_id, naming it: 503 sandbox_unavailable
+// while the node may come back, 410 sandbox_lost once it is lost; the same
+// id through /v1/sessions answers as a session's. Deleting it frees the
+// id, for another sandbox on another node; the node that lost it drops
+// its copy when it comes back.
+func TestSandboxOwnerLost(t *testing.T) {
+	nodes := startNodes(t, nil, nil)
+	a, b := nodes[0], nodes[1]
+	ctx := t.Context()
+	sb, _, err := client(a, testserver.AlphaKey).CreateSandbox(ctx, sandbox.CreateSandboxRequest{Tier: sandbox.IsolationContainer,
+		TimeoutSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Kill()
+	killed := time.Now()
+	check := func(path string, status int, code, field string) {
+		t.Helper()
+		got, body := rawCall(t, b, "GET", path)
+		if got != status || body.Code != code || body.Field != field || !strings.Contains(body.Message, sb.ID) {
+			t.Errorf("GET %s: %d %+v; want %d %s (field %s) naming %s", path, got, body, status, code, field, sb.ID)
+		}
+	}
+	check("/v1/sandboxes/"+sb.ID, http.StatusServiceUnavailable, "sandbox_unavailable", "sandbox_id")
+	check("/v1/sandboxes/"+sb.ID+"/processes", http.StatusServiceUnavailable, "sandbox_unavailable", "sandbox_id")
+	check("/v1/sessions/"+sb.ID, http.StatusServiceUnavailable, "session_unavailable", "session_id")
+	for {
+		got, _ := rawCall(t, b, "GET", "/v1/sandboxes/"+sb.ID)
+		if got == http.StatusGone {
+			break
+		}
+		if got != http.StatusServiceUnavailable || time.Since(killed) > 20*time.Second {
+			t.Fatalf("%v after the kill: %d", time.Since(killed), got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	check("/v1/sandboxes/"+sb.ID, http.StatusGone, "sandbox_lost", "sandbox_id")
+	check("/v1/sessions/"+sb.ID, http.StatusGone, "session_lost", "session_id")
+	if _, err := client(b, testserver.AlphaKey).Sandbox(sb.ID).Info(ctx); !errors.Is(err, sandbox.ErrSandboxLost) {
+		t.Errorf("the SDK's Info of a lost sandbox: %v, want ErrSandboxLost", err)
+	}
+	if got, body := rawCall(t, b, "DELETE", "/v1/sandboxes/"+sb.ID); got != http.StatusNoContent {
+		t.Errorf("delete a lost sandbox: %d %+v", got, body)
+	}
+	if got, body := rawCall(t, b, "GET", "/v1/sandboxes/"+sb.ID); got != http.StatusNotFound {
+		t.Errorf("after the delete: %d %+v, want 404", got, body)
+	}
+	// The id is free: made again on B.
+	if _, _, err := client(b, testserver.AlphaKey).CreateSandbox(ctx, sandbox.CreateSandboxRequest{SandboxID: sb.ID,
+		Tier: sandbox.IsolationContainer}); err != nil {
+		t.Fatalf("make the freed id again: %v", err)
+	}
+	// A comes back: it reaps the sandbox its killed process left and drops
+	// its copy of the id, now B's.
+	a.Launch()
+	if _, err := os.Stat(filepath.Join(a.Data, "sessions", "alpha", sb.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("node A kept its stale copy of the sandbox: %v", err)
+	}
+}
+
+// apiError is an error answer's body.
+type apiError struct{ Code, Message, Field string }
+
+// rawCall sends a request as tenant alpha and returns the status and the
+// error body.
+func rawCall(t *testing.T, s *testserver.Server, method, path string) (int, apiError) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, s.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testserver.AlphaKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Error apiError }
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body.Error
 }

@@ -477,7 +477,7 @@ print('done=yes', flush=True)
 // answers asserts the sandbox runs a next process after one that ended
 // as end did: the same sandbox, or one made again (sandbox_ended) whose
 // info counts the restart. Nothing of the bomb or balloon is left.
-func (l *liveTier) answers(t *testing.T, before *sandbox.SandboxInfo, end *sandbox.ProcessExit) {
+func (l *liveTier) answers(t *testing.T, before *sandbox.Info, end *sandbox.ProcessExit) {
 	t.Helper()
 	r := liveExec(t, l.sb, []string{"bash", "-c", "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n; echo nproc=$(ulimit -u)"}, liveCaseTimeout)
 	if r.exit.ExitCode != 0 || r.exit.Error != "" {

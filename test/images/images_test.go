@@ -462,7 +462,7 @@ func TestEvictionSparesRunningSandbox(t *testing.T) {
 	}
 	// b is used after a: a is the least recently used, and in use.
 	img, _ := s.Resolve("b")
-	release, err := s.Acquire(img)
+	release, err := s.Lock(img)
 	if err != nil {
 		t.Fatal(err)
 	}

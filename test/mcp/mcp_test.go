@@ -22,7 +22,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,24 +33,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// logBuffer collects a subprocess's stderr while the test reads it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // mcpCommand is `corral mcp args...` with endpoint and key as its only
 // CORRAL_* environment.
@@ -76,7 +57,7 @@ func newClient() *gomcp.Client {
 func stdio(t *testing.T, endpoint, key string) *gomcp.ClientSession {
 	t.Helper()
 	cmd := mcpCommand(t, endpoint, key)
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	cmd.Stderr = logs
 	cs, err := newClient().Connect(t.Context(), &gomcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
@@ -106,7 +87,7 @@ func serveHTTP(t *testing.T, endpoint, key string) string {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	urlc := make(chan string, 1)
 	go func() {
 		re := regexp.MustCompile(`serving MCP over streamable HTTP at (http://\S+)`)

@@ -17,7 +17,7 @@ func (c *checker) liveSandboxes(key string) {
 	octet := http.Header{"Content-Type": {"application/octet-stream"}}
 
 	// Create: 201, 400, 401, 409.
-	var info sandbox.SandboxInfo
+	var info sandbox.Info
 	raw := c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 201,
 		body: js(sandbox.CreateSandboxRequest{SandboxID: "spec-live", Tier: sandbox.IsolationContainer, TimeoutSeconds: 600,
 			Limits: sandbox.SandboxLimits{DiskMB: 32}, Metadata: map[string]string{"suite": "openapi"}})})

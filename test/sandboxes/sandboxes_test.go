@@ -348,7 +348,7 @@ func TestHTTPErrors(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, code, raw, tc.want)
 		}
 	}
-	var info sandbox.SandboxInfo
+	var info sandbox.Info
 	if code, raw := s.Call(testserver.AlphaKey, "POST", "/v1/sandboxes", map[string]any{"sandbox_id": "dup", "tier": "container"}, &info); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, raw)
 	}

@@ -1,5 +1,5 @@
 // Package envd serves what E2B's in-sandbox daemon envd serves on port
-// 49983, backed by Corral's live sandboxes (internal/session): the Connect
+// 49983, backed by Corral's live sandboxes (internal/live): the Connect
 // services process.Process and filesystem.Filesystem (JSON codec; unary
 // calls and server streams), GET and POST /files, and GET /health. The
 // sandbox a request is for comes from its context (internal/e2b/target),
@@ -8,44 +8,29 @@ package envd
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/corralhq/corral/internal/e2b/target"
-	"github.com/corralhq/corral/internal/session"
-	"github.com/corralhq/corral/sandbox"
+	"github.com/corralhq/corral/internal/live"
 )
 
-// Sessions is what the services call of the live sandboxes
-// (*session.Manager).
-type Sessions interface {
-	Sandbox(tenant, id string) (sandbox.SandboxInfo, error)
+// box returns the handle of the live sandbox t names.
+func (s *service) box(t target.Target) (*live.Sandbox, error) { return s.m.Get(t.Tenant, t.SandboxID) }
 
-	StartProcess(ctx context.Context, tenant, id string, req sandbox.StartProcessRequest) (sandbox.ProcessInfo, error)
-	Processes(tenant, id string) ([]sandbox.ProcessInfo, error)
-	ProcessOutput(tenant, id string, pid int) (*session.Output, error)
-	WriteStdin(ctx context.Context, tenant, id string, pid int, r io.Reader) (int64, error)
-	CloseStdin(tenant, id string, pid int) error
-	Signal(ctx context.Context, tenant, id string, pid int, sig syscall.Signal) error
-	Resize(ctx context.Context, tenant, id string, pid int, size sandbox.PTYSize) error
-
-	ReadFile(ctx context.Context, tenant, id, file string, w io.Writer) error
-	WriteFile(ctx context.Context, tenant, id, file string, r io.Reader) (sandbox.SandboxFile, error)
-	StatFile(ctx context.Context, tenant, id, file string) (sandbox.SandboxFile, error)
-	ListFiles(ctx context.Context, tenant, id, dir string, depth int) ([]sandbox.SandboxFile, error)
-	MakeDir(ctx context.Context, tenant, id, dir string, parents bool) (sandbox.SandboxFile, error)
-	Move(ctx context.Context, tenant, id, from, to string) (sandbox.SandboxFile, error)
-	RemoveFile(ctx context.Context, tenant, id, file string) error
-	Watch(ctx context.Context, tenant, id, dir string, recursive bool, fn func(sandbox.FileEvent)) (stop func() error, err error)
+// on calls f on the live sandbox t names.
+func on[T any](s *service, t target.Target, f func(*live.Sandbox) (T, error)) (T, error) {
+	sb, err := s.box(t)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return f(sb)
 }
-
-var _ Sessions = (*session.Manager)(nil)
 
 // Bounds of the services.
 const (
@@ -62,7 +47,7 @@ const (
 
 // service holds what the handlers share.
 type service struct {
-	m   Sessions
+	m   *live.Manager
 	log *slog.Logger
 	// keepalive overrides the keep-alive interval (tests).
 	keepalive time.Duration
@@ -71,14 +56,14 @@ type service struct {
 	watchers map[string]*watcher // by watcher id
 }
 
-// New returns the envd handler over m. Requests must carry a
+// New returns the envd handler over the live sandboxes of m. Requests must carry a
 // target.Target in their context; one without is answered 500 (a wiring
 // fault, not the client's).
-func New(m Sessions, log *slog.Logger) http.Handler {
+func New(m *live.Manager, log *slog.Logger) http.Handler {
 	return newService(m, log).handler()
 }
 
-func newService(m Sessions, log *slog.Logger) *service {
+func newService(m *live.Manager, log *slog.Logger) *service {
 	return &service{m: m, log: log, watchers: map[string]*watcher{}}
 }
 
@@ -122,7 +107,7 @@ func tgt(ctx context.Context) target.Target {
 // read as "the sandbox is not running") once it does not.
 func (s *service) health(w http.ResponseWriter, r *http.Request) {
 	t := tgt(r.Context())
-	if _, err := s.m.Sandbox(t.Tenant, t.SandboxID); err != nil {
+	if _, err := s.box(t); err != nil {
 		f := classify(err, s.log)
 		target.WriteError(w, f.status, f.msg)
 		return

@@ -91,11 +91,15 @@ func BenchmarkCommandsRun(b *testing.B) {
 	})
 	b.Run("session", func(b *testing.B) {
 		for b.Loop() {
-			p, err := h.m.StartProcess(ctx, "t", "box", sandbox.StartProcessRequest{Cmd: []string{"/bin/bash", "-l", "-c", "true"}})
+			sb, err := h.m.Get("t", "box")
 			if err != nil {
 				b.Fatal(err)
 			}
-			if info, err := h.m.Process(ctx, "t", "box", p.PID, true); err != nil || info.Exit == nil || info.Exit.ExitCode != 0 {
+			p, err := sb.Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"/bin/bash", "-l", "-c", "true"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if info, err := p.Wait(ctx); err != nil || info.Exit == nil || info.Exit.ExitCode != 0 {
 				b.Fatalf("%+v, %v", info, err)
 			}
 		}

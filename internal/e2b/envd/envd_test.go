@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +19,9 @@ import (
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -31,23 +31,23 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// oneNode is a cluster of one node: every session is this node's.
+// oneNode is a cluster of one node: every sandbox is this node's.
 type oneNode struct{}
 
-func (oneNode) HoldSession(context.Context, string, string) (bool, error)    { return true, nil }
-func (oneNode) DropSession(context.Context, string, string) error            { return nil }
-func (oneNode) PublishSession(context.Context, string, string, []byte) error { return nil }
+func (oneNode) Own(context.Context, string, string) (bool, error)            { return true, nil }
+func (oneNode) Disown(context.Context, string, string) error                 { return nil }
+func (oneNode) PublishSandbox(context.Context, string, string, []byte) error { return nil }
 
 // harness is the envd handler over a real session manager on fake
 // sandboxes, with live sandbox "box" of tenant "t", served over HTTP:
 // base reaches it as (t, box); other as tenant "other" naming box.
 type harness struct {
 	t     testing.TB
-	m     *session.Manager
+	m     *live.Manager
 	svc   *service
 	base  string
 	other string
-	logs  *logBuffer
+	logs  *testenv.LogBuffer
 }
 
 // newHarness makes the harness on fake sandboxes; opts change the
@@ -61,14 +61,15 @@ func newHarness(t *testing.T, opts ...func(*service)) *harness {
 // harnessOn makes the harness on eng's sandboxes of tier.
 func harnessOn(t testing.TB, eng *engine.Engine, fl *fleet.Fleet, tier sandbox.Isolation, opts ...func(*service)) *harness {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	m, err := session.New(t.Context(), session.DefaultConfig(t.TempDir()), eng, fl, oneNode{}, log)
+	table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, oneNode{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := live.New(live.DefaultConfig(), table, eng, fl, oneNode{}, log)
 	t.Cleanup(m.Close) // before the engine's (cleanups run last-in first)
-	if _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Tier: tier}); err != nil {
+	if _, _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Tier: tier}); err != nil {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, m: m, svc: newService(m, log), logs: logs}
@@ -88,22 +89,18 @@ func harnessOn(t testing.TB, eng *engine.Engine, fl *fleet.Fleet, tier sandbox.I
 	return h
 }
 
-// logBuffer is a log destination tests read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+// proc is process pid of sandbox box.
+func (h *harness) proc(pid int) *live.Process {
+	h.t.Helper()
+	sb, err := h.m.Get("t", "box")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p, err := sb.Process(pid)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
 }
 
 // client is a connect-go client of one procedure with the JSON codec.
@@ -596,7 +593,7 @@ func TestTargets(t *testing.T) {
 	if b, _ := io.ReadAll(res.Body); res.StatusCode != 502 || !strings.HasPrefix(string(b), `{"code":502,"message":`) {
 		t.Errorf("another tenant's download: %d %s", res.StatusCode, b)
 	}
-	if err := h.m.Delete(t.Context(), "t", "box"); err != nil {
+	if err := h.m.Kill(t.Context(), "t", "box"); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := http.Get(h.base + "/health"); err != nil || res.StatusCode != 502 {
@@ -675,15 +672,15 @@ func TestStartTimeout(t *testing.T) {
 		return st.Msg().Event.Start.PID
 	}
 	bounded, unbounded := start(300*time.Millisecond), start(0)
-	info, err := h.m.Process(t.Context(), "t", "box", int(bounded), true)
+	info, err := h.proc(int(bounded)).Wait(t.Context())
 	if err != nil || info.Exit == nil || info.Exit.Signal != "SIGKILL" {
 		t.Fatalf("the process past its timeout: %+v, %v", info, err)
 	}
 	if info.Exit.EndedAt.Sub(info.StartedAt) < 300*time.Millisecond {
 		t.Errorf("killed after %v, before its timeout", info.Exit.EndedAt.Sub(info.StartedAt))
 	}
-	if info, err := h.m.Process(t.Context(), "t", "box", int(unbounded), false); err != nil || !info.Running {
-		t.Errorf("the process without a timeout: %+v, %v", info, err)
+	if info := h.proc(int(unbounded)).Info(); !info.Running {
+		t.Errorf("the process without a timeout: %+v", info)
 	}
 	for v, want := range map[string]time.Duration{"250": 250 * time.Millisecond, "0": 0, "-1": 0, "x": 0, "99999999999": 0} {
 		if got, _ := connectTimeout(http.Header{"Connect-Timeout-Ms": {v}}); got != want {

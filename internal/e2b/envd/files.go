@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // GET /files?path= streams a file of the sandbox; POST /files?path=
@@ -59,7 +61,10 @@ func (s *service) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lw := &lazyWriter{w: w}
-	err := s.m.ReadFile(r.Context(), t.Tenant, t.SandboxID, p, lw)
+	sb, err := s.box(t)
+	if err == nil {
+		err = sb.ReadFile(r.Context(), p, lw)
+	}
 	switch {
 	case err != nil && !lw.started:
 		s.fail(w, err)
@@ -134,7 +139,7 @@ func (s *service) uploadRaw(r *http.Request, p string) ([]writeInfo, error) {
 	default:
 		return nil, badUpload{fmt.Sprintf("Content-Encoding %q: give gzip or none", enc)}
 	}
-	f, err := s.m.WriteFile(r.Context(), t.Tenant, t.SandboxID, p, body)
+	f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.WriteFile(r.Context(), p, body) })
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +177,7 @@ func (s *service) uploadParts(r *http.Request, query, boundary string) ([]writeI
 		if p == "" {
 			return nil, badUpload{"path: name the file to write (in the query, or as the part's file name)"}
 		}
-		f, err := s.m.WriteFile(r.Context(), t.Tenant, t.SandboxID, p, part)
+		f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.WriteFile(r.Context(), p, part) })
 		if err != nil {
 			return nil, err
 		}

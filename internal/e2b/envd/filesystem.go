@@ -14,14 +14,13 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/e2b/target"
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
 // filesystem.Filesystem: the file calls of the live sandbox
-// (session.Manager), with its paths: absolute under /workspace or /tmp,
+// (live.Sandbox), with its paths: absolute under /workspace or /tmp,
 // or relative to /workspace (the sandbox user's home).
 
 func (s *service) filesystemHandlers(opts []connect.HandlerOption) map[string]http.Handler {
@@ -67,7 +66,7 @@ func entryInfo(f sandbox.SandboxFile) *EntryInfo {
 
 func (s *service) stat(ctx context.Context, req *connect.Request[StatRequest]) (*connect.Response[StatResponse], error) {
 	t := tgt(ctx)
-	f, err := s.m.StatFile(ctx, t.Tenant, t.SandboxID, req.Msg.Path)
+	f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.StatFile(ctx, req.Msg.Path) })
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
@@ -78,12 +77,14 @@ func (s *service) stat(ctx context.Context, req *connect.Request[StatRequest]) (
 // is already_exists (E2B's SDKs answer false for it).
 func (s *service) makeDir(ctx context.Context, req *connect.Request[MakeDirRequest]) (*connect.Response[MakeDirResponse], error) {
 	t := tgt(ctx)
-	f, err := s.m.MakeDir(ctx, t.Tenant, t.SandboxID, req.Msg.Path, false)
-	var re *agent.RemoteError
-	if errors.As(err, &re) && errors.Is(re, syscall.ENOENT) {
+	mkdir := func(parents bool) (sandbox.SandboxFile, error) {
+		return on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.MakeDir(ctx, req.Msg.Path, parents) })
+	}
+	f, err := mkdir(false)
+	if _, refused := live.Refusal(err); refused && errors.Is(err, syscall.ENOENT) {
 		// A directory on the way is missing: make them all. One made
 		// meanwhile by another call is no error then.
-		f, err = s.m.MakeDir(ctx, t.Tenant, t.SandboxID, req.Msg.Path, true)
+		f, err = mkdir(true)
 	}
 	if err != nil {
 		return nil, classify(err, s.log).connect()
@@ -93,7 +94,9 @@ func (s *service) makeDir(ctx context.Context, req *connect.Request[MakeDirReque
 
 func (s *service) move(ctx context.Context, req *connect.Request[MoveRequest]) (*connect.Response[MoveResponse], error) {
 	t := tgt(ctx)
-	f, err := s.m.Move(ctx, t.Tenant, t.SandboxID, req.Msg.Source, req.Msg.Destination)
+	f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) {
+		return sb.Move(ctx, req.Msg.Source, req.Msg.Destination)
+	})
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
@@ -106,7 +109,7 @@ func (s *service) listDir(ctx context.Context, req *connect.Request[ListDirReque
 	if depth == 0 {
 		depth = 1
 	}
-	files, err := s.m.ListFiles(ctx, t.Tenant, t.SandboxID, req.Msg.Path, depth)
+	files, err := on(s, t, func(sb *live.Sandbox) ([]sandbox.SandboxFile, error) { return sb.ListFiles(ctx, req.Msg.Path, depth) })
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
@@ -119,19 +122,19 @@ func (s *service) listDir(ctx context.Context, req *connect.Request[ListDirReque
 
 func (s *service) remove(ctx context.Context, req *connect.Request[RemoveRequest]) (*connect.Response[RemoveResponse], error) {
 	t := tgt(ctx)
-	if err := s.m.RemoveFile(ctx, t.Tenant, t.SandboxID, req.Msg.Path); err != nil {
+	if _, err := on(s, t, func(sb *live.Sandbox) (struct{}, error) { return struct{}{}, sb.RemoveFile(ctx, req.Msg.Path) }); err != nil {
 		return nil, classify(err, s.log).connect()
 	}
 	return connect.NewResponse(&RemoveResponse{}), nil
 }
 
-// eventTypes maps the session's watch ops to envd's event types.
+// eventTypes maps the live sandbox's watch ops to envd's event types.
 var eventTypes = map[string]EventType{
-	agent.OpCreate: EventCreate, agent.OpWrite: EventWrite, agent.OpRemove: EventRemove,
-	agent.OpRename: EventRename, agent.OpChmod: EventChmod,
+	live.OpCreate: EventCreate, live.OpWrite: EventWrite, live.OpRemove: EventRemove,
+	live.OpRename: EventRename, live.OpChmod: EventChmod,
 }
 
-// fsEvent maps a change the session reports under root to envd's event
+// fsEvent maps a change the live sandbox reports under root to envd's event
 // (its name is the path relative to the watched directory); nil for the
 // ops that describe the watch itself.
 func (s *service) fsEvent(ctx context.Context, t target.Target, root string, ev sandbox.FileEvent, withEntry bool) *FilesystemEvent {
@@ -146,7 +149,7 @@ func (s *service) fsEvent(ctx context.Context, t target.Target, root string, ev 
 	out := &FilesystemEvent{Name: name, Type: typ}
 	if withEntry && typ != EventRemove && typ != EventRename {
 		// What is there now; a file gone again by now has none.
-		if f, err := s.m.StatFile(ctx, t.Tenant, t.SandboxID, ev.Path); err == nil {
+		if f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.StatFile(ctx, ev.Path) }); err == nil {
 			out.Entry = entryInfo(f)
 		}
 	}
@@ -158,14 +161,18 @@ func (s *service) fsEvent(ctx context.Context, t target.Target, root string, ev 
 // the sandbox): then the stream ends.
 func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirRequest], st *connect.ServerStream[WatchDirResponse]) error {
 	t := tgt(ctx)
-	root, err := session.SandboxPath(req.Msg.Path)
+	root, err := live.SandboxPath(req.Msg.Path)
 	if err != nil {
 		return classify(err, s.log).connect()
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan sandbox.FileEvent, 64)
-	stop, err := s.m.Watch(wctx, t.Tenant, t.SandboxID, root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
+	sb, err := s.box(t)
+	if err != nil {
+		return classify(err, s.log).connect()
+	}
+	stop, err := sb.Watch(wctx, root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
 		// The watch holds what waits here, up to a bound (then an
 		// overflow): blocking is allowed, until the stream ends.
 		select {
@@ -186,7 +193,7 @@ func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirReq
 	for {
 		select {
 		case ev := <-events:
-			if ev.Op == agent.OpEnd {
+			if ev.Op == live.OpEnd {
 				return nil
 			}
 			fe := s.fsEvent(ctx, t, root, ev, req.Msg.IncludeEntry)
@@ -231,7 +238,7 @@ type watcher struct {
 
 func (s *service) createWatcher(ctx context.Context, req *connect.Request[CreateWatcherRequest]) (*connect.Response[CreateWatcherResponse], error) {
 	t := tgt(ctx)
-	root, err := session.SandboxPath(req.Msg.Path)
+	root, err := live.SandboxPath(req.Msg.Path)
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
@@ -252,11 +259,15 @@ func (s *service) createWatcher(ctx context.Context, req *connect.Request[Create
 	w := &watcher{t: t, root: root, includeEntry: req.Msg.IncludeEntry}
 	// The watch outlives this call: it lasts until RemoveWatcher, or until
 	// it ends by itself (its directory goes, or the sandbox).
-	stop, err := s.m.Watch(context.WithoutCancel(ctx), t.Tenant, t.SandboxID, root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
+	sb, err := s.box(t)
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	stop, err := sb.Watch(context.WithoutCancel(ctx), root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		switch {
-		case ev.Op == agent.OpEnd:
+		case ev.Op == live.OpEnd:
 			w.ended = true
 			time.AfterFunc(endedWatcherKeep, func() { s.dropWatcher(id) })
 		case len(w.events) >= maxWatcherBacklog:

@@ -13,17 +13,16 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/sys/unix"
 
 	"github.com/corralhq/corral/internal/e2b/target"
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
 // process.Process: a process started here is a process of the live
-// sandbox (session.Manager.StartProcess); its output stream is the
-// process's event log (session.Output), so Connect re-attaches to what a
-// Start began, from the start of what is buffered.
+// sandbox (live.Sandbox.Start); its output stream is the process's event
+// log (live.Process.Events), so Connect re-attaches to what a Start began,
+// from the start of what is buffered.
 
 var errInternal = errors.New("internal error; retry")
 
@@ -46,7 +45,7 @@ func (s *service) processHandlers(opts []connect.HandlerOption) map[string]http.
 	}
 }
 
-// startRequest maps E2B's start request onto the session's.
+// startRequest maps E2B's start request onto the live sandbox's.
 func startRequest(m *StartRequest) (sandbox.StartProcessRequest, error) {
 	if m.Process == nil || m.Process.Cmd == "" {
 		return sandbox.StartProcessRequest{}, errors.New("process.cmd: name the program to run")
@@ -113,23 +112,23 @@ func (s *service) start(ctx context.Context, req *connect.Request[StartRequest],
 	if err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	info, err := s.m.StartProcess(ctx, t.Tenant, t.SandboxID, sreq)
+	p, err := on(s, t, func(sb *live.Sandbox) (*live.Process, error) { return sb.Start(ctx, sreq) })
 	if err != nil {
 		return classify(err, s.log).connect()
 	}
 	if d, ok := connectTimeout(req.Header()); ok {
-		s.killAfter(t, info, d)
+		s.killAfter(t, p, d)
 	}
-	return s.follow(ctx, req.Header(), t, info, func(ev *ProcessEvent) error { return st.Send(&StartResponse{Event: ev}) })
+	return s.follow(ctx, req.Header(), p, func(ev *ProcessEvent) error { return st.Send(&StartResponse{Event: ev}) })
 }
 
 func (s *service) connect(ctx context.Context, req *connect.Request[ConnectRequest], st *connect.ServerStream[ConnectResponse]) error {
 	t := tgt(ctx)
-	info, err := s.resolve(t, req.Msg.Process)
+	p, err := s.resolve(t, req.Msg.Process)
 	if err != nil {
 		return err
 	}
-	return s.follow(ctx, req.Header(), t, info, func(ev *ProcessEvent) error { return st.Send(&ConnectResponse{Event: ev}) })
+	return s.follow(ctx, req.Header(), p, func(ev *ProcessEvent) error { return st.Send(&ConnectResponse{Event: ev}) })
 }
 
 // connectTimeout reads the call's Connect-Timeout-Ms (none, or 0: no
@@ -149,22 +148,16 @@ func connectTimeout(h http.Header) (time.Duration, bool) {
 // killAfter kills a process d after its start, as envd does with a
 // Start's timeout: the timeout bounds the process's life, not only the
 // stream's (a client that leaves does not end the process; the timeout
-// does). The process is found again by pid and start time, so a later
-// process that reuses the pid is left alone.
-func (s *service) killAfter(t target.Target, p sandbox.ProcessInfo, d time.Duration) {
+// does). The process's own handle is signalled: a later process that
+// reuses the pid is left alone.
+func (s *service) killAfter(t target.Target, p *live.Process, d time.Duration) {
 	time.AfterFunc(d, func() {
-		procs, err := s.m.Processes(t.Tenant, t.SandboxID)
-		if err != nil {
-			return // the sandbox is gone, and the process with it
+		if _, ended := p.Exit(); ended {
+			return
 		}
-		for _, q := range procs {
-			if q.PID != p.PID || !q.StartedAt.Equal(p.StartedAt) || !q.Running {
-				continue
-			}
-			err := s.m.Signal(context.Background(), t.Tenant, t.SandboxID, p.PID, syscall.SIGKILL)
-			if err != nil && !errors.Is(err, session.ErrEnded) && !errors.Is(err, session.ErrNotFound) {
-				s.log.Warn("envd: a process past its timeout could not be killed", "sandbox", t.SandboxID, "pid", p.PID, "err", err)
-			}
+		err := p.Signal(context.Background(), syscall.SIGKILL)
+		if err != nil && !errors.Is(err, live.ErrEnded) && !errors.Is(err, live.ErrNotFound) {
+			s.log.Warn("envd: a process past its timeout could not be killed", "sandbox", t.SandboxID, "pid", p.PID(), "err", err)
 		}
 	})
 }
@@ -172,20 +165,17 @@ func (s *service) killAfter(t target.Target, p sandbox.ProcessInfo, d time.Durat
 // follow sends a process's events, from the first buffered, until the
 // process ends (its end event is the last sent) or ctx does; a keep-alive
 // goes when nothing else has for the client's interval.
-func (s *service) follow(ctx context.Context, h http.Header, t target.Target, info sandbox.ProcessInfo, send func(*ProcessEvent) error) error {
-	out, err := s.m.ProcessOutput(t.Tenant, t.SandboxID, info.PID)
-	if err != nil {
-		return classify(err, s.log).connect()
-	}
+func (s *service) follow(ctx context.Context, h http.Header, p *live.Process, send func(*ProcessEvent) error) error {
+	pty := p.Info().PTY != nil
 	every := s.keepaliveEvery(h)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var after uint64
 	for {
-		evs, changed, ended := out.Events(after)
+		evs, changed, ended := p.Events(after)
 		for _, ev := range evs {
 			after = max(after, ev.Seq)
-			pe := processEvent(ev, info.PTY != nil)
+			pe := processEvent(ev, p, pty)
 			if pe == nil {
 				continue
 			}
@@ -211,9 +201,9 @@ func (s *service) follow(ctx context.Context, h http.Header, t target.Target, in
 	}
 }
 
-// processEvent maps an event of the session's log to envd's (nil: none;
-// a note that output was dropped from the buffer has no envd form).
-func processEvent(ev sandbox.ProcessEvent, pty bool) *ProcessEvent {
+// processEvent maps an event of p's log to envd's (nil: none; a note that
+// output was dropped from the buffer has no envd form).
+func processEvent(ev sandbox.ProcessEvent, p *live.Process, pty bool) *ProcessEvent {
 	switch ev.Type {
 	case sandbox.ProcessEventStart:
 		return &ProcessEvent{Start: &StartEvent{PID: Uint32(ev.PID)}}
@@ -228,10 +218,11 @@ func processEvent(ev sandbox.ProcessEvent, pty bool) *ProcessEvent {
 			return &ProcessEvent{Data: &DataEvent{Stderr: &b}}
 		}
 	case sandbox.ProcessEventEnd:
-		if ev.Exit == nil {
+		x, ok := p.Exit()
+		if !ok {
 			return nil
 		}
-		return &ProcessEvent{End: endEvent(*ev.Exit)}
+		return &ProcessEvent{End: endEvent(x)}
 	}
 	return nil
 }
@@ -240,21 +231,18 @@ func processEvent(ev sandbox.ProcessEvent, pty bool) *ProcessEvent {
 // os.ProcessState): a process killed by a signal has exit code -1, is not
 // "exited", and its status and error name the signal; a non-zero exit
 // has the error "exit status N".
-func endEvent(x sandbox.ProcessExit) *EndEvent {
+func endEvent(x live.Exit) *EndEvent {
 	switch {
-	case x.Error != "":
+	case x.Ended != "":
 		msg := "the sandbox ended before the process did"
 		return &EndEvent{ExitCode: -1, Status: "sandbox ended", Error: &msg}
-	case x.Signal != "":
-		status := "signal: " + strings.ToLower(x.Signal)
-		if sig := unix.SignalNum(x.Signal); sig != 0 {
-			status = "signal: " + sig.String()
-		}
+	case x.Signal != 0:
+		status := "signal: " + x.Signal.String()
 		return &EndEvent{ExitCode: -1, Status: status, Error: &status}
 	}
-	status := fmt.Sprintf("exit status %d", x.ExitCode)
-	e := &EndEvent{ExitCode: int32(x.ExitCode), Exited: true, Status: status}
-	if x.ExitCode != 0 {
+	status := fmt.Sprintf("exit status %d", x.Code)
+	e := &EndEvent{ExitCode: int32(x.Code), Exited: true, Status: status}
+	if x.Code != 0 {
 		e.Error = &status
 	}
 	return e
@@ -262,37 +250,48 @@ func endEvent(x sandbox.ProcessExit) *EndEvent {
 
 // resolve finds the process a selector names: by pid, or by tag (a running
 // one first).
-func (s *service) resolve(t target.Target, sel *ProcessSelector) (sandbox.ProcessInfo, error) {
+func (s *service) resolve(t target.Target, sel *ProcessSelector) (*live.Process, error) {
 	if sel == nil || (sel.PID == nil && sel.Tag == nil) {
-		return sandbox.ProcessInfo{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process: give pid or tag"))
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process: give pid or tag"))
 	}
-	procs, err := s.m.Processes(t.Tenant, t.SandboxID)
+	sb, err := s.box(t)
 	if err != nil {
-		return sandbox.ProcessInfo{}, classify(err, s.log).connect()
+		return nil, classify(err, s.log).connect()
 	}
-	var found *sandbox.ProcessInfo
-	for i, p := range procs {
-		switch {
-		case sel.PID != nil && p.PID == int(*sel.PID):
-			return p, nil
-		case sel.PID == nil && p.Tag == *sel.Tag && (found == nil || (p.Running && !found.Running)):
-			found = &procs[i]
+	if sel.PID != nil {
+		p, err := sb.Process(int(*sel.PID))
+		if err != nil {
+			return nil, classify(err, s.log).connect()
+		}
+		return p, nil
+	}
+	procs, err := sb.Processes()
+	if err != nil {
+		return nil, classify(err, s.log).connect()
+	}
+	var found *live.Process
+	var running bool
+	for _, p := range procs {
+		info := p.Info()
+		if info.Tag == *sel.Tag && (found == nil || (info.Running && !running)) {
+			found, running = p, info.Running
 		}
 	}
-	if found != nil {
-		return *found, nil
+	if found == nil {
+		return nil, classify(live.ErrNoProcess, s.log).connect()
 	}
-	return sandbox.ProcessInfo{}, classify(session.ErrNoProcess, s.log).connect()
+	return found, nil
 }
 
 func (s *service) list(ctx context.Context, _ *connect.Request[ListRequest]) (*connect.Response[ListResponse], error) {
 	t := tgt(ctx)
-	procs, err := s.m.Processes(t.Tenant, t.SandboxID)
+	procs, err := on(s, t, func(sb *live.Sandbox) ([]*live.Process, error) { return sb.Processes() })
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
 	out := &ListResponse{Processes: []ProcessInfo{}}
-	for _, p := range procs {
+	for _, h := range procs {
+		p := h.Info()
 		if !p.Running {
 			continue // envd lists the running processes
 		}
@@ -324,7 +323,7 @@ func (s *service) sendInput(ctx context.Context, req *connect.Request[SendInputR
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.m.WriteStdin(ctx, t.Tenant, t.SandboxID, p.PID, bytes.NewReader(*data)); err != nil {
+	if _, err := p.WriteStdin(ctx, bytes.NewReader(*data)); err != nil {
 		return nil, classify(err, s.log).connect()
 	}
 	return connect.NewResponse(&SendInputResponse{}), nil
@@ -340,7 +339,7 @@ func (s *service) sendSignal(ctx context.Context, req *connect.Request[SendSigna
 	if err != nil {
 		return nil, err
 	}
-	if err := s.m.Signal(ctx, t.Tenant, t.SandboxID, p.PID, syscall.Signal(sig)); err != nil {
+	if err := p.Signal(ctx, syscall.Signal(sig)); err != nil {
 		return nil, classify(err, s.log).connect()
 	}
 	return connect.NewResponse(&SendSignalResponse{}), nil
@@ -352,7 +351,7 @@ func (s *service) closeStdin(ctx context.Context, req *connect.Request[CloseStdi
 	if err != nil {
 		return nil, err
 	}
-	if err := s.m.CloseStdin(t.Tenant, t.SandboxID, p.PID); err != nil {
+	if err := p.CloseStdin(); err != nil {
 		return nil, classify(err, s.log).connect()
 	}
 	return connect.NewResponse(&CloseStdinResponse{}), nil
@@ -369,7 +368,7 @@ func (s *service) update(ctx context.Context, req *connect.Request[UpdateRequest
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, err)
 		}
-		if err := s.m.Resize(ctx, t.Tenant, t.SandboxID, p.PID, size); err != nil {
+		if err := p.Resize(ctx, size); err != nil {
 			return nil, classify(err, s.log).connect()
 		}
 	}

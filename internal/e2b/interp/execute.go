@@ -11,6 +11,7 @@ import (
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/kernel"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // executeRequest is POST /execute's body.
@@ -81,8 +82,8 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, t target.Targe
 		h.writeError(w, err)
 	default:
 		_, msg := h.classify(err)
-		s.line(map[string]any{"type": kernel.EventError, "name": "InterpreterError", "value": msg, "traceback": msg})
-		s.line(map[string]any{"type": kernel.EventEndOfExecution})
+		s.line(map[string]any{"type": sandbox.ContextEventError, "name": "InterpreterError", "value": msg, "traceback": msg})
+		s.line(map[string]any{"type": sandbox.ContextEventEndOfExecution})
 	}
 }
 
@@ -90,16 +91,24 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, t target.Targe
 // context found gone (deleted by the client, or lost with its sandbox) is
 // made again once, before any of the cell's events went out.
 func (h *handler) run(r *http.Request, t target.Target, req executeRequest, language string, s *stream) error {
-	emit := func(ev kernel.Event) { s.event(ev) }
+	emit := func(ev sandbox.ContextEvent) { s.event(ev) }
 	if req.ContextID != "" {
-		return h.m.RunContext(r.Context(), t.Tenant, t.SandboxID, req.ContextID, req.Code, 0, emit)
+		k, err := h.contexts(r.Context(), t)
+		if err != nil {
+			return err
+		}
+		return k.Run(r.Context(), req.ContextID, req.Code, 0, emit)
 	}
 	for attempt := 0; ; attempt++ {
 		d, id, err := h.defaultContext(r.Context(), t, language)
 		if err != nil {
 			return err
 		}
-		err = h.m.RunContext(r.Context(), t.Tenant, t.SandboxID, id, req.Code, 0, emit)
+		k, err := h.contexts(r.Context(), t)
+		if err != nil {
+			return err
+		}
+		err = k.Run(r.Context(), id, req.Code, 0, emit)
 		if !errors.Is(err, kernel.ErrNotFound) || s.events() > 0 || attempt > 0 {
 			return err
 		}
@@ -159,14 +168,14 @@ func (s *stream) events() int {
 	return s.n
 }
 
-func (s *stream) event(ev kernel.Event) {
+func (s *stream) event(ev sandbox.ContextEvent) {
 	s.mu.Lock()
 	s.n++
 	s.mu.Unlock()
 	// number_of_executions comes first and is shown by nothing until the
 	// cell ends: it goes out with what follows it, one packet fewer for
 	// every cell.
-	s.write(wireEvent(ev), ev.Type != kernel.EventNumberOfExecutions)
+	s.write(wireEvent(ev), ev.Type != sandbox.ContextEventNumberOfExecutions)
 }
 
 // line writes v as one JSON line and sends it.
@@ -204,12 +213,12 @@ func (s *stream) write(v any, flush bool) {
 }
 
 // wireEvent is ev as the SDK reads it.
-func wireEvent(ev kernel.Event) map[string]any {
+func wireEvent(ev sandbox.ContextEvent) map[string]any {
 	out := map[string]any{"type": ev.Type}
 	switch ev.Type {
-	case kernel.EventStdout, kernel.EventStderr:
+	case sandbox.ContextEventStdout, sandbox.ContextEventStderr:
 		out["text"] = ev.Text
-	case kernel.EventResult:
+	case sandbox.ContextEventResult:
 		for mime, data := range ev.Data {
 			field, ok := resultFields[mime]
 			if !ok {
@@ -222,11 +231,11 @@ func wireEvent(ev kernel.Event) map[string]any {
 			}
 		}
 		out["is_main_result"] = ev.IsMain
-	case kernel.EventError:
+	case sandbox.ContextEventError:
 		out["name"] = ev.Name
 		out["value"] = ev.Value
 		out["traceback"] = traceback(ev.Traceback)
-	case kernel.EventNumberOfExecutions:
+	case sandbox.ContextEventNumberOfExecutions:
 		out["execution_count"] = ev.ExecutionCount
 	}
 	return out

@@ -2,11 +2,11 @@
 // SDK speaks (a sandbox's port 49999): POST /execute runs a cell and
 // streams its output as newline-delimited JSON, /contexts creates, lists,
 // restarts and deletes code contexts, GET /health answers. It is backed by
-// the code contexts of Corral's live sandboxes (internal/session,
+// the code contexts of Corral's live sandboxes (internal/live,
 // internal/kernel): no Jupyter server runs in the sandbox.
 //
 // The dispatcher (internal/e2b) authenticates each request, routes it to
-// the node holding the sandbox and puts the sandbox in the request's
+// the node owning the sandbox and puts the sandbox in the request's
 // context (internal/e2b/target); this package trusts that.
 package interp
 
@@ -24,23 +24,18 @@ import (
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/lang"
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Sessions is what the interpreter uses of *session.Manager.
-type Sessions interface {
-	// Sandbox describes tenant's live sandbox id; session.ErrNotFound once
-	// it is gone.
-	Sandbox(tenant, id string) (sandbox.SandboxInfo, error)
-	CreateContext(ctx context.Context, tenant, id string, o kernel.ContextOptions) (kernel.Info, error)
-	Contexts(ctx context.Context, tenant, id string) ([]kernel.Info, error)
-	RunContext(ctx context.Context, tenant, id, cid, code string, timeout time.Duration, emit func(kernel.Event)) error
-	DeleteContext(ctx context.Context, tenant, id, cid string) error
-	RestartContext(ctx context.Context, tenant, id, cid string) error
+// contexts returns the code contexts of the live sandbox t names.
+func (h *handler) contexts(ctx context.Context, t target.Target) (*kernel.Contexts, error) {
+	sb, err := h.m.Get(t.Tenant, t.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Contexts(ctx)
 }
-
-var _ Sessions = (*session.Manager)(nil)
 
 // defaultKeepAlive is how often a stream with nothing else to say gets a
 // keepalive line (and how long a cell waiting for its context's turn waits
@@ -58,7 +53,7 @@ const defaultLanguage = "python"
 // handler serves one node's code interpreter. It is safe for concurrent
 // use.
 type handler struct {
-	m         Sessions
+	m         *live.Manager
 	log       *slog.Logger
 	keepAlive time.Duration
 
@@ -78,7 +73,7 @@ type defaultContext struct {
 }
 
 // New returns the code interpreter over m's live sandboxes.
-func New(m Sessions, log *slog.Logger) http.Handler {
+func New(m *live.Manager, log *slog.Logger) http.Handler {
 	h := &handler{m: m, log: log, keepAlive: defaultKeepAlive, defaults: map[defaultKey]*defaultContext{}}
 	return h.routes()
 }
@@ -136,7 +131,11 @@ func (h *handler) createContext(w http.ResponseWriter, r *http.Request, t target
 	if !ok {
 		return
 	}
-	info, err := h.m.CreateContext(r.Context(), t.Tenant, t.SandboxID, kernel.ContextOptions{Language: language, Cwd: req.Cwd})
+	k, err := h.contexts(r.Context(), t)
+	var info sandbox.CodeContext
+	if err == nil {
+		info, err = k.Create(r.Context(), kernel.ContextOptions{Language: language, Cwd: req.Cwd})
+	}
 	if err != nil {
 		h.writeError(w, err)
 		return
@@ -145,7 +144,11 @@ func (h *handler) createContext(w http.ResponseWriter, r *http.Request, t target
 }
 
 func (h *handler) listContexts(w http.ResponseWriter, r *http.Request, t target.Target) {
-	infos, err := h.m.Contexts(r.Context(), t.Tenant, t.SandboxID)
+	k, err := h.contexts(r.Context(), t)
+	var infos []sandbox.CodeContext
+	if err == nil {
+		infos = k.List()
+	}
 	if err != nil {
 		h.writeError(w, err)
 		return
@@ -158,7 +161,11 @@ func (h *handler) listContexts(w http.ResponseWriter, r *http.Request, t target.
 }
 
 func (h *handler) deleteContext(w http.ResponseWriter, r *http.Request, t target.Target) {
-	if err := h.m.DeleteContext(r.Context(), t.Tenant, t.SandboxID, r.PathValue("id")); err != nil {
+	k, err := h.contexts(r.Context(), t)
+	if err == nil {
+		err = k.Delete(r.Context(), r.PathValue("id"))
+	}
+	if err != nil {
 		h.writeError(w, err)
 		return
 	}
@@ -166,7 +173,11 @@ func (h *handler) deleteContext(w http.ResponseWriter, r *http.Request, t target
 }
 
 func (h *handler) restartContext(w http.ResponseWriter, r *http.Request, t target.Target) {
-	if err := h.m.RestartContext(r.Context(), t.Tenant, t.SandboxID, r.PathValue("id")); err != nil {
+	k, err := h.contexts(r.Context(), t)
+	if err == nil {
+		err = k.Restart(r.Context(), r.PathValue("id"))
+	}
+	if err != nil {
 		h.writeError(w, err)
 		return
 	}
@@ -206,7 +217,11 @@ func (h *handler) defaultContext(ctx context.Context, t target.Target, language 
 	if d.id != "" {
 		return d, d.id, nil
 	}
-	info, err := h.m.CreateContext(ctx, t.Tenant, t.SandboxID, kernel.ContextOptions{Language: language})
+	ks, err := h.contexts(ctx, t)
+	var info sandbox.CodeContext
+	if err == nil {
+		info, err = ks.Create(ctx, kernel.ContextOptions{Language: language})
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -229,7 +244,7 @@ func (d *defaultContext) forget(id string) {
 // a few more (h.mu is held).
 func (h *handler) sweepLocked() {
 	for k := range h.defaults {
-		if _, err := h.m.Sandbox(k.tenant, k.sandbox); errors.Is(err, session.ErrNotFound) {
+		if _, err := h.m.Get(k.tenant, k.sandbox); errors.Is(err, live.ErrNotFound) {
 			delete(h.defaults, k)
 		}
 	}

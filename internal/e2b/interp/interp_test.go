@@ -17,9 +17,10 @@ import (
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
-	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -32,11 +33,11 @@ func TestMain(m *testing.M) {
 
 const hostPython = "/usr/bin/python3"
 
-// unit is a code interpreter over a session manager with one live python
+// unit is a code interpreter over the live sandboxes, with one live python
 // sandbox, "box" of tenant "t", on the fake runtime.
 type unit struct {
 	t   *testing.T
-	m   *session.Manager
+	m   *live.Manager
 	h   *handler
 	srv *httptest.Server
 }
@@ -53,12 +54,13 @@ func newUnit(t *testing.T) *unit {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
 	reg := cluster.New(cluster.Config{ID: "node", Address: "127.0.0.1:1", Heartbeat: time.Second, LostAfter: time.Minute}, st, log)
-	m, err := session.New(t.Context(), session.DefaultConfig(t.TempDir()), f.Engine, f.Fleet, reg, log)
+	table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := live.New(live.DefaultConfig(), table, f.Engine, f.Fleet, reg, log)
 	t.Cleanup(m.Close)
-	if _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python",
+	if _, _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python",
 		Tier: sandbox.IsolationContainer}); err != nil {
 		t.Fatal(err)
 	}
@@ -406,11 +408,11 @@ func TestBadRequests(t *testing.T) {
 func TestSandboxGone(t *testing.T) {
 	u := newUnit(t)
 	u.execute(code("1"))
-	if err := u.m.Delete(t.Context(), "t", "box"); err != nil {
+	if err := u.m.Kill(t.Context(), "t", "box"); err != nil {
 		t.Fatal(err)
 	}
 	errorBody(t, u.do("POST", "/execute", code("1")), http.StatusBadGateway)
-	if _, err := u.m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box2", Language: "python",
+	if _, _, err := u.m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box2", Language: "python",
 		Tier: sandbox.IsolationContainer}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package session
+package live
 
 import (
 	"bytes"
@@ -13,7 +13,9 @@ import (
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -29,12 +31,16 @@ func TestPauseSandbox(t *testing.T) {
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
 			e := testenv.Engine(t)
-			var logs logBuffer
-			m, err := New(t.Context(), DefaultConfig(t.TempDir()), e, e.Fleet(), registry(t), slog.New(slog.NewTextHandler(&logs, nil)))
+			var logs testenv.LogBuffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			reg := registry(t)
+			table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(m.Close)
+			lm := New(DefaultConfig(), table, e, e.Fleet(), reg, log)
+			t.Cleanup(lm.Close)
+			m := &byID{Manager: lm, sessions: session.New(session.DefaultConfig(), table, e, e.Fleet(), log)}
 			ctx := t.Context()
 			memory := tier == runtime.TierGVisor
 			if _, err := m.Create(ctx, "t", sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python",
@@ -53,10 +59,10 @@ func TestPauseSandbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cell := func(code string) []kernel.Event {
+			cell := func(code string) []sandbox.ContextEvent {
 				t.Helper()
-				var evs []kernel.Event
-				if err := m.RunContext(ctx, "t", "box", c.ID, code, time.Minute, func(ev kernel.Event) { evs = append(evs, ev) }); err != nil {
+				var evs []sandbox.ContextEvent
+				if err := m.RunContext(ctx, "t", "box", c.ID, code, time.Minute, func(ev sandbox.ContextEvent) { evs = append(evs, ev) }); err != nil {
 					t.Fatalf("run %q: %v", code, err)
 				}
 				return evs
@@ -156,16 +162,18 @@ func TestPauseSandbox(t *testing.T) {
 			if err := m.Pause(ctx, "t", "box"); err != nil {
 				t.Fatal(err)
 			}
-			m.mu.Lock()
-			dir := m.sessions[key("t", "box")].dir
-			m.mu.Unlock()
+			w, ok := table.Lookup("t", "box")
+			if !ok {
+				t.Fatal("no workspace for the paused sandbox")
+			}
+			dir := w.Dir()
 			if err := m.Delete(ctx, "t", "box"); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("a sandbox deleted while paused left %s: %v", dir, err)
 			}
-			if n := e.Fleet().Count()[fleet.HolderSession]; n != 0 {
+			if n := e.Fleet().Count()[fleet.HolderSandbox]; n != 0 {
 				t.Errorf("%d sandboxes held for sessions after the delete", n)
 			}
 			if strings.Contains(logs.String(), "restore a paused sandbox") {

@@ -79,7 +79,7 @@ func TestHolds(t *testing.T) {
 	if err := os.Chtimes(s.lockPath("aaaa"), old, old); err != nil {
 		t.Fatal(err)
 	}
-	release, err := s.Acquire(img)
+	release, err := s.Lock(img)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestHolds(t *testing.T) {
 		t.Errorf("last used %v after an Acquire; want later than %v", s.lastUsed("aaaa"), old)
 	}
 	// Two sandboxes may run on one image.
-	release2, err := s.Acquire(img)
+	release2, err := s.Lock(img)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,10 +120,10 @@ func TestHolds(t *testing.T) {
 			t.Errorf("version %s kept: %v", v, err)
 		}
 	}
-	if _, err := s.Acquire(img); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Lock(img); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Acquire of a removed image = %v; want ErrNotFound", err)
 	}
-	if _, err := s.Acquire(Image{Name: "x", Rootfs: "/elsewhere/rootfs"}); err == nil || errors.Is(err, ErrNotFound) {
+	if _, err := s.Lock(Image{Name: "x", Rootfs: "/elsewhere/rootfs"}); err == nil || errors.Is(err, ErrNotFound) {
 		t.Errorf("Acquire of an image outside the store = %v; want an error other than ErrNotFound", err)
 	}
 }

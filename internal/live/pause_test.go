@@ -1,4 +1,4 @@
-package session
+package live
 
 import (
 	"bytes"
@@ -34,12 +34,12 @@ func (u *unit) pausedCalls(pid int, cid string) {
 	_, err = u.m.Contexts(ctx, "t", "box")
 	checkPaused(t, "list contexts", err)
 	if cid != "" {
-		checkPaused(t, "run a cell", u.m.RunContext(ctx, "t", "box", cid, "1", time.Second, func(kernel.Event) {}))
+		checkPaused(t, "run a cell", u.m.RunContext(ctx, "t", "box", cid, "1", time.Second, func(sandbox.ContextEvent) {}))
 	}
 	_, err = u.m.SetTimeout(ctx, "t", "box", time.Minute)
 	checkPaused(t, "set the timeout", err)
 	checkPaused(t, "pause again", u.m.Pause(ctx, "t", "box"))
-	_, err = u.m.Acquirer("t", "box").Acquire(ctx, u.claim(runtime.TierContainer))
+	_, err = u.m.Acquirer("t", "box").Acquire(ctx, u.f.PythonClaim(u.t, runtime.TierContainer))
 	var ie *engine.InputError
 	if !errors.As(err, &ie) || ie.Field != "session_id" {
 		t.Errorf("an execution in the paused sandbox: %v, want an input error on session_id", err)
@@ -85,7 +85,7 @@ func TestPauseMemory(t *testing.T) {
 	}
 	u.runCell(c.ID, "x = 21")
 
-	u.clock.advance(30 * time.Second)
+	u.clock.Advance(30 * time.Second)
 	if err := u.m.Pause(ctx, "t", "box"); err != nil {
 		t.Fatalf("pause: %v", err)
 	}
@@ -93,13 +93,13 @@ func TestPauseMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State != "paused" || info.Pause == nil || !info.Pause.Memory || !info.ExpiresAt.Equal(u.clock.now().Add(DefaultPausedTTL)) {
+	if info.State != "paused" || info.Pause == nil || !info.Pause.Memory || !info.ExpiresAt.Equal(u.clock.Now().Add(DefaultPausedTTL)) {
 		t.Errorf("paused: state %q, pause %+v, expires %v", info.State, info.Pause, info.ExpiresAt)
 	}
 	u.pausedCalls(cat.PID, c.ID)
 	// Past its own timeout, but paused: the reaper keeps it.
-	u.clock.advance(time.Hour)
-	u.m.reap()
+	u.clock.Advance(time.Hour)
+	u.table.Reap()
 	if _, err := u.m.Sandbox("t", "box"); err != nil {
 		t.Fatalf("a paused sandbox past its timeout: %v", err)
 	}
@@ -112,8 +112,8 @@ func TestPauseMemory(t *testing.T) {
 	if info.State != "running" || info.Pause != nil || info.Resume == nil || *info.Resume != want {
 		t.Errorf("resumed: state %q, pause %+v, resume %+v; want %+v", info.State, info.Pause, info.Resume, want)
 	}
-	if !info.ExpiresAt.Equal(u.clock.now().Add(time.Minute)) {
-		t.Errorf("resumed: expires %v, want its whole timeout from now (%v)", info.ExpiresAt, u.clock.now().Add(time.Minute))
+	if !info.ExpiresAt.Equal(u.clock.Now().Add(time.Minute)) {
+		t.Errorf("resumed: expires %v, want its whole timeout from now (%v)", info.ExpiresAt, u.clock.Now().Add(time.Minute))
 	}
 	if _, err := u.m.Resume(ctx, "t", "box"); !errors.Is(err, ErrNotPaused) {
 		t.Errorf("resume a running sandbox: %v, want ErrNotPaused", err)
@@ -140,7 +140,7 @@ func TestPauseMemory(t *testing.T) {
 	if err := u.m.ReadFile(ctx, "t", "box", "/workspace/kept.txt", &b); err != nil || b.String() != "kept\n" {
 		t.Errorf("a file after the resume: %q, %v", b.String(), err)
 	}
-	if _, err := os.Stat(pauseDir(u.entry("box"))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(u.handle("box").pauseDir()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the saved state outlived the resume: %v", err)
 	}
 }
@@ -161,7 +161,7 @@ func TestPauseFiles(t *testing.T) {
 	if err := u.m.Pause(ctx, "t", "box"); err != nil {
 		t.Fatalf("pause: %v", err)
 	}
-	if u.live(old.ID()) {
+	if u.f.Alive(old.ID()) {
 		t.Error("the sandbox runs on after a pause of its files")
 	}
 	info, err := u.m.Sandbox("t", "box")
@@ -200,14 +200,14 @@ func TestPausedExpires(t *testing.T) {
 	if err := u.m.Pause(t.Context(), "t", "box"); err != nil {
 		t.Fatal(err)
 	}
-	dir := u.entry("box").dir
-	u.clock.advance(time.Hour)
-	u.m.reap()
+	dir := u.handle("box").w.Dir()
+	u.clock.Advance(time.Hour)
+	u.table.Reap()
 	if _, err := u.m.Sandbox("t", "box"); err != nil {
 		t.Fatalf("paused an hour of two: %v", err)
 	}
-	u.clock.advance(time.Hour + time.Second)
-	u.m.reap()
+	u.clock.Advance(time.Hour + time.Second)
+	u.table.Reap()
 	if _, err := u.m.Sandbox("t", "box"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("past PausedTTL: %v, want ErrNotFound", err)
 	}
@@ -217,16 +217,4 @@ func TestPausedExpires(t *testing.T) {
 	if _, err := u.m.Resume(t.Context(), "t", "box"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("resume an expired sandbox: %v, want ErrNotFound", err)
 	}
-}
-
-// entry is live sandbox id's entry.
-func (u *unit) entry(id string) *entry {
-	u.t.Helper()
-	u.m.mu.Lock()
-	defer u.m.mu.Unlock()
-	e := u.m.sessions[key("t", id)]
-	if e == nil {
-		u.t.Fatalf("no session %s", id)
-	}
-	return e
 }

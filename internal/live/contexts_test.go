@@ -1,4 +1,4 @@
-package session
+package live
 
 import (
 	"errors"
@@ -18,32 +18,32 @@ const hostPython = "/usr/bin/python3"
 
 // runCell runs code in context cid of live sandbox box and returns its
 // events.
-func (u *unit) runCell(cid, code string) []kernel.Event {
+func (u *unit) runCell(cid, code string) []sandbox.ContextEvent {
 	u.t.Helper()
-	var evs []kernel.Event
-	if err := u.m.RunContext(u.t.Context(), "t", "box", cid, code, 30*time.Second, func(ev kernel.Event) {
+	var evs []sandbox.ContextEvent
+	if err := u.m.RunContext(u.t.Context(), "t", "box", cid, code, 30*time.Second, func(ev sandbox.ContextEvent) {
 		evs = append(evs, ev)
 	}); err != nil {
 		u.t.Fatalf("run %q: %v", code, err)
 	}
-	if len(evs) == 0 || evs[len(evs)-1].Type != kernel.EventEndOfExecution {
+	if len(evs) == 0 || evs[len(evs)-1].Type != sandbox.ContextEventEndOfExecution {
 		u.t.Fatalf("run %q: events %+v end without end_of_execution", code, evs)
 	}
 	return evs
 }
 
-func mainText(evs []kernel.Event) string {
+func mainText(evs []sandbox.ContextEvent) string {
 	for _, ev := range evs {
-		if ev.Type == kernel.EventResult && ev.IsMain {
+		if ev.Type == sandbox.ContextEventResult && ev.IsMain {
 			return ev.Data["text/plain"]
 		}
 	}
 	return ""
 }
 
-func errorName(evs []kernel.Event) string {
+func errorName(evs []sandbox.ContextEvent) string {
 	for _, ev := range evs {
-		if ev.Type == kernel.EventError {
+		if ev.Type == sandbox.ContextEventError {
 			return ev.Name
 		}
 	}
@@ -108,7 +108,7 @@ func TestLiveContexts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, err := range map[string]error{
-		"run a deleted one": u.m.RunContext(t.Context(), "t", "box", b.ID, "1", 0, func(kernel.Event) {}),
+		"run a deleted one": u.m.RunContext(t.Context(), "t", "box", b.ID, "1", 0, func(sandbox.ContextEvent) {}),
 		"delete it again":   u.m.DeleteContext(t.Context(), "t", "box", b.ID),
 		"interrupt unknown": u.m.InterruptContext(t.Context(), "t", "box", "nope"),
 	} {
@@ -127,7 +127,7 @@ func TestLiveContexts(t *testing.T) {
 	if err := u.heldSandbox("box").Kill(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	err = u.m.RunContext(t.Context(), "t", "box", a.ID, "1", 0, func(kernel.Event) {})
+	err = u.m.RunContext(t.Context(), "t", "box", a.ID, "1", 0, func(sandbox.ContextEvent) {})
 	if !errors.Is(err, kernel.ErrNotFound) {
 		t.Errorf("a context after its sandbox was made again: %v, want kernel.ErrNotFound", err)
 	}

@@ -10,19 +10,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A version is in use while a sandbox runs on it: the holder keeps a shared
+// A version is in use while a sandbox runs on it: its user keeps a shared
 // flock on versions/HEX/lock. Locks are seen across processes and end with
-// the process that holds them, so a crash never leaves an image held. The
+// the process that took them, so a crash never leaves an image locked. The
 // lock file's mtime is when the version was last used, so LRU order
 // survives restarts.
 
 // lockPath is version v's lock file.
 func (s *Store) lockPath(v string) string { return filepath.Join(s.versionDir(v), "lock") }
 
-// Acquire marks img in use until release is called: eviction and removal
-// leave it alone meanwhile, and its last-used time becomes now. It fails
-// with ErrNotFound if the image was removed after it was resolved.
-func (s *Store) Acquire(img Image) (release func(), err error) {
+// Lock marks img in use until unlock is called (a shared flock on its
+// version): eviction and removal leave it alone meanwhile, and its
+// last-used time becomes now. It fails with ErrNotFound if the image was
+// removed after it was resolved.
+func (s *Store) Lock(img Image) (unlock func(), err error) {
 	if img.Name == HostName {
 		return func() {}, nil
 	}
@@ -53,7 +54,7 @@ func (s *Store) Acquire(img Image) (release func(), err error) {
 	return func() { once.Do(func() { f.Close() }) }, nil
 }
 
-// inUse reports whether a sandbox holds version v.
+// inUse reports whether a sandbox locks version v.
 func (s *Store) inUse(v string) bool {
 	f, err := os.Open(s.lockPath(v))
 	if err != nil {

@@ -1,4 +1,4 @@
-package session
+package live
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 )
 
 // create makes live sandbox req.SandboxID of tenant t on the container tier.
-func (u *unit) create(req sandbox.CreateSandboxRequest) sandbox.SandboxInfo {
+func (u *unit) create(req sandbox.CreateSandboxRequest) sandbox.Info {
 	u.t.Helper()
 	if req.Tier == "" {
 		req.Tier = sandbox.IsolationContainer
@@ -34,15 +34,10 @@ func (u *unit) create(req sandbox.CreateSandboxRequest) sandbox.SandboxInfo {
 // heldSandbox is the sandbox live sandbox id holds now.
 func (u *unit) heldSandbox(id string) runtime.Sandbox {
 	u.t.Helper()
-	u.m.mu.Lock()
-	e := u.m.sessions[key("t", id)]
-	u.m.mu.Unlock()
-	if e == nil || e.live == nil {
-		u.t.Fatalf("%s is no live sandbox", id)
-	}
-	e.live.mu.Lock()
-	defer e.live.mu.Unlock()
-	return e.live.sb
+	s := u.handle(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sb
 }
 
 // start starts a process in live sandbox id.
@@ -98,9 +93,9 @@ func hasEnd(evs []sandbox.ProcessEvent) bool {
 // reaper leaves nothing of it.
 func TestLiveLifecycle(t *testing.T) {
 	u := newUnit(t)
-	start := u.clock.now()
+	start := u.clock.Now()
 	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Metadata: map[string]string{"owner": "ann"}, TimeoutSeconds: 60})
-	want := sandbox.SandboxInfo{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
+	want := sandbox.Info{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
 		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUs: 1, Pids: 256, DiskMB: 1024},
 		Metadata: map[string]string{"owner": "ann"}, State: "running", TimeoutSeconds: 60,
 		CreatedAt: start, ExpiresAt: start.Add(time.Minute)}
@@ -108,15 +103,13 @@ func TestLiveLifecycle(t *testing.T) {
 		t.Errorf("Create =\n%s\nwant\n%s", b, w)
 	}
 	sb := u.heldSandbox("box")
-	if sb == nil || !u.live(sb.ID()) {
+	if sb == nil || !u.f.Alive(sb.ID()) {
 		t.Fatal("no sandbox held after Create")
 	}
-	if h, _ := u.f.Fleet.Holder(sb.ID()); h != fleet.HolderSession {
+	if h, _ := u.f.Fleet.Holder(sb.ID()); h != fleet.HolderSandbox {
 		t.Errorf("the sandbox is held by %q, want the session", h)
 	}
-	u.reg.mu.Lock()
-	published := string(u.reg.published[key("t", "box")])
-	u.reg.mu.Unlock()
+	published := string(u.reg.Published(key("t", "box")))
 	if published != mustJSON(t, info) {
 		t.Errorf("published %s, want %s", published, mustJSON(t, info))
 	}
@@ -131,7 +124,7 @@ func TestLiveLifecycle(t *testing.T) {
 	}
 
 	// Use does not slide the timeout.
-	u.clock.advance(30 * time.Second)
+	u.clock.Advance(30 * time.Second)
 	p := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"true"}})
 	u.until("box", p.PID, 0, hasEnd)
 	if _, err := u.m.WriteFile(t.Context(), "t", "box", "a.txt", strings.NewReader("x")); err != nil {
@@ -141,31 +134,31 @@ func TestLiveLifecycle(t *testing.T) {
 		t.Errorf("after use it expires at %v, want %v still", got.ExpiresAt, start.Add(time.Minute))
 	}
 	got, err := u.m.SetTimeout(t.Context(), "t", "box", 2*time.Minute)
-	if now := u.clock.now(); err != nil || !got.ExpiresAt.Equal(now.Add(2*time.Minute)) || got.TimeoutSeconds != 120 {
+	if now := u.clock.Now(); err != nil || !got.ExpiresAt.Equal(now.Add(2*time.Minute)) || got.TimeoutSeconds != 120 {
 		t.Errorf("SetTimeout = %+v, %v; want expiry %v", got, err, now.Add(2*time.Minute))
 	}
-	for _, bad := range []time.Duration{0, -time.Second, u.m.cfg.MaxTTL + time.Second} {
+	for _, bad := range []time.Duration{0, -time.Second, u.cfg.MaxTimeout + time.Second} {
 		var ie *engine.InputError
 		if _, err := u.m.SetTimeout(t.Context(), "t", "box", bad); !errors.As(err, &ie) || ie.Field != "timeout_seconds" {
 			t.Errorf("SetTimeout(%v): %v, want an input error on timeout_seconds", bad, err)
 		}
 	}
 
-	u.clock.advance(2*time.Minute + time.Second)
+	u.clock.Advance(2*time.Minute + time.Second)
 	if _, err := u.m.Sandbox("t", "box"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("past its timeout: %v, want ErrNotFound", err)
 	}
 	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a process past the timeout: %v, want ErrNotFound", err)
 	}
-	u.m.reap()
-	if u.live(sb.ID()) || u.liveCount() != 0 {
-		t.Errorf("after the reaper %d sandboxes live", u.liveCount())
+	u.table.Reap()
+	if u.f.Alive(sb.ID()) || u.f.AliveCount() != 0 {
+		t.Errorf("after the reaper %d sandboxes live", u.f.AliveCount())
 	}
 	if _, err := os.Stat(u.sessionDir("box")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the sandbox's files are still there: %v", err)
 	}
-	if _, drops := u.reg.asked(); len(drops) != 1 || drops[0] != "t/box" {
+	if _, drops := u.reg.Asked(); len(drops) != 1 || drops[0] != "t/box" {
 		t.Errorf("holds dropped: %v, want t/box", drops)
 	}
 }
@@ -217,10 +210,10 @@ func TestLiveCreateRefuses(t *testing.T) {
 			t.Errorf("%+v: %v, want an input error on %s", tc.req, err, tc.field)
 		}
 	}
-	if holds, _ := u.reg.asked(); len(holds) != 0 {
+	if holds, _ := u.reg.Asked(); len(holds) != 0 {
 		t.Errorf("refused requests asked the registry: %v", holds)
 	}
-	if n := u.liveCount(); n != 0 {
+	if n := u.f.AliveCount(); n != 0 {
 		t.Errorf("%d sandboxes made", n)
 	}
 }
@@ -385,7 +378,7 @@ func TestProcessNotFoundProgram(t *testing.T) {
 // start learns how much was dropped, one past the drop does not.
 func TestOutputBound(t *testing.T) {
 	o := newOutput(10)
-	o.proc = &process{}
+	o.proc = &Process{}
 	o.mu.Lock()
 	o.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventStart, PID: 7})
 	o.mu.Unlock()
@@ -409,7 +402,7 @@ func TestOutputBound(t *testing.T) {
 	if got, _, _ := o.Events(evs[1].Seq); len(got) != 3 || got[0].Type != sandbox.ProcessEventStdout {
 		t.Errorf("after the drop: %+v", got)
 	}
-	o.end(sandbox.ProcessExit{ExitCode: 3})
+	o.end(Exit{Code: 3})
 	got, _, ended := o.Events(^uint64(0) - 1)
 	if !ended || len(got) != 0 {
 		t.Errorf("after everything: %+v, ended %v", got, ended)
@@ -425,8 +418,8 @@ func TestExecutionInLiveSandbox(t *testing.T) {
 	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Env: map[string]string{"GREETING": "hi"}})
 	held := u.heldSandbox("box")
 	bg := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"sleep", "300"}})
-	u.clock.advance(time.Second)
-	out, ran := u.run("box", "import os\nprint(os.environ['GREETING'])")
+	u.clock.Advance(time.Second)
+	out, ran := u.f.RunPython(u.t, u.sessions.Acquirer("t", "box"), "t", "box", "import os\nprint(os.environ['GREETING'])")
 	if out != "hi\n" || ran != held.ID() {
 		t.Errorf("the execution printed %q in %s; want the sandbox's variable, in the held %s", out, ran, held.ID())
 	}
@@ -442,13 +435,13 @@ func TestExecutionInLiveSandbox(t *testing.T) {
 	if res := u.f.Run(t.Context(), job, nil); res.Error == nil || res.Error.Type != sandbox.ErrTimeout {
 		t.Errorf("a sleeping execution: %+v, want a timeout", res.Error)
 	}
-	if got := u.heldSandbox("box"); got != held || !u.live(held.ID()) {
+	if got := u.heldSandbox("box"); got != held || !u.f.Alive(held.ID()) {
 		t.Errorf("the sandbox went with the execution's timeout")
 	}
 	if p, err := u.m.Process(t.Context(), "t", "box", bg.PID, false); err != nil || !p.Running {
 		t.Errorf("the background process: %+v, %v; want it running", p, err)
 	}
-	if h, _ := u.f.Fleet.Holder(held.ID()); h != fleet.HolderSession {
+	if h, _ := u.f.Fleet.Holder(held.ID()); h != fleet.HolderSandbox {
 		t.Errorf("after executions the sandbox is held by %q", h)
 	}
 	got, _ := u.m.Sandbox("t", "box")
@@ -479,7 +472,7 @@ func TestLiveSandboxMadeAgain(t *testing.T) {
 	if got := stdout(u.until("box", q.PID, 0, hasEnd)); got != "kept" {
 		t.Errorf("in the new sandbox the file holds %q", got)
 	}
-	if now := u.heldSandbox("box"); now == old || u.live(old.ID()) {
+	if now := u.heldSandbox("box"); now == old || u.f.Alive(old.ID()) {
 		t.Errorf("the dead sandbox was not replaced")
 	}
 	if info, _ := u.m.Sandbox("t", "box"); info.Restarts != 1 {
@@ -553,11 +546,11 @@ func TestLiveAfterRestart(t *testing.T) {
 	if _, err := u.m.WriteFile(t.Context(), "t", "box", "kept.txt", strings.NewReader("kept")); err != nil {
 		t.Fatal(err)
 	}
-	u.m.Close()
-	if n := u.liveCount(); n != 0 {
+	u.close()
+	if n := u.f.AliveCount(); n != 0 {
 		t.Fatalf("%d sandboxes after Close", n)
 	}
-	u.m = u.open(u.m.cfg)
+	u.open()
 	got, err := u.m.Sandbox("t", "box")
 	if err != nil || !got.ExpiresAt.Equal(info.ExpiresAt) || got.Metadata["k"] != "v" || got.Restarts != 0 {
 		t.Fatalf("after the restart: %+v, %v", got, err)
@@ -575,7 +568,7 @@ func TestLiveAfterRestart(t *testing.T) {
 // of its output; a reader learns what went.
 func TestOutputShrinksAtEnd(t *testing.T) {
 	o := newOutput(1 << 20)
-	o.proc = &process{}
+	o.proc = &Process{}
 	chunk := bytes.Repeat([]byte("x"), 32<<10)
 	for range 8 {
 		o.Stdout(chunk)
@@ -583,7 +576,7 @@ func TestOutputShrinksAtEnd(t *testing.T) {
 	if evs, _, _ := o.Events(0); len(stdout(evs)) != 8*len(chunk) {
 		t.Fatalf("running: %d bytes buffered, want all %d", len(stdout(evs)), 8*len(chunk))
 	}
-	o.end(sandbox.ProcessExit{})
+	o.end(Exit{})
 	evs, _, ended := o.Events(0)
 	if n := len(stdout(evs)); !ended || n > endedKeep || n == 0 {
 		t.Errorf("ended: %d bytes buffered, want at most %d", n, endedKeep)

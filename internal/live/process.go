@@ -1,4 +1,4 @@
-package session
+package live
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -34,9 +35,10 @@ const (
 	maxTag       = 256
 )
 
-// process is one process of a live sandbox.
-type process struct {
-	out *Output
+// Process is the handle of one process of a live sandbox.
+type Process struct {
+	sb  *Sandbox
+	out *output
 
 	// Guarded by out.mu:
 	p           *agent.Process // its handle; a resume gives it a new one
@@ -47,12 +49,14 @@ type process struct {
 	moved chan struct{}
 	// endReason is the exit's error when p ends with its sandbox.
 	endReason string
+	// exit is how it ended, once it has.
+	exit *Exit
 }
 
-// Output is a process's event log: its start, its output as it came
+// output is a process's event log: its start, its output as it came
 // (the latest bytes of it, up to a bound) and its end. It is safe for
 // concurrent use; it implements agent.Output.
-type Output struct {
+type output struct {
 	mu     sync.Mutex
 	max    int64
 	events []sandbox.ProcessEvent // start, then output and end, by Seq
@@ -65,16 +69,16 @@ type Output struct {
 	ended       bool
 	// changed is closed, and replaced, when an event arrives.
 	changed chan struct{}
-	proc    *process
+	proc    *Process
 }
 
-func newOutput(max int64) *Output {
+func newOutput(max int64) *output {
 	// Seq 1 is the start event, added once the pid is known; output that
 	// comes before (the agent may send it before its answer) follows it.
-	return &Output{max: max, next: 2, changed: make(chan struct{})}
+	return &output{max: max, next: 2, changed: make(chan struct{})}
 }
 
-func (o *Output) addLocked(ev sandbox.ProcessEvent) {
+func (o *output) addLocked(ev sandbox.ProcessEvent) {
 	if ev.Type == sandbox.ProcessEventStart {
 		ev.Seq = 1
 		o.events = slices.Insert(o.events, 0, ev)
@@ -91,7 +95,7 @@ func (o *Output) addLocked(ev sandbox.ProcessEvent) {
 
 // trimLocked drops the oldest output until the buffer holds at most max
 // bytes.
-func (o *Output) trimLocked() {
+func (o *output) trimLocked() {
 	for o.size > o.max {
 		// Drop the oldest output (never the start event).
 		i := slices.IndexFunc(o.events, func(e sandbox.ProcessEvent) bool { return len(e.Data) > 0 })
@@ -106,7 +110,7 @@ func (o *Output) trimLocked() {
 	}
 }
 
-func (o *Output) output(typ string, p []byte) {
+func (o *output) write(typ string, p []byte) {
 	b := slices.Clone(p) // the agent client reuses its buffer
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -114,20 +118,20 @@ func (o *Output) output(typ string, p []byte) {
 }
 
 // Stdout implements agent.Output.
-func (o *Output) Stdout(p []byte) { o.output(sandbox.ProcessEventStdout, p) }
+func (o *output) Stdout(p []byte) { o.write(sandbox.ProcessEventStdout, p) }
 
 // Stderr implements agent.Output.
-func (o *Output) Stderr(p []byte) { o.output(sandbox.ProcessEventStderr, p) }
+func (o *output) Stderr(p []byte) { o.write(sandbox.ProcessEventStderr, p) }
 
 // Status implements agent.Output; processes have no status pipe.
-func (o *Output) Status([]byte) {}
+func (o *output) Status([]byte) {}
 
 // Events returns the events after seq after (0: all there are), a channel
 // closed when more come, and whether the process has ended (then nothing
 // more comes). When output after after was dropped from the buffer, the
 // first event is a dropped event that says how much. Text is set on
 // output events.
-func (o *Output) Events(after uint64) ([]sandbox.ProcessEvent, <-chan struct{}, bool) {
+func (o *output) Events(after uint64) ([]sandbox.ProcessEvent, <-chan struct{}, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var out []sandbox.ProcessEvent
@@ -162,11 +166,13 @@ func boolInt(b bool) int {
 const endedKeep = 64 << 10
 
 // end records the process's end; its buffer shrinks to endedKeep.
-func (o *Output) end(exit sandbox.ProcessExit) {
+func (o *output) end(x Exit) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	exit := x.Wire()
 	o.proc.info.Running = false
 	o.proc.info.Exit = &exit
+	o.proc.exit = &x
 	o.ended = true
 	o.max = min(o.max, endedKeep)
 	o.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventEnd, Exit: &exit})
@@ -216,35 +222,34 @@ func checkProcess(req *sandbox.StartProcessRequest) error {
 	return nil
 }
 
-// StartProcess starts a process in tenant's live sandbox id.
-func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandbox.StartProcessRequest) (sandbox.ProcessInfo, error) {
+// Start starts a process in the sandbox.
+func (s *Sandbox) Start(ctx context.Context, req sandbox.StartProcessRequest) (*Process, error) {
+	m := s.m
 	if err := checkProcess(&req); err != nil {
-		return sandbox.ProcessInfo{}, err
+		return nil, err
 	}
-	e, err := m.liveEntry(tenant, id)
+	if _, err := m.Get(s.tenant, s.id); err != nil {
+		return nil, err
+	}
+	sb, err := s.held(ctx)
 	if err != nil {
-		return sandbox.ProcessInfo{}, err
+		return nil, err
 	}
-	sb, err := m.held(ctx, e)
-	if err != nil {
-		return sandbox.ProcessInfo{}, err
-	}
-	ls := e.live
-	ls.mu.Lock()
-	if ls.sb != sb {
-		ls.mu.Unlock()
-		return sandbox.ProcessInfo{}, fmt.Errorf("%w: the sandbox ended", ErrNotFound)
+	s.mu.Lock()
+	if s.sb != sb {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: the sandbox ended", ErrNotFound)
 	}
 	running := 0
-	for _, p := range ls.procs {
+	for _, p := range s.procs {
 		if !p.out.Ended() {
 			running++
 		}
 	}
-	env := maps.Clone(ls.env)
-	ls.mu.Unlock()
+	env := maps.Clone(s.env)
+	s.mu.Unlock()
 	if running >= m.cfg.MaxProcesses {
-		return sandbox.ProcessInfo{}, ErrTooMany
+		return nil, ErrTooMany
 	}
 	maps.Copy(env, req.Env)
 	out := newOutput(m.cfg.OutputBuffer)
@@ -264,59 +269,55 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req sandb
 	if err != nil {
 		var re *agent.RemoteError
 		if errors.As(err, &re) && (errors.Is(re, syscall.ENOENT) || errors.Is(re, syscall.EACCES) || errors.Is(re, syscall.ENOTDIR)) {
-			return sandbox.ProcessInfo{}, &engine.InputError{Field: "cmd",
+			return nil, &engine.InputError{Field: "cmd",
 				Message: "the program, or the working directory, does not exist in the sandbox or may not be run"}
 		}
-		return sandbox.ProcessInfo{}, fmt.Errorf("start a process in %s: %w", e.key, err)
+		return nil, fmt.Errorf("start a process in %s: %w", s.w.Key(), err)
 	}
-	started := m.now().UTC()
-	proc := &process{p: p, out: out, info: sandbox.ProcessInfo{PID: p.PID, Tag: req.Tag, Cmd: req.Cmd, Cwd: req.Cwd,
+	started := m.table.Now().UTC()
+	proc := &Process{sb: s, p: p, out: out, info: sandbox.ProcessInfo{PID: p.PID, Tag: req.Tag, Cmd: req.Cmd, Cwd: req.Cwd,
 		Stdin: req.Stdin, PTY: req.PTY, Running: true, StartedAt: started}}
 	out.mu.Lock()
 	out.proc = proc
 	out.addLocked(sandbox.ProcessEvent{Type: sandbox.ProcessEventStart, PID: p.PID})
-	info := proc.info
 	out.mu.Unlock()
-	ls.mu.Lock()
-	if old, ok := ls.procs[p.PID]; ok && old.out.Ended() {
+	s.mu.Lock()
+	if old, ok := s.procs[p.PID]; ok && old.out.Ended() {
 		// The pid was reused: the ended process's record goes.
-		ls.ended = slices.DeleteFunc(ls.ended, func(pid int) bool { return pid == p.PID })
+		s.ended = slices.DeleteFunc(s.ended, func(pid int) bool { return pid == p.PID })
 	}
-	ls.procs[p.PID] = proc
-	ls.mu.Unlock()
+	s.procs[p.PID] = proc
+	s.mu.Unlock()
 	// Owned by the process: it ends when the process does, or when its
 	// sandbox goes (the agent's stream ends every process).
 	go func() {
 		st, werr := proc.wait()
-		exit := sandbox.ProcessExit{ExitCode: st.Code}
-		switch {
-		case werr != nil:
-			exit.ExitCode, exit.Error = -1, "sandbox_ended"
-		case st.Signal != 0:
-			exit.ExitCode, exit.Signal = 128+st.Signal, unix.SignalName(syscall.Signal(st.Signal))
+		x := Exit{Code: st.Code, Signal: syscall.Signal(st.Signal)}
+		if werr != nil {
+			x = Exit{Code: -1, Ended: exitSandboxEnded}
 		}
 		if by := proc.endedBy(); by != "" {
 			// Ended by a pause that could not keep it (killed, or lost).
-			exit.Error = by
+			x.Ended = by
 		}
-		exit.EndedAt = m.now().UTC()
-		exit.Duration = exit.EndedAt.Sub(started).Milliseconds()
-		out.end(exit)
-		ls.mu.Lock()
-		if ls.procs[p.PID] == proc {
-			ls.ended = append(ls.ended, p.PID)
-			for len(ls.ended) > m.cfg.KeepEnded {
-				delete(ls.procs, ls.ended[0])
-				ls.ended = ls.ended[1:]
+		x.At = m.table.Now().UTC()
+		x.Duration = x.At.Sub(started)
+		out.end(x)
+		s.mu.Lock()
+		if s.procs[p.PID] == proc {
+			s.ended = append(s.ended, p.PID)
+			for len(s.ended) > m.cfg.KeepEnded {
+				delete(s.procs, s.ended[0])
+				s.ended = s.ended[1:]
 			}
 		}
-		ls.mu.Unlock()
+		s.mu.Unlock()
 	}()
-	return info, nil
+	return proc, nil
 }
 
 // Ended reports whether the process has ended.
-func (o *Output) Ended() bool {
+func (o *output) Ended() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.ended
@@ -330,22 +331,38 @@ func sortedEnv(env map[string]string) []string {
 	return out
 }
 
-// proc returns a process of tenant's live sandbox id.
-func (m *Manager) proc(tenant, id string, pid int) (*process, error) {
-	e, err := m.liveEntry(tenant, id)
-	if err != nil {
+// Process returns the sandbox's process pid.
+func (s *Sandbox) Process(pid int) (*Process, error) {
+	if _, err := s.m.Get(s.tenant, s.id); err != nil {
 		return nil, err
 	}
-	e.live.mu.Lock()
-	defer e.live.mu.Unlock()
-	p, ok := e.live.procs[pid]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.procs[pid]
 	if !ok {
 		return nil, fmt.Errorf("process %d: %w", pid, ErrNoProcess)
 	}
 	return p, nil
 }
 
-func (p *process) snapshot() sandbox.ProcessInfo {
+// Processes returns the sandbox's processes: those running and the latest
+// that ended, by pid.
+func (s *Sandbox) Processes() ([]*Process, error) {
+	if _, err := s.m.Get(s.tenant, s.id); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	procs := slices.Collect(maps.Values(s.procs))
+	s.mu.Unlock()
+	slices.SortFunc(procs, func(a, b *Process) int { return a.PID() - b.PID() })
+	return procs, nil
+}
+
+// PID is the process's id in the sandbox.
+func (p *Process) PID() int { return p.info.PID } // never changes
+
+// Info describes the process.
+func (p *Process) Info() sandbox.ProcessInfo {
 	p.out.mu.Lock()
 	defer p.out.mu.Unlock()
 	info := p.info
@@ -356,61 +373,56 @@ func (p *process) snapshot() sandbox.ProcessInfo {
 	return info
 }
 
-// Processes lists the processes of tenant's live sandbox id: those
-// running and the latest that ended, by pid.
-func (m *Manager) Processes(tenant, id string) ([]sandbox.ProcessInfo, error) {
-	e, err := m.liveEntry(tenant, id)
-	if err != nil {
-		return nil, err
+// Exit is how the process ended; false while it runs.
+func (p *Process) Exit() (Exit, bool) {
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	if p.exit == nil {
+		return Exit{}, false
 	}
-	e.live.mu.Lock()
-	procs := slices.Collect(maps.Values(e.live.procs))
-	e.live.mu.Unlock()
-	out := make([]sandbox.ProcessInfo, 0, len(procs))
-	for _, p := range procs {
-		out = append(out, p.snapshot())
-	}
-	slices.SortFunc(out, func(a, b sandbox.ProcessInfo) int { return a.PID - b.PID })
-	return out, nil
+	return *p.exit, true
 }
 
-// Process describes one process; with wait, once it has ended (or ctx
-// has).
-func (m *Manager) Process(ctx context.Context, tenant, id string, pid int, wait bool) (sandbox.ProcessInfo, error) {
-	p, err := m.proc(tenant, id, pid)
-	if err != nil {
-		return sandbox.ProcessInfo{}, err
-	}
-	if wait {
-		for {
-			_, changed, ended := p.out.Events(^uint64(0))
-			if ended {
-				break
-			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return sandbox.ProcessInfo{}, ctx.Err()
-			}
+// Events returns the process's events after seq after (0: all there
+// are), a channel closed when more come, and whether the process has
+// ended (then nothing more comes). When output after after was dropped
+// from the buffer, the first event is a dropped event that says how much.
+// Text is set on output events.
+func (p *Process) Events(after uint64) ([]sandbox.ProcessEvent, <-chan struct{}, bool) {
+	return p.out.Events(after)
+}
+
+// Wait describes the process once it has ended (or ctx has).
+func (p *Process) Wait(ctx context.Context) (sandbox.ProcessInfo, error) {
+	for {
+		_, changed, ended := p.out.Events(^uint64(0))
+		if ended {
+			return p.Info(), nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return sandbox.ProcessInfo{}, ctx.Err()
 		}
 	}
-	return p.snapshot(), nil
 }
 
-// ProcessOutput returns the event log of a process.
-func (m *Manager) ProcessOutput(tenant, id string, pid int) (*Output, error) {
-	p, err := m.proc(tenant, id, pid)
-	if err != nil {
-		return nil, err
+// active checks that the process may be acted on: its sandbox is there,
+// not paused.
+func (p *Process) active() error {
+	if _, err := p.sb.m.Get(p.sb.tenant, p.sb.id); err != nil {
+		return err
 	}
-	return p.out, nil
+	if p.sb.paused() {
+		return ErrPaused
+	}
+	return nil
 }
 
-// WriteStdin copies r to a process's stdin until r ends; it returns how
+// WriteStdin copies r to the process's stdin until r ends; it returns how
 // many bytes it wrote.
-func (m *Manager) WriteStdin(ctx context.Context, tenant, id string, pid int, r io.Reader) (int64, error) {
-	p, err := m.activeProc(tenant, id, pid)
-	if err != nil {
+func (p *Process) WriteStdin(ctx context.Context, r io.Reader) (int64, error) {
+	if err := p.active(); err != nil {
 		return 0, err
 	}
 	if err := p.writable(); err != nil {
@@ -444,7 +456,7 @@ func (m *Manager) WriteStdin(ctx context.Context, tenant, id string, pid int, r 
 	}
 }
 
-func (p *process) writable() error {
+func (p *Process) writable() error {
 	p.out.mu.Lock()
 	defer p.out.mu.Unlock()
 	switch {
@@ -456,10 +468,9 @@ func (p *process) writable() error {
 	return nil
 }
 
-// CloseStdin closes a process's stdin (it reads EOF).
-func (m *Manager) CloseStdin(tenant, id string, pid int) error {
-	p, err := m.activeProc(tenant, id, pid)
-	if err != nil {
+// CloseStdin closes the process's stdin (it reads EOF).
+func (p *Process) CloseStdin() error {
+	if err := p.active(); err != nil {
 		return err
 	}
 	if err := p.writable(); err != nil {
@@ -477,7 +488,7 @@ func ParseSignal(s string) (syscall.Signal, error) {
 	var n int
 	if _, err := fmt.Sscanf(s, "%d", &n); err == nil && fmt.Sprint(n) == s {
 		if n < 1 || n > 64 {
-			return 0, invalid("signal %d is not between 1 and 64", n)
+			return 0, workspace.Invalid("signal %d is not between 1 and 64", n)
 		}
 		return syscall.Signal(n), nil
 	}
@@ -487,15 +498,14 @@ func ParseSignal(s string) (syscall.Signal, error) {
 	}
 	sig := unix.SignalNum(name)
 	if sig == 0 {
-		return 0, invalid("unknown signal %q", s)
+		return 0, workspace.Invalid("unknown signal %q", s)
 	}
 	return sig, nil
 }
 
-// Signal sends sig to a process and its process group.
-func (m *Manager) Signal(ctx context.Context, tenant, id string, pid int, sig syscall.Signal) error {
-	p, err := m.activeProc(tenant, id, pid)
-	if err != nil {
+// Signal sends sig to the process and its process group.
+func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
+	if err := p.active(); err != nil {
 		return err
 	}
 	if p.out.Ended() {
@@ -506,13 +516,12 @@ func (m *Manager) Signal(ctx context.Context, tenant, id string, pid int, sig sy
 	return p.handle().Signal(ctx, sig)
 }
 
-// Resize changes the size of a process's terminal (started with a PTY).
-func (m *Manager) Resize(ctx context.Context, tenant, id string, pid int, size sandbox.PTYSize) error {
+// Resize changes the size of the process's terminal (started with a PTY).
+func (p *Process) Resize(ctx context.Context, size sandbox.PTYSize) error {
 	if size.Cols == 0 || size.Rows == 0 {
 		return &engine.InputError{Field: "cols", Message: "give cols and rows (1-65535)"}
 	}
-	p, err := m.activeProc(tenant, id, pid)
-	if err != nil {
+	if err := p.active(); err != nil {
 		return err
 	}
 	p.out.mu.Lock()
@@ -526,7 +535,7 @@ func (m *Manager) Resize(ctx context.Context, tenant, id string, pid int, size s
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = p.handle().Resize(ctx, size.Cols, size.Rows)
+	err := p.handle().Resize(ctx, size.Cols, size.Rows)
 	var re *agent.RemoteError
 	if errors.As(err, &re) && errors.Is(re, syscall.ESRCH) {
 		return ErrEnded

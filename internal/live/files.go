@@ -1,19 +1,19 @@
-package session
+package live
 
 import (
 	"context"
 
 	"io"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Files of a live sandbox (or of a session) by path: absolute in the
+// Files of a live sandbox by path: absolute in the
 // sandbox, under /workspace or /tmp, or relative to /workspace. The agent
 // reads and writes them as the sandbox's user, in the sandbox's own view
 // of its file system (internal/agent/files.go): what a program planted
@@ -27,49 +27,49 @@ const MaxListDepth = agent.MaxListDepth
 func SandboxPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
 		if err := engine.CheckInputPath(p); err != nil {
-			return "", invalid("path: %v", err)
+			return "", workspace.Invalid("path: %v", err)
 		}
 		return "/workspace/" + p, nil
 	}
 	if len(p) > 4096 || strings.ContainsRune(p, 0) || path.Clean(p) != p {
-		return "", invalid("path: give an absolute, clean path (no .., no trailing /)")
+		return "", workspace.Invalid("path: give an absolute, clean path (no .., no trailing /)")
 	}
 	for _, root := range []string{"/workspace", "/tmp"} {
 		if p == root || strings.HasPrefix(p, root+"/") {
 			return p, nil
 		}
 	}
-	return "", invalid("path: files are under /workspace or /tmp")
+	return "", workspace.Invalid("path: files are under /workspace or /tmp")
 }
 
-// ReadFile streams a file of tenant's sandbox (or session) id into w.
-func (m *Manager) ReadFile(ctx context.Context, tenant, id, file string, w io.Writer) error {
+// ReadFile streams a file of the sandbox into w.
+func (s *Sandbox) ReadFile(ctx context.Context, file string, w io.Writer) error {
 	p, err := SandboxPath(file)
 	if err != nil {
 		return err
 	}
 	if p == "/workspace" || p == "/tmp" {
-		return invalid("path: name a file")
+		return workspace.Invalid("path: name a file")
 	}
-	return m.withSandbox(ctx, tenant, id, func(c *agent.Client) error { return c.ReadFile(ctx, p, w) })
+	return s.withAgent(ctx, func(c *agent.Client) error { return c.ReadFile(ctx, p, w) })
 }
 
-// WriteFile writes r to a file of tenant's sandbox (or session) id,
+// WriteFile writes r to a file of the sandbox,
 // making its parent directories, and describes the file written.
-func (m *Manager) WriteFile(ctx context.Context, tenant, id, file string, r io.Reader) (sandbox.SandboxFile, error) {
+func (s *Sandbox) WriteFile(ctx context.Context, file string, r io.Reader) (sandbox.SandboxFile, error) {
 	p, err := SandboxPath(file)
 	if err != nil {
 		return sandbox.SandboxFile{}, err
 	}
 	if p == "/workspace" || p == "/tmp" {
-		return sandbox.SandboxFile{}, invalid("path: name a file")
+		return sandbox.SandboxFile{}, workspace.Invalid("path: name a file")
 	}
 	cr := &countingReader{r: r}
-	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error { return c.WriteFile(ctx, p, 0o644, cr) })
+	err = s.withAgent(ctx, func(c *agent.Client) error { return c.WriteFile(ctx, p, 0o644, cr) })
 	if err != nil {
 		return sandbox.SandboxFile{}, err
 	}
-	return sandbox.SandboxFile{Path: p, Name: path.Base(p), Type: "file", Size: cr.n, Mode: 0o644, ModTime: m.now().UTC()}, nil
+	return sandbox.SandboxFile{Path: p, Name: path.Base(p), Type: "file", Size: cr.n, Mode: 0o644, ModTime: s.m.table.Now().UTC()}, nil
 }
 
 // countingReader counts what it reads.
@@ -85,25 +85,25 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // RemoveFile removes a file or directory tree.
-func (m *Manager) RemoveFile(ctx context.Context, tenant, id, file string) error {
+func (s *Sandbox) RemoveFile(ctx context.Context, file string) error {
 	p, err := SandboxPath(file)
 	if err != nil {
 		return err
 	}
 	if p == "/workspace" || p == "/tmp" {
-		return invalid("path: the top directories cannot be removed")
+		return workspace.Invalid("path: the top directories cannot be removed")
 	}
-	return m.withSandbox(ctx, tenant, id, func(c *agent.Client) error { return c.Remove(ctx, p) })
+	return s.withAgent(ctx, func(c *agent.Client) error { return c.Remove(ctx, p) })
 }
 
 // StatFile describes one file or directory.
-func (m *Manager) StatFile(ctx context.Context, tenant, id, file string) (sandbox.SandboxFile, error) {
+func (s *Sandbox) StatFile(ctx context.Context, file string) (sandbox.SandboxFile, error) {
 	p, err := SandboxPath(file)
 	if err != nil {
 		return sandbox.SandboxFile{}, err
 	}
 	var out sandbox.SandboxFile
-	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
+	err = s.withAgent(ctx, func(c *agent.Client) error {
 		out, err = stat(ctx, c, p)
 		return err
 	})
@@ -127,16 +127,16 @@ func fileOf(e agent.Entry) sandbox.SandboxFile {
 // ListFiles lists a directory, and its subdirectories down to depth
 // levels (1: the directory's own entries), by path; links are listed, not
 // followed.
-func (m *Manager) ListFiles(ctx context.Context, tenant, id, dir string, depth int) ([]sandbox.SandboxFile, error) {
+func (s *Sandbox) ListFiles(ctx context.Context, dir string, depth int) ([]sandbox.SandboxFile, error) {
 	p, err := SandboxPath(dir)
 	if err != nil {
 		return nil, err
 	}
 	if depth < 1 || depth > MaxListDepth {
-		return nil, invalid("depth: must be between 1 and %d", MaxListDepth)
+		return nil, workspace.Invalid("depth: must be between 1 and %d", MaxListDepth)
 	}
 	out := []sandbox.SandboxFile{}
-	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
+	err = s.withAgent(ctx, func(c *agent.Client) error {
 		entries, err := c.ListDepth(ctx, p, depth)
 		for _, e := range entries {
 			out = append(out, fileOf(e))
@@ -151,13 +151,13 @@ func (m *Manager) ListFiles(ctx context.Context, tenant, id, dir string, depth i
 
 // MakeDir makes a directory (with parents, those on the way too; then one
 // already there is no error) and describes it.
-func (m *Manager) MakeDir(ctx context.Context, tenant, id, dir string, parents bool) (sandbox.SandboxFile, error) {
+func (s *Sandbox) MakeDir(ctx context.Context, dir string, parents bool) (sandbox.SandboxFile, error) {
 	p, err := SandboxPath(dir)
 	if err != nil {
 		return sandbox.SandboxFile{}, err
 	}
 	var out sandbox.SandboxFile
-	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
+	err = s.withAgent(ctx, func(c *agent.Client) error {
 		if err := c.Mkdir(ctx, p, parents); err != nil {
 			return err
 		}
@@ -169,7 +169,7 @@ func (m *Manager) MakeDir(ctx context.Context, tenant, id, dir string, parents b
 
 // Move renames a file or directory (what is at the destination is
 // replaced as rename(2) does) and describes it at its new path.
-func (m *Manager) Move(ctx context.Context, tenant, id, from, to string) (sandbox.SandboxFile, error) {
+func (s *Sandbox) Move(ctx context.Context, from, to string) (sandbox.SandboxFile, error) {
 	src, err := SandboxPath(from)
 	if err != nil {
 		return sandbox.SandboxFile{}, err
@@ -180,11 +180,11 @@ func (m *Manager) Move(ctx context.Context, tenant, id, from, to string) (sandbo
 	}
 	for _, p := range []string{src, dst} {
 		if p == "/workspace" || p == "/tmp" {
-			return sandbox.SandboxFile{}, invalid("path: the top directories cannot be moved")
+			return sandbox.SandboxFile{}, workspace.Invalid("path: the top directories cannot be moved")
 		}
 	}
 	var out sandbox.SandboxFile
-	err = m.withSandbox(ctx, tenant, id, func(c *agent.Client) error {
+	err = s.withAgent(ctx, func(c *agent.Client) error {
 		if err := c.Move(ctx, src, dst); err != nil {
 			return err
 		}
@@ -194,35 +194,35 @@ func (m *Manager) Move(ctx context.Context, tenant, id, from, to string) (sandbo
 	return out, err
 }
 
-// Watch reports changes under a directory of tenant's live sandbox id to
+// Watch reports changes under a directory of the sandbox to
 // fn (agent.Client.Watch) until stop is called, ctx ends, or the watch ends
 // by itself (a last event with op "end").
-func (m *Manager) Watch(ctx context.Context, tenant, id, dir string, recursive bool, fn func(sandbox.FileEvent)) (stop func() error, err error) {
+func (s *Sandbox) Watch(ctx context.Context, dir string, recursive bool, fn func(sandbox.FileEvent)) (stop func() error, err error) {
 	p, err := SandboxPath(dir)
 	if err != nil {
 		return nil, err
 	}
-	e, err := m.liveEntry(tenant, id)
+	c, err := s.agent(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := m.held(ctx, e)
-	if err != nil {
-		return nil, err
-	}
-	return sb.Agent().Watch(ctx, p, recursive, func(ev agent.WatchEvent) { fn(sandbox.FileEvent{Path: ev.Path, Op: ev.Op}) })
+	return c.Watch(ctx, p, recursive, func(ev agent.WatchEvent) { fn(sandbox.FileEvent{Path: ev.Path, Op: ev.Op}) })
 }
 
-// Sandboxes describes this node's live sandboxes of tenant, by id.
-func (m *Manager) Sandboxes(tenant string) []sandbox.SandboxInfo {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []sandbox.SandboxInfo
-	for _, e := range m.sessions {
-		if e.info.Tenant == tenant && e.live != nil && !e.gone && !m.now().After(e.info.ExpiresAt) {
-			out = append(out, m.describeLocked(e))
-		}
+// agent returns the running sandbox's agent, unless the sandbox expired.
+func (s *Sandbox) agent(ctx context.Context) (*agent.Client, error) {
+	if _, err := s.m.Get(s.tenant, s.id); err != nil {
+		return nil, err
 	}
-	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return strings.Compare(a.SandboxID, b.SandboxID) })
-	return out
+	return s.Agent(ctx)
+}
+
+// withAgent runs f with the running sandbox's agent, used beside whatever
+// runs in it.
+func (s *Sandbox) withAgent(ctx context.Context, f func(c *agent.Client) error) error {
+	c, err := s.agent(ctx)
+	if err != nil {
+		return err
+	}
+	return f(c)
 }

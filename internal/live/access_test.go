@@ -1,9 +1,11 @@
-package session
+package live
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/corralhq/corral/internal/session"
 
 	"github.com/corralhq/corral/sandbox"
 )
@@ -42,8 +44,7 @@ func TestAccessToken(t *testing.T) {
 	}
 
 	// A restart of the node: read again from the sandbox's directory.
-	u.m.Close()
-	u.m = u.open(u.m.cfg)
+	u.restart()
 	if tok, err := u.m.AccessToken("t", "box"); err != nil || tok != "t.abc123" {
 		t.Fatalf("AccessToken after a restart = %q, %v; want t.abc123", tok, err)
 	}
@@ -68,7 +69,7 @@ func TestAccessToken(t *testing.T) {
 	}
 
 	// Not a live sandbox (a session of executions): no token.
-	if _, _, err := u.m.Touch(ctx, "t", "sess", Options{}); err != nil {
+	if _, _, err := u.m.Touch(ctx, "t", "sess", session.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := u.m.SetAccessToken("t", "sess", "t.x"); !errors.Is(err, ErrNotFound) {

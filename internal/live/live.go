@@ -1,0 +1,643 @@
+// Package live keeps this node's live sandboxes: a sandbox made at
+// creation and held to its fixed timeout on a workspace of its own
+// (internal/workspace: its disk, record, lock and expiry, and its
+// ownership in the cluster), made again on its disk if it dies, with its
+// egress proxy for its life. Manager creates, finds, lists and kills them;
+// a *Sandbox is the handle of one, which offers its processes (a *Process
+// handle each: output replayed to every reader, stdin, signals, terminal
+// size, a typed exit), its files by path, its code contexts
+// (internal/kernel), pause and resume, its timeout and its access token
+// for E2B's in-sandbox traffic. This package is the only one above the
+// agent that knows the agent's error kinds: it exposes them as sentinels
+// (errors.go). An execution whose session_id names a live sandbox runs in
+// it as one more process (Sandbox.Lend, through internal/session).
+package live
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fleet"
+	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/kernel"
+	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/workspace"
+	"github.com/corralhq/corral/sandbox"
+)
+
+// A live sandbox's sandbox starts at once and is held for its whole life,
+// never evicted nor reset. Processes started in it (process.go) run on
+// between calls; executions with its id run in it as one more process; its
+// timeout is fixed at creation and moved only by SetTimeout (it does not
+// slide with use). If the sandbox dies, the next use makes it again on the
+// same disk: the files are kept, the processes are lost (Restarts counts
+// it).
+
+// Config bounds live sandboxes.
+type Config struct {
+	// DefaultTimeout is a live sandbox's lifetime when its request gives
+	// none; MaxTimeout bounds it.
+	DefaultTimeout, MaxTimeout time.Duration
+	// DefaultDiskMB and MaxDiskMB bound a sandbox's disk (its /workspace
+	// and /tmp together).
+	DefaultDiskMB, MaxDiskMB int64
+	// MaxPids bounds a live sandbox's processes and threads.
+	MaxPids int64
+	// MaxProcesses bounds the processes started through the API that run
+	// at once in one live sandbox; KeepEnded is how many ended ones stay
+	// listed (with their output) per sandbox.
+	MaxProcesses, KeepEnded int
+	// OutputBuffer is how much of each process's latest output is kept for
+	// clients that connect later.
+	OutputBuffer int64
+	// PausedTTL is how long a paused live sandbox is kept
+	// (DefaultPausedTTL if zero); its own timeout stops while it is paused.
+	PausedTTL time.Duration
+}
+
+// DefaultConfig: live sandboxes live 5 minutes unless told (24 h at
+// most), have a 1 GiB disk (10 GiB at most), run 64 processes at most and
+// keep 1 MiB of each one's output.
+func DefaultConfig() Config {
+	return Config{DefaultTimeout: 5 * time.Minute, MaxTimeout: 24 * time.Hour, DefaultDiskMB: 1024, MaxDiskMB: 10240,
+		MaxPids: 4096, MaxProcesses: 64, KeepEnded: 64, OutputBuffer: 1 << 20}
+}
+
+// Publisher records the description of a sandbox this node owns, for
+// every node's listing (cluster.Cluster).
+type Publisher interface {
+	PublishSandbox(ctx context.Context, tenant, id string, info []byte) error
+}
+
+// Taker hands over warm sandboxes for good (pool.Pool).
+type Taker interface {
+	Take(ctx context.Context, c fleet.Claim) (runtime.Sandbox, *fleet.Zygote, bool)
+}
+
+// Manager keeps this node's live sandboxes. It is safe for concurrent use.
+type Manager struct {
+	cfg    Config
+	table  *workspace.Table
+	engine *engine.Engine
+	fleet  *fleet.Fleet
+	pub    Publisher
+	pool   Taker // nil: no warm sandboxes
+	log    *slog.Logger
+
+	// mu guards every sandbox's spec and token; it is taken before the
+	// table's own lock.
+	mu sync.Mutex
+}
+
+// Spec is how a live sandbox is made, saved in its workspace's record.
+type Spec struct {
+	// Request is the creation request, defaults filled in.
+	Request sandbox.CreateSandboxRequest `json:"request"`
+	// Tier and Image are where the request was routed when it was made.
+	Tier  string `json:"tier"`
+	Image string `json:"image"`
+	// Restarts counts the sandboxes made again after one died.
+	Restarts int64 `json:"restarts"`
+	// Paused is set while the sandbox is paused (pause.go).
+	Paused *sandbox.SandboxPause `json:"paused,omitempty"`
+}
+
+// Sandbox is the handle of one live sandbox; it is its workspace's
+// occupant.
+type Sandbox struct {
+	m          *Manager
+	w          *workspace.Workspace
+	tenant, id string
+
+	// Guarded by Manager.mu:
+	spec *Spec
+	// token is its access token (access.go), "" until set or read from
+	// its file.
+	token string
+
+	// mu is held while the sandbox is made or torn down, and guards:
+	mu   sync.Mutex
+	sb   runtime.Sandbox
+	env  map[string]string // what every process starts with
+	img  images.Image      // what the sandbox runs
+	stop func()            // ends the egress proxy
+	// contexts holds the sandbox's code contexts (contexts.go).
+	contexts *kernel.Contexts
+	procs    map[int]*Process // by pid, ended ones included
+	// ended lists the pids of ended processes, oldest first.
+	ended []int
+	// lost: the sandbox was lost with this node's last run; making it
+	// again counts as a restart.
+	lost bool
+	// moving are the processes of a sandbox paused with its memory, which
+	// the resume takes up again; pauseLost counts those that ended with a
+	// pause of its files only (pause.go).
+	moving    []*Process
+	pauseLost int
+}
+
+// ID is the sandbox's id.
+func (s *Sandbox) ID() string { return s.id }
+
+// Tenant is the tenant the sandbox is of.
+func (s *Sandbox) Tenant() string { return s.tenant }
+
+// New returns the manager of the live sandboxes in table: those on disk
+// from this node's last run are made again on their next use.
+func New(cfg Config, table *workspace.Table, eng *engine.Engine, fl *fleet.Fleet, pub Publisher, log *slog.Logger) *Manager {
+	m := &Manager{cfg: cfg, table: table, engine: eng, fleet: fl, pub: pub, log: log}
+	for _, w := range table.All() {
+		rec := table.State(w).Live
+		if rec == nil {
+			continue
+		}
+		var spec Spec
+		if err := json.Unmarshal(rec, &spec); err != nil {
+			log.Warn("read a live sandbox's record", "sandbox", w.Key(), "err", err)
+			continue
+		}
+		info := table.State(w).Info
+		s := m.newSandbox(w, info.Tenant, info.ID, &spec)
+		// Its sandbox is made again on its next use.
+		s.lost = true
+		table.SetOccupant(w, s)
+	}
+	return m
+}
+
+func (m *Manager) newSandbox(w *workspace.Workspace, tenant, id string, spec *Spec) *Sandbox {
+	return &Sandbox{m: m, w: w, tenant: tenant, id: id, spec: spec, procs: map[int]*Process{}}
+}
+
+// SetPool makes live sandboxes take their first sandbox from p when one
+// there matches.
+func (m *Manager) SetPool(p Taker) { m.pool = p }
+
+// NewSandboxID returns a fresh sandbox id: "sbx_", a millisecond
+// timestamp and random bits.
+func NewSandboxID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("sbx_%011x%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+}
+
+// Metadata bounds.
+const (
+	maxMetadataPairs = 32
+	maxMetadataBytes = 4 << 10
+)
+
+// checkMetadata bounds a sandbox's labels.
+func checkMetadata(md map[string]string) error {
+	if len(md) > maxMetadataPairs {
+		return workspace.Invalid("metadata has %d pairs; the limit is %d", len(md), maxMetadataPairs)
+	}
+	total := 0
+	for k, v := range md {
+		if k == "" || len(k) > 128 || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return workspace.Invalid("metadata keys are 1-128 bytes of UTF-8, values UTF-8")
+		}
+		total += len(k) + len(v)
+	}
+	if total > maxMetadataBytes {
+		return workspace.Invalid("metadata holds %d bytes; the limit is %d", total, maxMetadataBytes)
+	}
+	return nil
+}
+
+// inputField renames the engine's fields to the sandbox request's own.
+func inputField(err error) error {
+	var ie *engine.InputError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	out := *ie
+	switch ie.Field {
+	case "limits.cpu_cores":
+		out.Field = "limits.cpus"
+	case "isolation":
+		out.Field = "tier"
+	}
+	return &out
+}
+
+// prepare validates req, fills its defaults and routes it: the engine's
+// job for its sandbox.
+func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error) {
+	if req.Language == "" {
+		req.Language = "bash"
+	}
+	if req.Limits.Pids == 0 {
+		req.Limits.Pids = m.engine.Config().Pids
+	}
+	if req.Limits.Pids < 16 || req.Limits.Pids > m.cfg.MaxPids {
+		return nil, &engine.InputError{Field: "limits.pids", Message: fmt.Sprintf("must be between 16 and %d", m.cfg.MaxPids)}
+	}
+	if req.Limits.DiskMB == 0 {
+		req.Limits.DiskMB = m.cfg.DefaultDiskMB
+	}
+	if req.Limits.DiskMB < 16 || req.Limits.DiskMB > m.cfg.MaxDiskMB {
+		return nil, &engine.InputError{Field: "limits.disk_mb", Message: fmt.Sprintf("must be between 16 and %d", m.cfg.MaxDiskMB)}
+	}
+	job, err := m.engine.Prepare(sandbox.ExecuteRequest{Language: req.Language, Image: req.Image,
+		Limits:  sandbox.Limits{MemoryMB: req.Limits.MemoryMB, CPUCores: req.Limits.CPUs},
+		Env:     req.Env,
+		Network: req.Network, Isolation: req.Tier})
+	if err != nil {
+		return nil, inputField(err)
+	}
+	// The tier it was routed to, not "auto": a sandbox made again is
+	// made on the same tier.
+	req.Language, req.Tier = job.Req.Language, sandbox.Isolation(job.Tier)
+	req.Limits.MemoryMB, req.Limits.CPUs = job.Req.Limits.MemoryMB, job.Req.Limits.CPUCores
+	return job, nil
+}
+
+func (m *Manager) timeoutError() error {
+	return &engine.InputError{Field: "timeout_seconds",
+		Message: fmt.Sprintf("must be between 1 and %d", int(m.cfg.MaxTimeout.Seconds()))}
+}
+
+// Create makes a live sandbox of tenant and starts its sandbox.
+func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
+	if req.SandboxID == "" {
+		req.SandboxID = NewSandboxID()
+	} else if !engine.ValidID(req.SandboxID) {
+		return nil, sandbox.Info{}, &engine.InputError{Field: "sandbox_id",
+			Message: "must be 1-128 characters of letters, digits and . _ : - starting with a letter or digit"}
+	}
+	timeout := time.Duration(req.TimeoutSeconds) * time.Second
+	if timeout == 0 {
+		timeout = m.cfg.DefaultTimeout
+	}
+	if timeout <= 0 || timeout > m.cfg.MaxTimeout {
+		return nil, sandbox.Info{}, m.timeoutError()
+	}
+	req.TimeoutSeconds = int64(timeout.Seconds())
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, sandbox.Info{}, err
+	}
+	job, err := m.prepare(&req)
+	if err != nil {
+		return nil, sandbox.Info{}, err
+	}
+	id := req.SandboxID
+	if err := m.table.RemoveExpired(ctx, tenant, id); err != nil {
+		return nil, sandbox.Info{}, err
+	}
+	if _, ok := m.table.Lookup(tenant, id); ok {
+		return nil, sandbox.Info{}, ErrExists
+	}
+	if err := m.table.Own(ctx, tenant, id); errors.Is(err, workspace.ErrElsewhere) {
+		return nil, sandbox.Info{}, ErrExists
+	} else if err != nil {
+		return nil, sandbox.Info{}, err
+	}
+	now := m.table.Now().UTC()
+	spec := &Spec{Request: req, Tier: string(job.Tier), Image: job.Image.Name}
+	s := m.newSandbox(nil, tenant, id, spec)
+	w, created, err := m.table.Put(workspace.Info{Tenant: tenant, Session: sandbox.Session{ID: id, DiskMB: req.Limits.DiskMB,
+		TTLSeconds: req.TimeoutSeconds, CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(timeout)}}, spec, nil)
+	switch {
+	case w == nil && err != nil:
+		return nil, sandbox.Info{}, err
+	case w == nil || !created:
+		return nil, sandbox.Info{}, ErrExists
+	}
+	// Its occupant once the handle knows its workspace: a session's call
+	// for the id meanwhile finds no sandbox.
+	s.w = w
+	m.table.SetOccupant(w, s)
+	if err == nil {
+		_, err = s.held(ctx)
+	}
+	if err != nil {
+		// Nothing of it may stay: not its files, nor its ownership.
+		if rerr := m.table.Remove(w); rerr != nil {
+			m.log.Warn("remove a sandbox that could not start", "sandbox", w.Key(), "err", rerr)
+		}
+		return nil, sandbox.Info{}, err
+	}
+	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", job.Tier, "image", job.Image.Name)
+	info := s.Info()
+	m.publish(ctx, s, info)
+	return s, info, nil
+}
+
+// Get returns the handle of tenant's live sandbox id, unless it expired.
+func (m *Manager) Get(tenant, id string) (*Sandbox, error) {
+	w, _, ok := m.table.Get(tenant, id)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	s, ok := m.table.State(w).Occupant.(*Sandbox)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return s, nil
+}
+
+// Kill removes tenant's live sandbox id: its processes and contexts end,
+// its files go. A running execution in it finishes first.
+func (m *Manager) Kill(ctx context.Context, tenant, id string) error {
+	w, err := m.table.Lock(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	defer w.Unlock()
+	if m.table.State(w).Live == nil {
+		return ErrNotFound // a workspace session's id
+	}
+	return m.table.Remove(w)
+}
+
+// List describes this node's live sandboxes of tenant, by id.
+func (m *Manager) List(tenant string) []sandbox.Info {
+	var out []sandbox.Info
+	for _, w := range m.table.Each(tenant) {
+		if s, ok := m.table.State(w).Occupant.(*Sandbox); ok {
+			out = append(out, s.Info())
+		}
+	}
+	slices.SortFunc(out, func(a, b sandbox.Info) int { return strings.Compare(a.SandboxID, b.SandboxID) })
+	return out
+}
+
+// Close tears down every live sandbox's sandbox (their processes end); the
+// disks stay for the next start, which makes them again on their next use.
+func (m *Manager) Close() {
+	for _, w := range m.table.All() {
+		if s, ok := m.table.State(w).Occupant.(*Sandbox); ok {
+			s.mu.Lock()
+			s.dropLocked()
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Stop tears the sandbox down (its workspace is being removed).
+func (s *Sandbox) Stop() {
+	s.mu.Lock()
+	s.dropLocked()
+	s.mu.Unlock()
+}
+
+// held returns the sandbox's running sandbox, making it (again, on the
+// same disk) if it has none or the one it had died.
+func (s *Sandbox) held(ctx context.Context) (runtime.Sandbox, error) {
+	m := s.m
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.table.State(s.w).Gone {
+		return nil, ErrNotFound
+	}
+	if s.paused() {
+		return nil, ErrPaused
+	}
+	if s.sb != nil {
+		select {
+		case <-s.sb.Agent().Done():
+		default:
+			return s.sb, nil
+		}
+		m.log.Warn("a live sandbox died; making it again on its disk", "sandbox", s.w.Key(), "runtime_sandbox", s.sb.ID())
+		s.dropLocked()
+		m.mu.Lock()
+		s.spec.Restarts++
+		s.saveLocked()
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	if s.lost {
+		s.lost = false
+		s.spec.Restarts++
+	}
+	m.mu.Unlock()
+	return s.startLocked(ctx, "")
+}
+
+// saveLocked saves the spec (Manager.mu is held); a failure is logged.
+func (s *Sandbox) saveLocked() {
+	if err := s.m.table.SetLive(s.w, s.spec); err != nil {
+		s.m.log.Warn("save sandbox", "sandbox", s.w.Key(), "err", err)
+	}
+}
+
+// paused reports whether the sandbox is paused.
+func (s *Sandbox) paused() bool {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return s.spec.Paused != nil
+}
+
+// startLocked makes the sandbox's running sandbox on its disk (s.mu is
+// held): restored from the saved state in restore when it is set, else a
+// new one.
+func (s *Sandbox) startLocked(ctx context.Context, restore string) (runtime.Sandbox, error) {
+	m := s.m
+	m.mu.Lock()
+	req := s.spec.Request
+	m.mu.Unlock()
+	job, err := m.prepare(&req)
+	if err != nil {
+		return nil, fmt.Errorf("make sandbox %s again: %w", s.w.Key(), err)
+	}
+	spec, err := m.engine.Spec(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	spec.Workspace = s.w.Disk()
+	spec.Limits.DiskBytes = req.Limits.DiskMB << 20
+	spec.Limits.Pids = req.Limits.Pids
+	var sb runtime.Sandbox
+	if restore != "" {
+		sb, err = m.fleet.Restore(ctx, job.Tier, spec, job.Image, restore, fleet.HolderSandbox)
+	} else {
+		sb, err = s.makeSandbox(ctx, job, spec)
+	}
+	if err != nil {
+		return nil, err
+	}
+	env := m.engine.Env(job.Image)
+	maps.Copy(env, req.Env)
+	stop := func() {}
+	if len(job.Egress) > 0 {
+		if stop, err = m.engine.SandboxEgress(ctx, job.Egress, sb); err != nil {
+			m.destroy(sb)
+			return nil, err
+		}
+		maps.Copy(env, engine.ProxyEnv())
+	}
+	s.sb, s.env, s.stop, s.img = sb, env, stop, job.Image
+	if restore == "" || s.contexts == nil {
+		// A restored sandbox's contexts go on (Resume reattaches them).
+		s.contexts = kernel.New(sb.Agent(), kernel.Options{Env: sortedEnv(env)})
+	}
+	return sb, nil
+}
+
+// makeSandbox makes the running sandbox on its disk: the first one from
+// the warm pool when one matches and its disk can be kept as the sandbox's
+// own, else a new one.
+func (s *Sandbox) makeSandbox(ctx context.Context, job *engine.Job, spec runtime.Spec) (runtime.Sandbox, error) {
+	m := s.m
+	if _, err := os.Stat(spec.Workspace); m.pool != nil && errors.Is(err, os.ErrNotExist) {
+		sb, _, ok := m.pool.Take(ctx, fleet.Claim{Tier: job.Tier, Spec: spec, Tenant: s.tenant, Image: job.Image})
+		if ok {
+			k, can := sb.(runtime.DiskKeeper)
+			if can {
+				err = k.KeepDisk(spec.Workspace)
+			}
+			if can && err == nil {
+				m.fleet.Hold(sb, fleet.HolderSandbox, time.Time{})
+				return sb, nil
+			}
+			if err != nil {
+				m.log.Warn("keep a warm sandbox's disk", "sandbox", s.w.Key(), "runtime_sandbox", sb.ID(), "err", err)
+			}
+			m.destroy(sb)
+		}
+	}
+	return m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSandbox)
+}
+
+// destroy tears sb down before returning, so its disk is free for the
+// next one.
+func (m *Manager) destroy(sb runtime.Sandbox) { workspace.Destroy(m.fleet, sb, m.log) }
+
+// dropLocked tears down the running sandbox (s.mu is held): its code
+// contexts are closed, its processes end as their agent goes.
+func (s *Sandbox) dropLocked() {
+	// Processes saved with a paused sandbox end with it.
+	settle(s.moving, nil, true)
+	s.moving = nil
+	s.closeContextsLocked()
+	if s.stop != nil {
+		s.stop()
+	}
+	if s.sb != nil {
+		s.m.destroy(s.sb)
+	}
+	s.sb, s.stop, s.env = nil, nil, nil
+}
+
+// Info describes the sandbox.
+func (s *Sandbox) Info() sandbox.Info {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return s.infoLocked()
+}
+
+func (s *Sandbox) infoLocked() sandbox.Info {
+	wi := s.m.table.State(s.w).Info
+	r := s.spec.Request
+	info := sandbox.Info{SandboxID: s.id, Language: r.Language, Image: s.spec.Image, Tier: s.spec.Tier,
+		Limits: r.Limits, Network: r.Network, Metadata: r.Metadata, State: "running",
+		TimeoutSeconds: wi.TTLSeconds, CreatedAt: wi.CreatedAt, ExpiresAt: wi.ExpiresAt,
+		Executions: wi.Executions, Restarts: s.spec.Restarts}
+	if p := s.spec.Paused; p != nil {
+		pause := *p
+		info.State, info.Pause = "paused", &pause
+	}
+	return info
+}
+
+// publish records a sandbox's description in the cluster, for every
+// node's listing. A failure is logged: the sandbox itself is fine, and its
+// next change publishes again.
+func (m *Manager) publish(ctx context.Context, s *Sandbox, info sandbox.Info) {
+	b, err := json.Marshal(info)
+	if err == nil {
+		err = m.pub.PublishSandbox(ctx, s.tenant, s.id, b)
+	}
+	if err != nil {
+		m.log.Warn("publish a sandbox's description", "sandbox", s.w.Key(), "err", err)
+	}
+}
+
+// SetTimeout makes the sandbox end timeout from now.
+func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) (sandbox.Info, error) {
+	m := s.m
+	if timeout <= 0 || timeout > m.cfg.MaxTimeout {
+		return sandbox.Info{}, m.timeoutError()
+	}
+	if _, err := m.Get(s.tenant, s.id); err != nil {
+		return sandbox.Info{}, err
+	}
+	m.mu.Lock()
+	if s.spec.Paused != nil {
+		// Its clock is stopped; the resume sets it going again.
+		m.mu.Unlock()
+		return sandbox.Info{}, ErrPaused
+	}
+	now := m.table.Now().UTC()
+	_, err := m.table.Update(s.w, func(i *workspace.Info) {
+		i.TTLSeconds = int64(timeout.Seconds())
+		i.LastUsedAt = now
+		i.ExpiresAt = now.Add(timeout)
+	})
+	info := s.infoLocked()
+	m.mu.Unlock()
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	m.publish(ctx, s, info)
+	return info, nil
+}
+
+// Lend lends the running sandbox to one execution (its workspace's lock
+// is held until the lease's release): it runs beside the sandbox's
+// processes under the sandbox's limits and network, and its end hands
+// nothing back.
+func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
+	m := s.m
+	sb, err := s.held(ctx)
+	if err != nil {
+		s.w.Unlock()
+		return nil, pausedInput(err)
+	}
+	s.mu.Lock()
+	env := maps.Clone(s.env)
+	img := s.img
+	s.mu.Unlock()
+	m.mu.Lock()
+	tier := runtime.Tier(s.spec.Tier)
+	m.mu.Unlock()
+	l := fleet.NewLease(sb, true, nil, func(bool) {
+		// Held for the sandbox's life, not the execution's.
+		m.fleet.Hold(sb, fleet.HolderSandbox, time.Time{})
+		if _, err := m.table.Update(s.w, func(i *workspace.Info) {
+			i.Executions++
+			i.LastUsedAt = m.table.Now().UTC()
+		}); err != nil {
+			m.log.Warn("save sandbox", "sandbox", s.w.Key(), "err", err)
+		}
+		s.w.Unlock()
+	})
+	l.Live, l.Env, l.Tier, l.Image = true, env, tier, img
+	return l, nil
+}
+
+// Agent returns the running sandbox's agent (for a session's file calls
+// on the sandbox's id).
+func (s *Sandbox) Agent(ctx context.Context) (*agent.Client, error) {
+	sb, err := s.held(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Agent(), nil
+}

@@ -65,7 +65,7 @@ func storeVersion(t *testing.T, s *Store, name, v string) {
 	}
 }
 
-// TestHolds is TestRemoveInUse (store_test.go) without root: a held image
+// TestHolds is TestRemoveInUse (store_sandbox_test.go) without root: a held image
 // is in use, is never removed under a sandbox, and one removed after it was
 // resolved cannot be acquired.
 func TestHolds(t *testing.T) {

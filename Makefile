@@ -7,7 +7,7 @@ BIN := bin/corral
 # The agent inside every sandbox is this same binary: it must be static.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps run test test-unit test-go test-sdk leakcheck lint bench clean image test-image test-helm
+.PHONY: all build deps run test test-unit test-root test-go test-sdk leakcheck lint bench clean image test-image test-helm
 
 all: build
 
@@ -26,18 +26,28 @@ run:
 	./scripts/deps.sh runsc-background
 	./scripts/run.sh
 
-# Root-only tests fail instead of skipping here (CORRAL_TEST_STRICT). Packages
-# run one at a time (-p 1): several start CPU-bound sandboxes, and timing
-# checks such as "a 1 s timeout is answered within 1.5 s" need the cores.
-test: deps build lint test-unit test-go test-sdk test-helm leakcheck
+# The suite in two lanes (scripts/lanes.py, docs/testing.md): the unit lane
+# as nobody, its packages in parallel; then the root lane's sandbox tests,
+# strict (a root-only test fails instead of skipping), the light packages
+# two at a time and the others one at a time: they start CPU-bound
+# sandboxes, and timing checks such as "a 1 s timeout is answered within
+# 1.5 s" need the cores. The five slowest packages are printed at the end;
+# bin/test-timings.txt lists them all.
+test: deps build lint test-unit test-root test-sdk test-helm test-image leakcheck
+	@/usr/bin/python3 scripts/lanes.py report
 
-# The unit tests of node, cluster, session, pool, notify and the agent, as
-# the user nobody: no root, runtime or database server (scripts/test-unit.sh).
+# Every package with a test outside its *_sandbox_test.go files, as the
+# user nobody: no root, runtime or database server (scripts/test-unit.sh).
 test-unit:
 	./scripts/test-unit.sh
 
-test-go:
-	CORRAL_TEST_STRICT=1 $(GO) test -p 1 -count=1 -timeout 25m ./...
+# The tests of *_sandbox_test.go files, as root with CORRAL_TEST_STRICT=1.
+test-root:
+	/usr/bin/python3 scripts/lanes.py root
+
+# Every Go test of the module: both lanes. The old name of what is now
+# test-unit and test-root, kept for one release.
+test-go: test-unit test-root
 
 test-sdk:
 	cd sandbox && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -82,9 +92,10 @@ image:
 		-corral $(IMAGE_OUT)/bin/corral -agent $(IMAGE_OUT)/bin/corral-agent
 
 # Corral inside its own image under runc, as a privileged pod (test/container):
-# both tiers, the limits' verdicts, nothing left on the host. .ci/run runs it
-# after make test; the image is rebuilt from the checkout first (about four
-# minutes on two cores), with a package drift reported rather than fatal.
+# both tiers, the limits' verdicts, nothing left on the host. make test runs
+# it before the leak check; the image is rebuilt from the checkout first
+# (about four minutes on two cores), with a package drift reported rather
+# than fatal.
 test-image:
 	$(MAKE) --no-print-directory image IMAGE_LOCK=warn
 	CORRAL_TEST_STRICT=1 CORRAL_TEST_IMAGE=1 CORRAL_IMAGE=$(abspath $(IMAGE_OUT))/oci $(GO) test -count=1 -v -timeout 10m ./test/container

@@ -53,6 +53,7 @@ test_pkgs=(
 	chromium         # headless browser for the dashboard tests (test/ui)
 	systemd          # systemd-analyze verify of deploy/systemd (test/systemd)
 	file
+	python3          # scripts/lanes.py, which runs the test lanes
 )
 
 apt_updated=

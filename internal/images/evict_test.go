@@ -8,7 +8,7 @@ import (
 )
 
 // TestPlanEviction checks the eviction policy alone; TestEvictLeastRecentlyUsed
-// (store_test.go) checks it on a real store, as root.
+// (store_sandbox_test.go) checks it on a real store, as root.
 func TestPlanEviction(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(h int) time.Time { return t0.Add(time.Duration(h) * time.Hour) }

@@ -65,7 +65,7 @@ func storeVersion(t *testing.T, s *Store, name, v string) {
 	}
 }
 
-// TestHolds is TestRemoveInUse (store_test.go) without root: a held image
+// TestHolds is TestRemoveInUse (store_sandbox_test.go) without root: a held image
 // is in use, is never removed under a sandbox, and one removed after it was
 // resolved cannot be acquired.
 func TestHolds(t *testing.T) {
@@ -87,7 +87,7 @@ func TestHolds(t *testing.T) {
 		t.Error("a held version is not in use")
 	}
 	if !s.lastUsed("aaaa").After(old) {
-		t.Errorf("last used %v after an Acquire; want later than %v", s.lastUsed("aaaa"), old)
+		t.Errorf("last used %v after a Lock; want later than %v", s.lastUsed("aaaa"), old)
 	}
 	// Two sandboxes may run on one image.
 	release2, err := s.Lock(img)
@@ -121,10 +121,10 @@ func TestHolds(t *testing.T) {
 		}
 	}
 	if _, err := s.Lock(img); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Acquire of a removed image = %v; want ErrNotFound", err)
+		t.Errorf("Lock of a removed image = %v; want ErrNotFound", err)
 	}
 	if _, err := s.Lock(Image{Name: "x", Rootfs: "/elsewhere/rootfs"}); err == nil || errors.Is(err, ErrNotFound) {
-		t.Errorf("Acquire of an image outside the store = %v; want an error other than ErrNotFound", err)
+		t.Errorf("Lock of an image outside the store = %v; want an error other than ErrNotFound", err)
 	}
 }
 

@@ -4,7 +4,7 @@
 // E2B_API_KEY. The suite also reads CORRAL_E2B_KEY_OTHER (a key of another
 // tenant), CORRAL_E2B_TEMPLATE (the template its sandboxes are made from;
 // code-interpreter-v1 if unset) and CORRAL_E2B_TIER (the tier the server
-// puts E2B sandboxes on, checked if set). e2b_test.go starts the server and runs it:
+// puts E2B sandboxes on, checked if set). e2b_sandbox_test.go starts the server and runs it:
 //   node --test test/e2b/suite.test.js
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'

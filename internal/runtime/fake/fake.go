@@ -43,9 +43,9 @@ type Runtime struct {
 
 // Call is an operation of the runtime that a hook (SetHook) sees before
 // it happens: Create (Sandbox nil, Spec the sandbox's), or a sandbox's
-// Stats, ResetStats or Update (Limits the new ones).
+// Stats, ResetStats, Update (Limits the new ones) or Destroy.
 type Call struct {
-	Op      string // "create", "stats", "reset-stats", "update"
+	Op      string // "create", "stats", "reset-stats", "update", "destroy"
 	Sandbox *Sandbox
 	Spec    runtime.Spec
 	Limits  runtime.Limits
@@ -169,7 +169,8 @@ type Sandbox struct {
 	paused atomic.Bool // Pause handed the agent on: stop leaves it
 	keep   bool        // the root is a session's: it outlives the sandbox
 	limits atomic.Pointer[runtime.Limits]
-	memory atomic.Int64 // what MemoryUsage reports (SetMemoryUsage)
+	memory atomic.Int64                  // what MemoryUsage reports (SetMemoryUsage)
+	stats  atomic.Pointer[runtime.Stats] // what Stats reports (SetStats); nil: none
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -190,17 +191,29 @@ func (s *Sandbox) Agent() *agent.Client {
 func (s *Sandbox) Limits() runtime.Limits { return *s.limits.Load() }
 
 // Stats implements runtime.Sandbox: a fake sandbox has no kernel
-// accounting, so no limit is ever seen hit.
+// accounting, so no limit is seen hit unless a test says so (SetStats).
 func (s *Sandbox) Stats(context.Context) (runtime.Stats, error) {
 	if err := s.rt.call(Call{Op: "stats", Sandbox: s}); err != nil {
 		return runtime.Stats{}, err
 	}
+	if st := s.stats.Load(); st != nil {
+		return *st, nil
+	}
 	return runtime.Stats{}, nil
 }
 
-// ResetStats implements runtime.Sandbox.
+// SetStats sets what Stats reports until the next ResetStats: the
+// counters a program that hit a limit (an OOM kill, a refused fork, a
+// full disk) leaves in a real sandbox.
+func (s *Sandbox) SetStats(st runtime.Stats) { s.stats.Store(&st) }
+
+// ResetStats implements runtime.Sandbox: what SetStats set is cleared.
 func (s *Sandbox) ResetStats(context.Context) error {
-	return s.rt.call(Call{Op: "reset-stats", Sandbox: s})
+	if err := s.rt.call(Call{Op: "reset-stats", Sandbox: s}); err != nil {
+		return err
+	}
+	s.stats.Store(nil)
+	return nil
 }
 
 // Update implements runtime.Sandbox: the limits are recorded; the disk
@@ -242,8 +255,12 @@ func (s *Sandbox) stop() error {
 	return s.agent.Close()
 }
 
-// Destroy implements runtime.Sandbox.
+// Destroy implements runtime.Sandbox. A hook's error leaves the sandbox
+// as it was, as a runtime that failed to tear it down can.
 func (s *Sandbox) Destroy(context.Context) error {
+	if err := s.rt.call(Call{Op: "destroy", Sandbox: s}); err != nil {
+		return err
+	}
 	s.destroyOnce.Do(func() {
 		_ = s.stop()
 		if !s.keep {

@@ -89,7 +89,7 @@ func TestSessionRootOutlives(t *testing.T) {
 
 // TestHookAndLimits: a hook's error is the operation's and leaves the
 // sandbox as it was; Update keeps the disk size from creation (Fixed),
-// like runc.
+// like runc; SetStats holds until ResetStats.
 func TestHookAndLimits(t *testing.T) {
 	rt := fakeRuntime(t, t.TempDir())
 	broken := errors.New("broken")
@@ -98,6 +98,9 @@ func TestHookAndLimits(t *testing.T) {
 			return broken
 		}
 		if c.Op == "update" && c.Limits.MemoryBytes == 1 {
+			return broken
+		}
+		if c.Op == "destroy" && c.Sandbox.Limits().CPUCores == 13 {
 			return broken
 		}
 		return nil
@@ -130,5 +133,31 @@ func TestHookAndLimits(t *testing.T) {
 	s.SetMemoryUsage(5 << 20)
 	if n, err := s.MemoryUsage(); n != 5<<20 || err != nil {
 		t.Errorf("MemoryUsage = %d, %v", n, err)
+	}
+	hit := runtime.Stats{OOMKills: 1, PidsLimitHits: 2, DiskFull: true}
+	s.SetStats(hit)
+	if st, err := s.Stats(t.Context()); st != hit || err != nil {
+		t.Errorf("Stats after SetStats = %+v, %v; want %+v", st, err, hit)
+	}
+	if err := s.ResetStats(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Stats(t.Context()); st != (runtime.Stats{}) || err != nil {
+		t.Errorf("Stats after ResetStats = %+v, %v; want none", st, err)
+	}
+
+	stuck, err := rt.Create(t.Context(), runtime.Spec{Limits: runtime.Limits{CPUCores: 13}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stuck.Destroy(t.Context()); !errors.Is(err, broken) {
+		t.Fatalf("Destroy under a failing hook: %v", err)
+	}
+	if out := run(t, stuck, "echo", "alive"); out != "alive\n" {
+		t.Errorf("a sandbox whose Destroy failed printed %q; want it running on", out)
+	}
+	rt.SetHook(nil)
+	if err := stuck.Destroy(t.Context()); err != nil || len(rt.Live()) != 1 {
+		t.Errorf("Destroy without the hook: %v, %d sandboxes live; want the first only", err, len(rt.Live()))
 	}
 }

@@ -113,6 +113,9 @@ type class struct {
 	mu       sync.Mutex
 	idle     []*member // most recently released last
 	creating int
+	// lent counts the class's sandboxes out with an execution: with the
+	// ones being reset, they come back to idle (see wantsFresh).
+	lent     int
 	target   int // idle sandboxes wanted, between MinIdle and MaxIdle
 	lastMiss time.Time
 	kick     chan struct{}
@@ -276,6 +279,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 			// and an Update that changes nothing would not notice.
 			p.log.Debug("pooled sandbox is dead: replaced", "sandbox", mb.sb.ID())
 			p.replaced(c, "error")
+			c.lend(-1)
 			p.destroy(c, mb)
 			continue
 		default:
@@ -301,6 +305,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 			}
 			p.log.Debug("pooled sandbox does not fit the claim: replaced", "sandbox", mb.sb.ID(), "reason", reason, "err", err)
 			p.replaced(c, reason)
+			c.lend(-1)
 			p.destroy(c, mb)
 			continue
 		}
@@ -324,8 +329,11 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 	// Cold: a sandbox made for this claim, with its limits, which then
 	// joins the pool for its tenant (without a zygote: the caller is
 	// waiting).
+	c.lend(1) // from now: the refill keeps its room
 	mb, err := p.create(ctx, c, cl.Spec, false)
 	if err != nil {
+		c.lend(-1)
+		c.poke()
 		return nil, err
 	}
 	tenant := cl.Tenant
@@ -361,6 +369,7 @@ func (p *Pool) Take(ctx context.Context, cl fleet.Claim) (runtime.Sandbox, *flee
 		select {
 		case <-mb.sb.Agent().Done():
 			p.replaced(c, "error")
+			c.lend(-1)
 			p.destroy(c, mb)
 			continue
 		default:
@@ -372,11 +381,13 @@ func (p *Pool) Take(ctx context.Context, cl fleet.Claim) (runtime.Sandbox, *flee
 				return nil, nil, false
 			}
 			p.replaced(c, "error")
+			c.lend(-1)
 			p.destroy(c, mb)
 			continue
 		}
 		p.claimed(c, "hit", start)
 		p.log.Debug("pool sandbox taken", "sandbox", mb.sb.ID())
+		c.lend(-1) // the taker's now
 		return mb.sb, mb.zygote, true
 	}
 }
@@ -420,6 +431,7 @@ func (c *class) take(tenant string) (*member, <-chan struct{}) {
 	}
 	mb := c.idle[pick]
 	c.idle = slices.Delete(c.idle, pick, pick+1)
+	c.lent++ // until it is released, put back or dropped
 	if mb.owner == "" {
 		c.poke()
 	}
@@ -462,7 +474,44 @@ func (c *class) addIdleLocked(mb *member) bool {
 func (c *class) putBack(mb *member) {
 	c.mu.Lock()
 	c.idle = append([]*member{mb}, c.idle...)
+	c.lent--
 	c.mu.Unlock()
+}
+
+// lend counts d sandboxes more (or fewer) out with an execution.
+func (c *class) lend(d int) {
+	c.mu.Lock()
+	c.lent += d
+	c.mu.Unlock()
+}
+
+// wantsFresh reports whether the refill should make another fresh sandbox
+// (c.mu held): fewer than the target are ready or being made, and either
+// fewer than MinIdle, or the class has room for one beside every sandbox
+// that is ready, being made, out with an execution or being reset — the
+// last two come back to idle for their tenants. Counting them keeps a
+// refill from taking the room a tenant's sandbox comes back to: it was
+// then destroyed for want of room, its tenant's next claim took a fresh
+// one, and the refill made another (a create and a destroy per execution
+// under steady load, each costing several times the execution's CPU).
+func (c *class) wantsFresh() bool {
+	fresh := c.creating
+	for _, mb := range c.idle {
+		if mb.owner == "" {
+			fresh++
+		}
+	}
+	if fresh >= c.target {
+		return false
+	}
+	if fresh < c.warm.MinIdle {
+		return true
+	}
+	back := c.lent
+	for _, n := range c.resetting {
+		back += n
+	}
+	return len(c.idle)+c.creating+back < c.warm.MaxIdle
 }
 
 // missed grows the class's target: demand is above what it keeps.
@@ -552,11 +601,14 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	mb.owner = tenant
 	p.log.Debug("pool release", "sandbox", mb.sb.ID(), "tenant", tenant, "clean", clean)
 	if !clean || mb.uses >= p.cfg.MaxUses || p.ctx.Err() != nil {
+		c.lend(-1)
 		p.destroy(c, mb)
+		c.poke() // room for a fresh one, if the class wants one
 		return
 	}
 	p.fleet.Hold(mb.sb, fleet.HolderPool, time.Time{})
 	c.mu.Lock()
+	c.lent--
 	c.resetting[tenant]++
 	c.mu.Unlock()
 	p.resetGauge(c, 1)
@@ -590,7 +642,8 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 			added = c.ready(mb)
 		}
 		if !added {
-			p.destroy(c, mb) // the class holds as many idle as it may
+			p.log.Debug("pooled sandbox not kept: the class holds as many ready as it may", "sandbox", mb.sb.ID())
+			p.destroy(c, mb)
 			return
 		}
 		p.gauge(c)
@@ -655,21 +708,13 @@ func (p *Pool) fill(c *class) {
 	for {
 		p.expire(c)
 		c.mu.Lock()
-		fresh := c.creating
-		for _, mb := range c.idle {
-			if mb.owner == "" {
-				fresh++
-			}
-		}
-		need := c.target - fresh
-		if need > 0 && len(c.idle)+c.creating >= c.warm.MaxIdle {
-			need = 0
-		}
-		if need > 0 {
+		// After 3 failures in a row, only the tick's slow retry.
+		need := failures < 3 && c.wantsFresh()
+		if need {
 			c.creating++
 		}
 		c.mu.Unlock()
-		if need > 0 && failures < 3 {
+		if need {
 			// Not cancelled by Close: a runtime interrupted mid-create can
 			// leave parts of a sandbox behind. Close waits for it instead.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 2*time.Minute)

@@ -640,6 +640,77 @@ func TestShrinksWhenIdle(t *testing.T) {
 	}
 }
 
+// TestPrefersItsResetToAFreshOne: a tenant with fewer than two sandboxes
+// per execution in flight takes a fresh one while its own is being reset
+// (so a tenant running one execution after another gets a second sandbox
+// and never waits); one with that many waits for its reset instead, which
+// costs no create, and gets its own sandbox back.
+func TestPrefersItsResetToAFreshOne(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 4}, func(c *pool.Config) { c.ReturnWait = time.Minute })
+	u.waitIdle(1)
+	hold := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(letGo)
+	var held sync.Map // sandbox id -> whose reset waits for hold
+	var creates atomic.Int32
+	u.rt.SetHook(func(c fake.Call) error {
+		if c.Op == "create" {
+			creates.Add(1)
+		}
+		if _, ok := held.Load(c.Sandbox); ok && c.Op == "stats" {
+			<-hold
+		}
+		return nil
+	})
+	hold1 := func(l *fleet.Lease) {
+		held.Store(l.Sandbox, true)
+		l.Release(true)
+	}
+	l1 := u.acquire("a") // the fresh one
+	u.waitIdle(1)        // and its replacement
+	hold1(l1)
+	// One in reset, none out: fewer than two per execution; the claim
+	// takes the fresh one rather than wait.
+	l2 := u.acquire("a")
+	if l2.Sandbox.ID() == l1.Sandbox.ID() || u.waits() != 0 {
+		t.Fatalf("the claim waited for the sandbox in reset; want a fresh one")
+	}
+	u.waitIdle(1)
+	hold1(l2)
+	made := creates.Load()
+	// Two in reset, none out: enough; the claim waits for its own.
+	got := make(chan *fleet.Lease, 1)
+	go func() {
+		l, err := u.p.Acquire(t.Context(), u.claim("a"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	select {
+	case l := <-got:
+		t.Fatalf("the claim took %s while the tenant's two were being reset", l.Sandbox.ID())
+	case <-time.After(300 * time.Millisecond):
+	}
+	letGo()
+	l3 := <-got
+	if l3 == nil {
+		t.FailNow()
+	}
+	if id := l3.Sandbox.ID(); id != l1.Sandbox.ID() && id != l2.Sandbox.ID() {
+		t.Errorf("the claim got %s, want one of the tenant's own", id)
+	}
+	if n := creates.Load() - made; n != 0 {
+		t.Errorf("%d sandboxes made for a claim that waited for its own", n)
+	}
+	if len(u.p.IdleSandboxes("")) != 1 {
+		t.Errorf("the fresh sandbox was taken")
+	}
+	l3.Release(true)
+	u.waitReset()
+}
+
 // TestWaitsForItsOwnSandbox: a tenant's claim that finds nothing ready
 // while one of its sandboxes is being reset waits for it, up to
 // ReturnWait, then starts cold; other tenants never wait for it, and a

@@ -37,8 +37,13 @@ const (
 	cellBudget = 10 * time.Second
 )
 
-// concurrencies are the loads every cell is measured at.
-var concurrencies = []int{1, 8, 32}
+// concurrencies are the loads cells are measured at: every cell at 1, 8
+// and 32; only the scaling cells (the baseline and the warm container
+// rows) at 2 and 4, where a 2-core machine turns from idle to saturated.
+var concurrencies = []int{1, 2, 4, 8, 32}
+
+// scalingOnly are the concurrencies only scaling cells are measured at.
+var scalingOnly = map[int]bool{2: true, 4: true}
 
 // cell is one row group of the table: one way of running a program once.
 type cell struct {
@@ -56,15 +61,41 @@ type cell struct {
 	// should hit.
 	srv  *server
 	pool warmPool
+	// host is a cold cell's server.
+	host *server
+	// scaling cells are measured at every concurrency, the others not at
+	// scalingOnly's.
+	scaling bool
+	// cpu, if set, reads a counter of the CPU time the cell's executions
+	// use (cellCPU): measured over each block, up to when what the block
+	// started has settled (the pool's resets and refill, the cold
+	// server's teardown).
+	cpu func() (time.Duration, error)
 
 	byConc       map[int]*series
 	hits, claims map[int]float64
+	cpuUsed      map[int]time.Duration
+}
+
+// at reports whether c is measured at concurrency conc.
+func (c *cell) at(conc int) bool {
+	return (c.serial == "" || conc == 1) && (c.scaling || !scalingOnly[conc])
+}
+
+// cpuPerExec is the CPU time one execution of c used at conc, or NaN.
+func (c *cell) cpuPerExec(conc int) float64 {
+	n := len(c.series(conc).samples)
+	if c.cpu == nil || n == 0 {
+		return math.NaN()
+	}
+	return float64(c.cpuUsed[conc]) / float64(n)
 }
 
 func (c *cell) series(conc int) *series {
 	if c.byConc == nil {
 		c.byConc = map[int]*series{}
 		c.hits, c.claims = map[int]float64{}, map[int]float64{}
+		c.cpuUsed = map[int]time.Duration{}
 	}
 	s := c.byConc[conc]
 	if s == nil {
@@ -126,6 +157,13 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 			return err
 		}
 	}
+	var cpu0 time.Duration
+	if c.cpu != nil && !warmup {
+		var err error
+		if cpu0, err = c.cpu(); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -167,6 +205,18 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 	s := c.series(conc)
 	s.samples = append(s.samples, lat...)
 	s.wall += wall
+	if c.cpu != nil {
+		// What the executions left to do (resets, refill, teardown) is
+		// theirs too.
+		if err := h.settle(ctx, c); err != nil {
+			return err
+		}
+		cpu1, err := c.cpu()
+		if err != nil {
+			return err
+		}
+		c.cpuUsed[conc] += cpu1 - cpu0
+	}
 	if c.srv != nil {
 		hit, miss, err := c.poolClaims(ctx)
 		if err != nil {
@@ -174,6 +224,18 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 		}
 		c.hits[conc] += hit - hit0
 		c.claims[conc] += hit - hit0 + miss - miss0
+	}
+	return nil
+}
+
+// settle waits until what c's executions started is done: its pool's
+// resets and refill, or the cold server's teardowns.
+func (h *harness) settle(ctx context.Context, c *cell) error {
+	switch {
+	case c.srv != nil:
+		return c.srv.waitIdle(ctx, 0, true, 2*time.Minute)
+	case c.host != nil:
+		return c.host.waitTornDown(ctx, 2*time.Minute)
 	}
 	return nil
 }
@@ -243,10 +305,11 @@ func BenchmarkHarness(b *testing.B) {
 	pyRoot := pythonRootfs(b)
 	cliData := b.TempDir()
 
+	var bareCPU atomic.Int64
 	cells := []*cell{
-		{name: "bare /usr/bin/python3 -c", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
+		{name: "bare /usr/bin/python3 -c", scaling: true, run: spawnCPU(helloOut, &bareCPU, func(ctx context.Context) *exec.Cmd {
 			return exec.CommandContext(ctx, "/usr/bin/python3", "-c", helloPy)
-		})},
+		}), cpu: func() (time.Duration, error) { return time.Duration(bareCPU.Load()), nil }},
 		{name: "bwrap (unshare-all, ro /usr)", run: spawn(helloOut, func(ctx context.Context) *exec.Cmd {
 			return exec.CommandContext(ctx, "bwrap", append(bwrapArgs(), "/usr/bin/python3", "-c", helloPy)...)
 		})},
@@ -279,8 +342,8 @@ func BenchmarkHarness(b *testing.B) {
 		b.Fatal(err)
 	}
 	cells = append(cells,
-		&cell{name: "corral cold, container", run: via(cold, hello(sandbox.IsolationContainer), helloOut)},
-		&cell{name: "corral cold, gvisor", run: via(cold, hello(sandbox.IsolationGVisor), helloOut)},
+		&cell{name: "corral cold, container", run: via(cold, hello(sandbox.IsolationContainer), helloOut), host: cold, cpu: cold.cpu},
+		&cell{name: "corral cold, gvisor", run: via(cold, hello(sandbox.IsolationGVisor), helloOut), host: cold, cpu: cold.cpu},
 	)
 
 	// Corral, warm: one server per interpreter setting, since a request
@@ -315,7 +378,8 @@ func BenchmarkHarness(b *testing.B) {
 			}
 			c := &cell{name: name, na: poolNA, pool: p}
 			if poolNA == "" {
-				c.srv, c.run = srv, via(srv, req, want)
+				c.srv, c.run, c.cpu = srv, via(srv, req, want), srv.cpu
+				c.scaling = p.tier == "container" && p.image == images.HostName
 			}
 			out = append(out, c)
 		}
@@ -364,7 +428,7 @@ func BenchmarkHarness(b *testing.B) {
 		// each warm cell runs untimed at it until its pool has grown to
 		// what that load needs (steady state, not the growth).
 		for _, c := range h.rotated(0) {
-			if c.srv == nil || c.serial != "" {
+			if c.srv == nil || !c.at(conc) {
 				continue
 			}
 			if err := h.block(ctx, c, conc, 3*conc, cellBudget, true); err != nil {
@@ -378,7 +442,7 @@ func BenchmarkHarness(b *testing.B) {
 				size = n - size*(rounds-1)
 			}
 			for _, c := range h.rotated(r) {
-				if c.serial != "" {
+				if !c.at(conc) {
 					continue
 				}
 				if err := h.block(ctx, c, conc, size, cellBudget/time.Duration(rounds), false); err != nil {
@@ -422,6 +486,9 @@ func BenchmarkHarness(b *testing.B) {
 	for _, conc := range concurrencies {
 		base[conc] = cells[0].series(conc)
 		for _, c := range cells {
+			if !c.scaling && scalingOnly[conc] {
+				continue
+			}
 			r := row{s: &series{name: c.name}, conc: conc, na: c.na}
 			if c.serial != "" && conc > 1 {
 				r.na = c.serial
@@ -447,9 +514,23 @@ func BenchmarkHarness(b *testing.B) {
 		fmt.Fprintf(&out, "  %-20s %s\n", m.name, v)
 	}
 
+	// CPU per execution, beside the bare spawn's at the same concurrency.
+	fmt.Fprintln(&out, "CPU per execution, ms (bare: the spawned process tree; corral: corral serve with the runc/runsc it waited for, and the sandboxes' cgroups, up to when the pool's resets and refill or the teardowns are done), and ÷ bare at the same concurrency:")
+	for _, conc := range concurrencies {
+		for _, c := range cells {
+			if c.cpu == nil || !c.at(conc) || c.na != "" {
+				continue
+			}
+			v := c.cpuPerExec(conc)
+			fmt.Fprintf(&out, "  %-48s %4d %9.1f %9s\n", c.name, conc, v/float64(time.Millisecond), fx(ratio(v, cells[0].cpuPerExec(conc))))
+		}
+	}
+
 	// The targets, as ratios of this run.
 	p50 := func(name string, conc int) float64 { return float64(find(cells, name).series(conc).median()) }
 	tput := func(name string, conc int) float64 { return find(cells, name).series(conc).throughput() }
+	cpu := func(name string, conc int) float64 { return find(cells, name).cpuPerExec(conc) }
+	const interp = "corral warm, container, interpreter"
 	targets := []struct {
 		metric, what string
 		v, limit     float64
@@ -460,25 +541,37 @@ func BenchmarkHarness(b *testing.B) {
 		{"numpy-warm/numpy-chroot-p50", "numpy warm p50 ÷ numpy bare chroot p50", ratio(p50(warmInterp[2].name, 1), p50("numpy: bare chroot (python image)", 1)), 0.3, true},
 		{"warm-gvisor/warm-ctr-p50", "warm gvisor p50 ÷ warm container p50", ratio(p50("corral warm, gvisor", 1), p50("corral warm, container", 1)), 1.5, true},
 		{"warm-ctr/bare-tput@8", "warm container exec/s ÷ bare exec/s at 8", ratio(tput("corral warm, container", 8), tput(cells[0].name, 8)), 0.8, false},
-		{"warm-ctr-interp/bare-tput@8", "warm container + interpreter exec/s ÷ bare at 8", ratio(tput("corral warm, container, interpreter", 8), tput(cells[0].name, 8)), 0.8, false},
+		{"warm-ctr-interp/bare-tput@1", "warm container + interpreter exec/s ÷ bare at 1", ratio(tput(interp, 1), tput(cells[0].name, 1)), math.NaN(), false},
+		{"warm-ctr-interp/bare-tput@2", "warm container + interpreter exec/s ÷ bare at 2", ratio(tput(interp, 2), tput(cells[0].name, 2)), 1, false},
+		{"warm-ctr-interp/bare-tput@4", "warm container + interpreter exec/s ÷ bare at 4", ratio(tput(interp, 4), tput(cells[0].name, 4)), 1, false},
+		{"warm-ctr-interp/bare-tput@8", "warm container + interpreter exec/s ÷ bare at 8", ratio(tput(interp, 8), tput(cells[0].name, 8)), 1, false},
+		{"warm-ctr-interp/bare-cpu@1", "warm container + interpreter CPU/exec ÷ bare at 1", ratio(cpu(interp, 1), cpu(cells[0].name, 1)), 1, true},
+		{"warm-ctr-interp/bare-cpu@8", "warm container + interpreter CPU/exec ÷ bare at 8", ratio(cpu(interp, 8), cpu(cells[0].name, 8)), 1, true},
 		{"cold-ctr/runc-p50", "cold container p50 ÷ runc run p50", ratio(p50("corral cold, container", 1), p50("runc run (hand-made bundle)", 1)), 1.1, true},
 		{"runc-idle-MB", "MB per idle pooled sandbox, runc", mems[0].bytes / (1 << 20), 5, true},
 		{"runsc-idle-MB", "MB per idle pooled sandbox, runsc", mems[2].bytes / (1 << 20), 30, true},
 	}
 	fmt.Fprintln(&out, "targets (docs/bench.md):")
 	for _, t := range targets {
-		verdict, cmp, v := "n/a", "≤", "-"
+		verdict, v := "n/a", "-"
+		target := fmt.Sprintf("(target ≤ %.2g)", t.limit)
 		if !t.atMost {
-			cmp = "≥"
+			target = fmt.Sprintf("(target ≥ %.2g)", t.limit)
+		}
+		if math.IsNaN(t.limit) {
+			target = "(no target)"
 		}
 		if !math.IsNaN(t.v) {
 			verdict, v = "met", fmt.Sprintf("%.2f", t.v)
-			if (t.atMost && t.v > t.limit) || (!t.atMost && t.v < t.limit) {
+			switch {
+			case math.IsNaN(t.limit):
+				verdict = ""
+			case (t.atMost && t.v > t.limit) || (!t.atMost && t.v < t.limit):
 				verdict = "missed"
 			}
 			b.ReportMetric(t.v, t.metric)
 		}
-		fmt.Fprintf(&out, "  %-48s %8s  (target %s %.2g)  %s\n", t.what, v, cmp, t.limit, verdict)
+		fmt.Fprintf(&out, "  %-48s %8s  %-16s %s\n", t.what, v, target, verdict)
 	}
 	b.ReportMetric(float64(cells[0].series(1).median().Microseconds())/1000, "bare-p50-ms")
 	os.Stderr.Write(out.Bytes())
@@ -495,6 +588,12 @@ func find(cells []*cell, name string) *cell {
 
 // spawn runs a command and checks its output is exactly want.
 func spawn(want string, cmd func(ctx context.Context) *exec.Cmd) func(context.Context) error {
+	return spawnCPU(want, nil, cmd)
+}
+
+// spawnCPU is spawn that adds, if used is set, the CPU time of each
+// command (its own and that of the descendants it waited for) to used.
+func spawnCPU(want string, used *atomic.Int64, cmd func(ctx context.Context) *exec.Cmd) func(context.Context) error {
 	return func(ctx context.Context) error {
 		c := cmd(ctx)
 		var out bytes.Buffer
@@ -502,7 +601,11 @@ func spawn(want string, cmd func(ctx context.Context) *exec.Cmd) func(context.Co
 		if c.Stderr == nil { // a cell may send stderr elsewhere (corral run's verdict line)
 			c.Stderr = &out
 		}
-		if err := c.Run(); err != nil {
+		err := c.Run()
+		if used != nil && c.ProcessState != nil {
+			used.Add(int64(c.ProcessState.UserTime() + c.ProcessState.SystemTime()))
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w: %.500s", c.Args[0], err, out.String())
 		}
 		if out.String() != want {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/runtime/cgroup"
 	"github.com/corralhq/corral/internal/runtime/oci"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
@@ -410,4 +411,69 @@ func fieldKB(b []byte, key string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s", key)
+}
+
+// cpu is the CPU time the server and its sandboxes have used: the server
+// process's own and that of the children it waited for (runc, runsc), from
+// /proc, and everything that ran in the sandboxes' cgroups (sandboxCPU).
+func (s *server) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's closing parenthesis, from the state
+	// (field 3): utime, stime, cutime and cstime are fields 14 to 17.
+	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", s.cmd.Process.Pid, len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", s.cmd.Process.Pid, err)
+		}
+		ticks += n
+	}
+	sb, err := sandboxCPU()
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(ticks)*time.Second/clockTicks + sb, nil
+}
+
+// clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// sandboxCPU is the CPU time used in the test sandboxes' cgroups
+// (testenv.CgroupParent, every bench server's) since it was made, the
+// sandboxes removed since included: cpuacct.usage on cgroup v1, cpu.stat's
+// usage_usec on v2.
+func sandboxCPU() (time.Duration, error) {
+	if cgroup.Unified() {
+		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			b, err := os.ReadFile(filepath.Join(root, testenv.CgroupParent, "cpu.stat"))
+			if err != nil {
+				continue
+			}
+			for line := range strings.SplitSeq(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+					us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					return time.Duration(us) * time.Microsecond, err
+				}
+			}
+		}
+		return 0, fmt.Errorf("no cpu.stat for cgroup %s", testenv.CgroupParent)
+	}
+	paths, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*cpuacct*", testenv.CgroupParent, "cpuacct.usage"))
+	if len(paths) == 0 {
+		return 0, fmt.Errorf("no cpuacct.usage for cgroup %s", testenv.CgroupParent)
+	}
+	b, err := os.ReadFile(paths[0])
+	if err != nil {
+		return 0, err
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return time.Duration(ns), err
 }

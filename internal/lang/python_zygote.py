@@ -56,12 +56,8 @@ STDERR_FD = 2
 # One message on a socket carries at most this many bytes and fds.
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 8
-# A spare's first message, its pid in decimal, fits in this.
+# The intermediate's report of a spare's pid, in decimal, fits in this.
 MAX_PID_MESSAGE = 64
-# Seconds the zygote waits for a spare or the probe it forked to say it is
-# ready; one that does not is let go (its socket closed, it exits) and
-# requests reach the zygote, which forks for each.
-SPARE_TIMEOUT = 10
 
 # Exit statuses: a program that ended with an uncaught exception (or a
 # SystemExit that is not a number), as in the interpreter; a child that
@@ -232,16 +228,16 @@ def setup_failed(e):
 # again (the probe's report, /proc/PID/pagemap) before adding to it.
 
 # In a spare, forked from the zygote with z's state: copy ahead the pages a
-# request writes, prepare, say its pid on sp, then wait there for one request
-# and serve it; exit if the agent lets it go. The probe (report set, its fd)
-# copies nothing ahead: it measures what its request copies.
+# request writes, prepare, then wait on sp for one request (which may have
+# come meanwhile) and serve it; exit if the agent lets it go. The probe
+# (report set, its fd) copies nothing ahead: it measures what its request
+# copies.
 def serve_as_spare(z, sp, report=None):
     try:
         z.ctl.close()
         if report is None:
             prefault(z)
         prepare(z)
-        sp.send(str(os.getpid()).encode())
         msg, fds, _, _ = socket.recv_fds(sp, MAX_MESSAGE, MAX_FDS)
         if not msg:
             os._exit(0)
@@ -558,9 +554,12 @@ def exclusive_runs(entries, lo, hi):
 # In the zygote: spares, the probe, and its loop.
 
 # Fork a spare through a short-lived intermediate, so that its parent is the
-# agent, and hand the agent the spare's socket with its pid: the agent sends
-# it a request without the zygote on the way, and drops the spare it held
-# before (which then exits).
+# agent, and hand the agent the spare's socket with its pid (which the
+# intermediate reports on that socket): the agent sends it a request without
+# the zygote on the way, and drops the spare it held before (which then
+# exits). The zygote does not wait for the spare to copy its pages and
+# prepare: that is off the reset's path (a request sent meanwhile waits on
+# the socket), where under load it made the reset as long as an execution.
 def make_spare(z):
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -572,13 +571,14 @@ def make_spare(z):
     if pid == 0:
         try:
             mine.close()
-            if os.fork() == 0:
+            gpid = os.fork()
+            if gpid == 0:
                 serve_as_spare(z, theirs)
+            theirs.send(str(gpid).encode())
         finally:
             os._exit(0)
     theirs.close()
     reap(pid)
-    mine.settimeout(SPARE_TIMEOUT)
     try:
         gpid = int(mine.recv(MAX_PID_MESSAGE))
         socket.send_fds(z.ctl, [json.dumps({'spare': gpid}).encode()], [mine.fileno()])
@@ -619,8 +619,6 @@ def probe(z):
     data = b''
     try:
         if pid > 0:
-            mine.settimeout(SPARE_TIMEOUT)
-            mine.recv(MAX_PID_MESSAGE)
             req = {'argv': ['python3', '-c', z.run_src, PROBE_PROGRAM_PATH], 'dir': '/', 'env': PROBE_ENV}
             socket.send_fds(mine, [json.dumps(req).encode()], [src_r, null, null, null])
             data = read_report(r)

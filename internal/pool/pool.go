@@ -113,6 +113,11 @@ type class struct {
 	mu       sync.Mutex
 	idle     []*member // most recently released last
 	creating int
+	// lent counts the class's sandboxes out with an execution: with the
+	// ones being reset, they come back to idle (see wantsFresh). out counts
+	// them per tenant.
+	lent     int
+	out      map[string]int
 	target   int // idle sandboxes wanted, between MinIdle and MaxIdle
 	lastMiss time.Time
 	kick     chan struct{}
@@ -194,7 +199,7 @@ func (p *Pool) start(ctx context.Context, i int) error {
 	fixed := p.fleet.Fixed(w.Tier, spec.Limits)
 	c := &class{index: i, warm: w, key: classKey(w.Tier, spec, fixed), fixed: fixed, spec: spec,
 		img: img, target: w.MinIdle, kick: make(chan struct{}, 1),
-		resetting: map[string]int{}, back: make(chan struct{})}
+		resetting: map[string]int{}, out: map[string]int{}, back: make(chan struct{})}
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
 	if p.closed || slices.ContainsFunc(p.classes, func(c *class) bool { return c.index == i }) {
@@ -244,11 +249,12 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 	var deadline *time.Timer // started by the first wait: a hit needs none
 	var waited time.Duration // for the tenant's sandboxes to come back
 	tight := false           // too tight a claim for any ready sandbox
+	patient := true          // the claim may wait rather than take a fresh one
 	for {
-		mb, back := c.take(cl.Tenant)
+		mb, back := c.take(cl.Tenant, patient)
 		if mb == nil {
-			if back == nil {
-				break
+			if back == nil || !patient {
+				break // nothing to wait for, or waited ReturnWait already
 			}
 			// One of the tenant's sandboxes is being reset: that is
 			// milliseconds away, a cold start is not.
@@ -266,7 +272,10 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 				return nil, ctx.Err()
 			}
 			waited += time.Since(w)
-			break
+			// Waited long enough: a fresh one, if any, before a cold
+			// start.
+			patient = false
+			continue
 		}
 		p.gauge(c)
 		select {
@@ -276,6 +285,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 			// and an Update that changes nothing would not notice.
 			p.log.Debug("pooled sandbox is dead: replaced", "sandbox", mb.sb.ID())
 			p.replaced(c, "error")
+			c.lend(cl.Tenant, -1)
 			p.destroy(c, mb)
 			continue
 		default:
@@ -287,7 +297,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 				// holds (its agent, its zygote): no ready one can serve
 				// a claim this tight. It stays for others.
 				p.log.Debug("claim too tight for a pooled sandbox", "sandbox", mb.sb.ID(), "err", err)
-				c.putBack(mb)
+				c.putBack(mb, cl.Tenant)
 				p.gauge(c)
 				tight = true
 				break
@@ -301,6 +311,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 			}
 			p.log.Debug("pooled sandbox does not fit the claim: replaced", "sandbox", mb.sb.ID(), "reason", reason, "err", err)
 			p.replaced(c, reason)
+			c.lend(cl.Tenant, -1)
 			p.destroy(c, mb)
 			continue
 		}
@@ -324,8 +335,11 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 	// Cold: a sandbox made for this claim, with its limits, which then
 	// joins the pool for its tenant (without a zygote: the caller is
 	// waiting).
+	c.lend(cl.Tenant, 1) // from now: the refill keeps its room
 	mb, err := p.create(ctx, c, cl.Spec, false)
 	if err != nil {
+		c.lend(cl.Tenant, -1)
+		c.poke()
 		return nil, err
 	}
 	tenant := cl.Tenant
@@ -349,34 +363,37 @@ func (p *Pool) Take(ctx context.Context, cl fleet.Claim) (runtime.Sandbox, *flee
 	for {
 		// Only a fresh one: a sandbox that served a tenant holds that
 		// tenant's past, and the taker may be another.
-		mb, _ := c.take("")
+		mb, _ := c.take("", false)
 		if mb == nil {
 			return nil, nil, false
 		}
 		if mb.owner != "" {
-			c.putBack(mb)
+			c.putBack(mb, "")
 			return nil, nil, false
 		}
 		p.gauge(c)
 		select {
 		case <-mb.sb.Agent().Done():
 			p.replaced(c, "error")
+			c.lend("", -1)
 			p.destroy(c, mb)
 			continue
 		default:
 		}
 		if err := p.fit(ctx, mb, cl.Spec.Limits); err != nil {
 			if errors.Is(err, runtime.ErrLimitBelowUsage) {
-				c.putBack(mb)
+				c.putBack(mb, "")
 				p.gauge(c)
 				return nil, nil, false
 			}
 			p.replaced(c, "error")
+			c.lend("", -1)
 			p.destroy(c, mb)
 			continue
 		}
 		p.claimed(c, "hit", start)
 		p.log.Debug("pool sandbox taken", "sandbox", mb.sb.ID())
+		c.lend("", -1) // the taker's now
 		return mb.sb, mb.zygote, true
 	}
 }
@@ -399,8 +416,14 @@ func (p *Pool) classOf(cl fleet.Claim) *class {
 // take removes and returns an idle sandbox for tenant: one it used before,
 // else a fresh one; never one another tenant used. When there is none but
 // one of the tenant's is being reset, take returns a channel closed when a
-// sandbox comes back.
-func (c *class) take(tenant string) (*member, <-chan struct{}) {
+// sandbox comes back. A patient claim also gets that channel instead of a
+// fresh sandbox when its tenant holds at least two sandboxes per execution
+// in flight (this one included), one of them being reset: a reset is
+// milliseconds of CPU, while taking a fresh one makes the refill create
+// another (a quarter of a second of CPU), and a tenant with that many has
+// enough to cover its resets. Below that, a tenant's claims take fresh ones
+// until it has: its own executions in flight and one reset beside each.
+func (c *class) take(tenant string, patient bool) (*member, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pick := -1
@@ -412,14 +435,21 @@ func (c *class) take(tenant string) (*member, <-chan struct{}) {
 			pick = i
 		}
 	}
+	inReset := c.resetting[tenant]
+	if pick >= 0 && c.idle[pick].owner == "" && patient && inReset > 0 && c.out[tenant]+inReset >= 2*(c.out[tenant]+1) {
+		pick = -1
+	}
 	if pick < 0 {
-		if c.resetting[tenant] > 0 {
+		if inReset > 0 {
 			return nil, c.back
 		}
 		return nil, nil
 	}
 	mb := c.idle[pick]
 	c.idle = slices.Delete(c.idle, pick, pick+1)
+	// Out until it is released, put back or dropped.
+	c.lent++
+	c.out[tenant]++
 	if mb.owner == "" {
 		c.poke()
 	}
@@ -459,10 +489,53 @@ func (c *class) addIdleLocked(mb *member) bool {
 
 // putBack returns a fresh sandbox a claim took but did not use to idle,
 // where fresh ones go.
-func (c *class) putBack(mb *member) {
+func (c *class) putBack(mb *member, tenant string) {
 	c.mu.Lock()
 	c.idle = append([]*member{mb}, c.idle...)
+	c.lent--
+	if c.out[tenant]--; c.out[tenant] <= 0 {
+		delete(c.out, tenant)
+	}
 	c.mu.Unlock()
+}
+
+// lend counts d sandboxes more (or fewer) out with an execution of tenant.
+func (c *class) lend(tenant string, d int) {
+	c.mu.Lock()
+	c.lent += d
+	if c.out[tenant] += d; c.out[tenant] <= 0 {
+		delete(c.out, tenant)
+	}
+	c.mu.Unlock()
+}
+
+// wantsFresh reports whether the refill should make another fresh sandbox
+// (c.mu held): fewer than the target are ready or being made, and either
+// fewer than MinIdle, or the class has room for one beside every sandbox
+// that is ready, being made, out with an execution or being reset — the
+// last two come back to idle for their tenants. Counting them keeps a
+// refill from taking the room a tenant's sandbox comes back to: it was
+// then destroyed for want of room, its tenant's next claim took a fresh
+// one, and the refill made another (a create and a destroy per execution
+// under steady load, each costing several times the execution's CPU).
+func (c *class) wantsFresh() bool {
+	fresh := c.creating
+	for _, mb := range c.idle {
+		if mb.owner == "" {
+			fresh++
+		}
+	}
+	if fresh >= c.target {
+		return false
+	}
+	if fresh < c.warm.MinIdle {
+		return true
+	}
+	back := c.lent
+	for _, n := range c.resetting {
+		back += n
+	}
+	return len(c.idle)+c.creating+back < c.warm.MaxIdle
 }
 
 // missed grows the class's target: demand is above what it keeps.
@@ -552,11 +625,17 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	mb.owner = tenant
 	p.log.Debug("pool release", "sandbox", mb.sb.ID(), "tenant", tenant, "clean", clean)
 	if !clean || mb.uses >= p.cfg.MaxUses || p.ctx.Err() != nil {
+		c.lend(tenant, -1)
 		p.destroy(c, mb)
+		c.poke() // room for a fresh one, if the class wants one
 		return
 	}
 	p.fleet.Hold(mb.sb, fleet.HolderPool, time.Time{})
 	c.mu.Lock()
+	c.lent--
+	if c.out[tenant]--; c.out[tenant] <= 0 {
+		delete(c.out, tenant)
+	}
 	c.resetting[tenant]++
 	c.mu.Unlock()
 	p.resetGauge(c, 1)
@@ -590,7 +669,8 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 			added = c.ready(mb)
 		}
 		if !added {
-			p.destroy(c, mb) // the class holds as many idle as it may
+			p.log.Debug("pooled sandbox not kept: the class holds as many ready as it may", "sandbox", mb.sb.ID())
+			p.destroy(c, mb)
 			return
 		}
 		p.gauge(c)
@@ -655,21 +735,13 @@ func (p *Pool) fill(c *class) {
 	for {
 		p.expire(c)
 		c.mu.Lock()
-		fresh := c.creating
-		for _, mb := range c.idle {
-			if mb.owner == "" {
-				fresh++
-			}
-		}
-		need := c.target - fresh
-		if need > 0 && len(c.idle)+c.creating >= c.warm.MaxIdle {
-			need = 0
-		}
-		if need > 0 {
+		// After 3 failures in a row, only the tick's slow retry.
+		need := failures < 3 && c.wantsFresh()
+		if need {
 			c.creating++
 		}
 		c.mu.Unlock()
-		if need > 0 && failures < 3 {
+		if need {
 			// Not cancelled by Close: a runtime interrupted mid-create can
 			// leave parts of a sandbox behind. Close waits for it instead.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 2*time.Minute)

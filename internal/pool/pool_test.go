@@ -498,37 +498,109 @@ func TestClaimOverUsage(t *testing.T) {
 }
 
 // TestGrowsWithMisses: claims that find nothing ready raise the number of
-// sandboxes kept, up to MaxIdle; a sandbox coming back to a full class is
+// fresh sandboxes kept, within MaxIdle less the sandboxes out with an
+// execution (they come back); a sandbox coming back to a full class is
 // destroyed.
 func TestGrowsWithMisses(t *testing.T) {
-	u := newUnit(t, pool.Warm{MinIdle: 0, MaxIdle: 2})
+	u := newUnit(t, pool.Warm{MinIdle: 0, MaxIdle: 4})
 	release, creates := u.holdCreates()
 	var leases []*fleet.Lease
-	for _, tenant := range []string{"a", "b", "c"} {
+	for _, tenant := range []string{"a", "b"} {
 		leases = append(leases, u.acquire(tenant, memory(256)))
 	}
-	if n := u.count(u.m.PoolClaims, "miss"); n != 3 {
-		t.Fatalf("%v misses, want 3", n)
+	if n := u.count(u.m.PoolClaims, "miss"); n != 2 {
+		t.Fatalf("%v misses, want 2", n)
 	}
 	if n := u.p.Idle()[0]; n != 0 {
 		t.Fatalf("%d ready while the refill is held", n)
 	}
 	release()
 	u.waitIdle(2)
+	// Two more tenants take the fresh ones and a third misses: five out,
+	// more than MaxIdle, so the refill makes none although the target is 3.
+	for _, tenant := range []string{"c", "d", "e"} {
+		leases = append(leases, u.acquire(tenant, memory(256)))
+	}
+	if n := u.count(u.m.PoolClaims, "miss"); n != 3 {
+		t.Fatalf("%v misses, want 3", n)
+	}
+	u.waitIdle(0)
 	if n := creates.Load(); n != 2 {
-		t.Errorf("the refill made %d sandboxes, want MaxIdle 2", n)
+		t.Errorf("the refill made %d sandboxes, want 2 (room for two beside the two out)", n)
 	}
 	for _, l := range leases {
 		l.Release(true)
 	}
 	u.waitReset()
+	destroyed := 0
 	for _, l := range leases {
-		if u.live(l.Sandbox.ID()) {
-			t.Errorf("sandbox %s came back to a full class and was kept", l.Sandbox.ID())
+		if !u.live(l.Sandbox.ID()) {
+			destroyed++
 		}
 	}
-	if n := u.p.Idle()[0]; n != 2 {
-		t.Errorf("%d ready, want 2", n)
+	if n := u.p.Idle()[0]; n != 4 || destroyed != 1 {
+		t.Errorf("%d ready and %d destroyed after five came back, want MaxIdle 4 and 1", n, destroyed)
+	}
+	if n := creates.Load(); n != 2 {
+		t.Errorf("the refill made %d sandboxes in all, want 2", n)
+	}
+}
+
+// TestKeepsRoomForWhatIsOut: under a steady load, once a tenant holds
+// enough sandboxes, the pool neither makes nor destroys any. The
+// sandboxes out with executions keep their room in the class: a refill
+// that filled it with fresh ones (misses raise the target) made the ones
+// coming back find the class full and be destroyed, the tenant's next
+// claims take fresh ones and the refill make more — a create and a
+// destroy per execution, each several times an execution's CPU.
+func TestKeepsRoomForWhatIsOut(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 0, MaxIdle: 3})
+	// Three misses (another tenant's, gone since) raise the target to
+	// MaxIdle.
+	release, _ := u.holdCreates()
+	var gone []*fleet.Lease
+	for range 3 {
+		gone = append(gone, u.acquire("b", memory(256)))
+	}
+	release()
+	for _, l := range gone {
+		l.Release(false)
+	}
+	u.waitIdle(3)
+	var creates atomic.Int32
+	u.rt.SetHook(func(c fake.Call) error {
+		if c.Op == "create" {
+			creates.Add(1)
+		}
+		return nil
+	})
+	// Two executions at a time, each round after the last is back.
+	round := func() []string {
+		l1 := u.acquire("a")
+		l2 := u.acquire("a")
+		ids := []string{l1.Sandbox.ID(), l2.Sandbox.ID()}
+		l1.Release(true)
+		l2.Release(true)
+		u.waitReset()
+		return ids
+	}
+	for range 3 { // the tenant gets its sandboxes
+		round()
+	}
+	made := creates.Load()
+	var used []string
+	for range 10 {
+		used = append(used, round()...)
+	}
+	// The refill runs at least once a second: give it a chance.
+	time.Sleep(1500 * time.Millisecond)
+	if n := creates.Load() - made; n != 0 {
+		t.Errorf("%d sandboxes made during 10 rounds at steady load, want none", n)
+	}
+	for _, id := range used {
+		if !u.live(id) {
+			t.Errorf("sandbox %s was destroyed under a steady load", id)
+		}
 	}
 }
 
@@ -536,7 +608,7 @@ func TestGrowsWithMisses(t *testing.T) {
 // keeps MinIdle fresh sandboxes again, and a tenant's sandbox idle that
 // long is destroyed; before that, nothing is.
 func TestShrinksWhenIdle(t *testing.T) {
-	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 4}, func(c *pool.Config) { c.IdleTimeout = time.Minute })
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 6}, func(c *pool.Config) { c.IdleTimeout = time.Minute })
 	u.waitIdle(1)
 	release, _ := u.holdCreates()
 	la := u.acquire("a") // takes the fresh one
@@ -566,6 +638,77 @@ func TestShrinksWhenIdle(t *testing.T) {
 	if n := len(u.rt.Live()); n != 1 {
 		t.Errorf("%d sandboxes live, want the one kept ready", n)
 	}
+}
+
+// TestPrefersItsResetToAFreshOne: a tenant with fewer than two sandboxes
+// per execution in flight takes a fresh one while its own is being reset
+// (so a tenant running one execution after another gets a second sandbox
+// and never waits); one with that many waits for its reset instead, which
+// costs no create, and gets its own sandbox back.
+func TestPrefersItsResetToAFreshOne(t *testing.T) {
+	u := newUnit(t, pool.Warm{MinIdle: 1, MaxIdle: 4}, func(c *pool.Config) { c.ReturnWait = time.Minute })
+	u.waitIdle(1)
+	hold := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(letGo)
+	var held sync.Map // sandbox id -> whose reset waits for hold
+	var creates atomic.Int32
+	u.rt.SetHook(func(c fake.Call) error {
+		if c.Op == "create" {
+			creates.Add(1)
+		}
+		if _, ok := held.Load(c.Sandbox); ok && c.Op == "stats" {
+			<-hold
+		}
+		return nil
+	})
+	hold1 := func(l *fleet.Lease) {
+		held.Store(l.Sandbox, true)
+		l.Release(true)
+	}
+	l1 := u.acquire("a") // the fresh one
+	u.waitIdle(1)        // and its replacement
+	hold1(l1)
+	// One in reset, none out: fewer than two per execution; the claim
+	// takes the fresh one rather than wait.
+	l2 := u.acquire("a")
+	if l2.Sandbox.ID() == l1.Sandbox.ID() || u.waits() != 0 {
+		t.Fatalf("the claim waited for the sandbox in reset; want a fresh one")
+	}
+	u.waitIdle(1)
+	hold1(l2)
+	made := creates.Load()
+	// Two in reset, none out: enough; the claim waits for its own.
+	got := make(chan *fleet.Lease, 1)
+	go func() {
+		l, err := u.p.Acquire(t.Context(), u.claim("a"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	select {
+	case l := <-got:
+		t.Fatalf("the claim took %s while the tenant's two were being reset", l.Sandbox.ID())
+	case <-time.After(300 * time.Millisecond):
+	}
+	letGo()
+	l3 := <-got
+	if l3 == nil {
+		t.FailNow()
+	}
+	if id := l3.Sandbox.ID(); id != l1.Sandbox.ID() && id != l2.Sandbox.ID() {
+		t.Errorf("the claim got %s, want one of the tenant's own", id)
+	}
+	if n := creates.Load() - made; n != 0 {
+		t.Errorf("%d sandboxes made for a claim that waited for its own", n)
+	}
+	if len(u.p.IdleSandboxes("")) != 1 {
+		t.Errorf("the fresh sandbox was taken")
+	}
+	l3.Release(true)
+	u.waitReset()
 }
 
 // TestWaitsForItsOwnSandbox: a tenant's claim that finds nothing ready

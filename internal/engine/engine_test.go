@@ -14,6 +14,7 @@ import (
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -400,7 +401,7 @@ func TestValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := e.Prepare(c.req)
-		ie, ok := err.(*engine.InputError)
+		ie, ok := err.(*validate.InputError)
 		if !ok {
 			t.Errorf("%+v: err = %v, want an InputError", c.req.Limits, err)
 			continue

@@ -35,6 +35,7 @@ import (
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -221,7 +222,7 @@ func checkMetadata(md map[string]string) error {
 
 // inputField renames the engine's fields to the sandbox request's own.
 func inputField(err error) error {
-	var ie *engine.InputError
+	var ie *validate.InputError
 	if !errors.As(err, &ie) {
 		return err
 	}
@@ -245,13 +246,13 @@ func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error
 		req.Limits.Pids = m.engine.Config().Pids
 	}
 	if req.Limits.Pids < 16 || req.Limits.Pids > m.cfg.MaxPids {
-		return nil, &engine.InputError{Field: "limits.pids", Message: fmt.Sprintf("must be between 16 and %d", m.cfg.MaxPids)}
+		return nil, validate.Refuse("limits.pids", "must be between 16 and %d", m.cfg.MaxPids)
 	}
 	if req.Limits.DiskMB == 0 {
 		req.Limits.DiskMB = m.cfg.DefaultDiskMB
 	}
 	if req.Limits.DiskMB < 16 || req.Limits.DiskMB > m.cfg.MaxDiskMB {
-		return nil, &engine.InputError{Field: "limits.disk_mb", Message: fmt.Sprintf("must be between 16 and %d", m.cfg.MaxDiskMB)}
+		return nil, validate.Refuse("limits.disk_mb", "must be between 16 and %d", m.cfg.MaxDiskMB)
 	}
 	job, err := m.engine.Prepare(sandbox.ExecuteRequest{Language: req.Language, Image: req.Image,
 		Limits:  sandbox.Limits{MemoryMB: req.Limits.MemoryMB, CPUCores: req.Limits.CPUs},
@@ -268,17 +269,15 @@ func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error
 }
 
 func (m *Manager) timeoutError() error {
-	return &engine.InputError{Field: "timeout_seconds",
-		Message: fmt.Sprintf("must be between 1 and %d", int(m.cfg.MaxTimeout.Seconds()))}
+	return validate.Refuse("timeout_seconds", "must be between 1 and %d", int(m.cfg.MaxTimeout.Seconds()))
 }
 
 // Create makes a live sandbox of tenant and starts its sandbox.
 func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
 	if req.SandboxID == "" {
 		req.SandboxID = NewSandboxID()
-	} else if !engine.ValidID(req.SandboxID) {
-		return nil, sandbox.Info{}, &engine.InputError{Field: "sandbox_id",
-			Message: "must be 1-128 characters of letters, digits and . _ : - starting with a letter or digit"}
+	} else if !validate.ValidID(req.SandboxID) {
+		return nil, sandbox.Info{}, validate.Refuse("sandbox_id", validate.IDRule)
 	}
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	if timeout == 0 {

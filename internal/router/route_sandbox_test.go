@@ -11,6 +11,7 @@ import (
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -91,7 +92,7 @@ func TestAutoWithoutGVisor(t *testing.T) {
 		t.Errorf("routed to %s (%q), want container (%q)", job.Tier, job.TierReason, want)
 	}
 	_, err = e.Prepare(sandbox.ExecuteRequest{Language: "python", Code: "print(1)", Isolation: sandbox.IsolationGVisor})
-	var ie *engine.InputError
+	var ie *validate.InputError
 	if !errors.As(err, &ie) || ie.Field != "isolation" {
 		t.Errorf("explicit gvisor without the tier: %v, want an input error on isolation", err)
 	}

@@ -64,7 +64,7 @@ type Config struct {
 	Domain string
 	// Tier is the tier of the sandboxes made here ("" or auto: routed by
 	// risk); the SDKs cannot ask for one.
-	Tier sandbox.Isolation
+	Tier sandbox.Tier
 	// EnvdVersion is answered for every sandbox (DefaultEnvdVersion if
 	// empty).
 	EnvdVersion string

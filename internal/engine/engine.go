@@ -231,7 +231,7 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 	job.Tier, job.TierReason = route.Tier, route.Reason
 	ready := ts.Ready(job.Tier)
 	if !ready && !ts.Pending(job.Tier) {
-		return nil, validate.Refuse("isolation", "the %s tier is not available on this server", job.Tier)
+		return nil, validate.Refuse("tier", "the %s tier is not available on this server", job.Tier)
 	}
 	name := req.Image
 	if name == "" {

@@ -43,12 +43,20 @@ func (e *Engine) normalize(req *sandbox.ExecuteRequest) (lang.Runner, error) {
 	if err := validate.CheckEnv(req.Env); err != nil {
 		return nil, err
 	}
-	switch req.Isolation {
+	// A bad tier is refused under the name the request gave it.
+	tierField := "tier"
+	if req.Tier == "" && req.Isolation != "" {
+		tierField = "isolation"
+	}
+	if err := validate.Renamed("tier", &req.Tier, "isolation", &req.Isolation); err != nil {
+		return nil, err
+	}
+	switch req.Tier {
 	case "":
-		req.Isolation = sandbox.IsolationAuto
-	case sandbox.IsolationAuto, sandbox.IsolationContainer, sandbox.IsolationGVisor:
+		req.Tier = sandbox.TierAuto
+	case sandbox.TierAuto, sandbox.TierContainer, sandbox.TierGVisor:
 	default:
-		return nil, validate.Refuse("isolation", "must be auto, container or gvisor, not %q", req.Isolation)
+		return nil, validate.Refuse(tierField, "must be auto, container or gvisor, not %q", req.Tier)
 	}
 	return runner, nil
 }

@@ -96,7 +96,7 @@ func TestLiveLifecycle(t *testing.T) {
 	start := u.clock.Now()
 	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Metadata: map[string]string{"owner": "ann"}, TimeoutSeconds: 60})
 	want := sandbox.Info{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
-		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUs: 1, Pids: 256, DiskMB: 1024},
+		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUCores: 1, CPUs: 1, Pids: 256, DiskMB: 1024},
 		Metadata: map[string]string{"owner": "ann"}, State: "running", TimeoutSeconds: 60,
 		CreatedAt: start, ExpiresAt: start.Add(time.Minute)}
 	if b, w := mustJSON(t, info), mustJSON(t, want); b != w {
@@ -191,6 +191,8 @@ func TestLiveCreateRefuses(t *testing.T) {
 		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{DiskMB: 1 << 30}}, "limits.disk_mb"},
 		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{MemoryMB: 1 << 30}}, "limits.memory_mb"},
 		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{CPUs: 100}}, "limits.cpus"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{CPUCores: 100}}, "limits.cpu_cores"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{CPUCores: 1, CPUs: 2}}, "limits.cpus"},
 		{sandbox.CreateSandboxRequest{Tier: "vm"}, "tier"},
 		{sandbox.CreateSandboxRequest{Language: "cobol"}, "language"},
 		{sandbox.CreateSandboxRequest{Env: map[string]string{"PATH": "/evil"}}, "env.PATH"},

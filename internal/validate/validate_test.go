@@ -110,3 +110,29 @@ func TestInputErrorFault(t *testing.T) {
 		t.Errorf("%+v", f)
 	}
 }
+
+func TestRenamed(t *testing.T) {
+	for _, c := range []struct {
+		v, old, want string
+		refused      bool
+	}{
+		{"", "", "", false},
+		{"gvisor", "", "gvisor", false},
+		{"", "gvisor", "gvisor", false},
+		{"gvisor", "gvisor", "gvisor", false},
+		{"container", "gvisor", "container", true},
+	} {
+		v, old := c.v, c.old
+		err := Renamed("tier", &v, "isolation", &old)
+		var ie *InputError
+		if c.refused {
+			if !errors.As(err, &ie) || ie.Field != "isolation" {
+				t.Errorf("%+v: %v, want a refusal of isolation", c, err)
+			}
+			continue
+		}
+		if err != nil || v != c.want || old != "" {
+			t.Errorf("%+v: %v, tier %q, isolation %q", c, err, v, old)
+		}
+	}
+}

@@ -88,7 +88,11 @@ func TestTable(t *testing.T) {
 	if got := tab.Answer(&Error{Kind: ResourceExhausted, Code: "queue_full"}); got != 429 {
 		t.Errorf("kind row: %d", got)
 	}
-	missing := tab.Missing()
+	other := tab.With(NotFound, 410)
+	if other.Answer(&Error{Kind: NotFound}) != 410 || tab.Answer(&Error{Kind: NotFound}) != 404 {
+		t.Error("With changed the table it copies, or not the copy")
+	}
+	missing := tab.missing()
 	if len(missing) != int(numKinds)-2 {
 		t.Errorf("missing %v", missing)
 	}
@@ -96,5 +100,8 @@ func TestTable(t *testing.T) {
 		if k == NotFound || k == ResourceExhausted {
 			t.Errorf("%v has a row but is missing", k)
 		}
+	}
+	if tab.Check() == nil {
+		t.Error("Check passes a table with kinds missing")
 	}
 }

@@ -11,14 +11,6 @@ import (
 	"github.com/corralhq/corral/internal/live"
 )
 
-// TestTableComplete: the code interpreter's table answers every kind of
-// internal/fault.
-func TestTableComplete(t *testing.T) {
-	if missing := statuses.Missing(); len(missing) > 0 {
-		t.Errorf("the code interpreter's error table has no row for %v", missing)
-	}
-}
-
 // TestClassify: the SDK reads 404 as NotFoundError and 502 as the sandbox
 // gone.
 func TestClassify(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
@@ -47,6 +48,39 @@ func (t Target) Sandbox(m *live.Manager) (*live.Sandbox, error) {
 		return nil, fmt.Errorf("%w: %w", ErrGone, err)
 	}
 	return sb, err
+}
+
+// Statuses is the HTTP status E2B's in-sandbox services answer each kind (internal/fault)
+// with, written as E2B's {"code", "message"}: the code interpreter's one table, and the
+// REST API's but for gone. The SDKs read 404 as NotFoundError and 502 as the sandbox gone
+// (TimeoutError, isRunning false), as E2B's own edge answers. A test checks it against
+// fault.Kinds.
+var Statuses = fault.Table[int]{
+	Kinds: map[fault.Kind]int{
+		fault.Internal:           http.StatusInternalServerError,
+		fault.InvalidArgument:    http.StatusBadRequest,
+		fault.NotFound:           http.StatusNotFound,
+		fault.AlreadyExists:      http.StatusConflict,
+		fault.FailedPrecondition: http.StatusConflict, // a second pause: E2B answers 409
+		fault.Unavailable:        http.StatusServiceUnavailable,
+		fault.ResourceExhausted:  http.StatusTooManyRequests,
+		fault.Unimplemented:      http.StatusNotImplemented,
+		fault.Unauthenticated:    http.StatusUnauthorized,
+		fault.PermissionDenied:   http.StatusForbidden,
+		fault.Gone:               http.StatusBadGateway,
+		fault.Canceled:           499,
+		fault.DeadlineExceeded:   http.StatusGatewayTimeout,
+	},
+	Codes: map[string]int{"payload_too_large": http.StatusRequestEntityTooLarge},
+}
+
+// Answer writes E2B's answer to f by table t: its status, Retry-After when f has one, and
+// f's message.
+func Answer(w http.ResponseWriter, t fault.Table[int], f *fault.Error) {
+	if f.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(f.RetryAfterSeconds()))
+	}
+	WriteError(w, t.Answer(f), f.Message)
 }
 
 // errorBody is E2B's error answer, read by the SDKs as {code, message}.

@@ -11,7 +11,13 @@ import "time"
 // code context in it together. Zero fields take the server's defaults.
 type SandboxLimits struct {
 	MemoryMB int64   `json:"memory_mb,omitempty"`
-	CPUs     float64 `json:"cpus,omitempty"`
+	CPUCores float64 `json:"cpu_cores,omitempty"`
+	// CPUs is CPUCores's old name, accepted for one release (a request
+	// that gives both gives the same number in both) and answered beside
+	// it.
+	//
+	// Deprecated: use CPUCores.
+	CPUs float64 `json:"cpus,omitempty"`
 	// Pids caps the processes and threads of the sandbox.
 	Pids   int64 `json:"pids,omitempty"`
 	DiskMB int64 `json:"disk_mb,omitempty"`
@@ -33,7 +39,7 @@ type CreateSandboxRequest struct {
 	// in the sandbox; without it there is none.
 	Network *Network `json:"network,omitempty"`
 	// Tier is container, gvisor or auto (the server routes by risk).
-	Tier Isolation `json:"tier,omitempty"`
+	Tier Tier `json:"tier,omitempty"`
 	// TimeoutSeconds is how long the sandbox lives from now (default: the
 	// server's, 5 minutes); it does not slide with use. SetTimeout changes it.
 	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`

@@ -39,14 +39,28 @@ const (
 // without changing it.
 func (t ErrorType) Retryable() bool { return t == ErrInternal }
 
-// Isolation selects the sandbox tier.
-type Isolation string
+// Tier is a sandbox's isolation tier.
+type Tier string
 
-// Isolation tiers. Auto lets the server route by risk.
+// Tiers. Auto lets the server route by risk.
 const (
-	IsolationAuto      Isolation = "auto"
-	IsolationContainer Isolation = "container"
-	IsolationGVisor    Isolation = "gvisor"
+	TierAuto      Tier = "auto"
+	TierContainer Tier = "container"
+	TierGVisor    Tier = "gvisor"
+)
+
+// Isolation is Tier's old name, kept for one release.
+//
+// Deprecated: use Tier.
+type Isolation = Tier
+
+// The tiers by their old names, kept for one release.
+//
+// Deprecated: use TierAuto, TierContainer and TierGVisor.
+const (
+	IsolationAuto      = TierAuto
+	IsolationContainer = TierContainer
+	IsolationGVisor    = TierGVisor
 )
 
 // Limits bound one execution. Zero fields take the server's defaults.
@@ -83,10 +97,17 @@ type ExecuteRequest struct {
 	Limits      Limits            `json:"limits,omitzero"`
 	Env         map[string]string `json:"env,omitempty"`
 	Network     *Network          `json:"network,omitempty"`
-	Isolation   Isolation         `json:"isolation,omitempty"`
-	Untrusted   bool              `json:"untrusted,omitempty"`
-	Image       string            `json:"image,omitempty"`
-	CallbackURL string            `json:"callback_url,omitempty"`
+	// Tier is container, gvisor or auto (default: the server routes by
+	// risk).
+	Tier Tier `json:"tier,omitempty"`
+	// Isolation is Tier's old name, accepted for one release; a request
+	// that gives both gives the same tier in both.
+	//
+	// Deprecated: use Tier.
+	Isolation   Tier   `json:"isolation,omitempty"`
+	Untrusted   bool   `json:"untrusted,omitempty"`
+	Image       string `json:"image,omitempty"`
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // Failure says why an execution did not succeed.

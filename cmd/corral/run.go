@@ -22,15 +22,15 @@ import (
 
 // requestFlags are the execution options shared by run and exec.
 type requestFlags struct {
-	lang      string
-	timeout   time.Duration
-	memory    int64
-	cpus      float64
-	disk      int64
-	isolation string
-	image     string
-	session   string
-	jsonOut   bool
+	lang    string
+	timeout time.Duration
+	memory  int64
+	cpus    float64
+	disk    int64
+	tier    string
+	image   string
+	session string
+	jsonOut bool
 }
 
 func (f *requestFlags) register(fs *flag.FlagSet) {
@@ -39,7 +39,8 @@ func (f *requestFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.memory, "memory", 0, "memory limit in MB (default 512)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (default 1)")
 	fs.Int64Var(&f.disk, "disk", 0, "disk limit for /workspace and /tmp in MB (default 1024)")
-	fs.StringVar(&f.isolation, "isolation", "", "auto, container or gvisor")
+	fs.StringVar(&f.tier, "tier", "", "auto, container or gvisor")
+	fs.StringVar(&f.tier, "isolation", "", "the old name of --tier, kept for one release")
 	fs.StringVar(&f.image, "image", "", "image (default: the language's)")
 	fs.StringVar(&f.session, "session", "", "session id: executions of one session share /workspace")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the execution record as JSON instead of the output")
@@ -83,8 +84,8 @@ func (f *requestFlags) request(args []string) (sandbox.ExecuteRequest, error) {
 			CPUCores:  f.cpus,
 			DiskMB:    f.disk,
 		},
-		Isolation: sandbox.Isolation(f.isolation),
-		Image:     f.image,
+		Tier:  sandbox.Tier(f.tier),
+		Image: f.image,
 	}, nil
 }
 

@@ -164,7 +164,8 @@ func cmdSandboxCreate(args []string) int {
 	)
 	fs.StringVar(&req.Language, "lang", "", "language: picks the image and caches (default bash)")
 	fs.StringVar(&req.Image, "image", "", "image (default: the language's)")
-	fs.StringVar(&tier, "isolation", "", "auto, container or gvisor")
+	fs.StringVar(&tier, "tier", "", "auto, container or gvisor")
+	fs.StringVar(&tier, "isolation", "", "the old name of --tier, kept for one release")
 	fs.DurationVar(&timeout, "timeout", 0, "lifetime from now, e.g. 10m (default: the server's, 5m)")
 	fs.Int64Var(&memory, "memory", 0, "memory limit of the whole sandbox in MB")
 	fs.Float64Var(&cpus, "cpus", 0, "CPU limit in cores")
@@ -186,9 +187,9 @@ func cmdSandboxCreate(args []string) int {
 		fmt.Fprintf(os.Stderr, "corral sandbox create: --timeout %s: not a positive number of seconds\n", timeout)
 		return 4
 	}
-	req.Tier = sandbox.Isolation(tier)
+	req.Tier = sandbox.Tier(tier)
 	req.TimeoutSeconds = int64(timeout / time.Second)
-	req.Limits = sandbox.SandboxLimits{MemoryMB: memory, CPUs: cpus, Pids: pids, DiskMB: disk}
+	req.Limits = sandbox.SandboxLimits{MemoryMB: memory, CPUCores: cpus, Pids: pids, DiskMB: disk}
 	req.Metadata, req.Env = meta, env
 	if allow != "" {
 		req.Network = &sandbox.Network{Allow: strings.Split(allow, ",")}

@@ -8,11 +8,16 @@ import (
 	"io"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/corralhq/corral/internal/fault"
 )
 
 // ErrLost reports that the control stream to the agent broke: the sandbox
-// died or the agent misbehaved.
-var ErrLost = errors.New("sandbox agent lost")
+// died or the agent misbehaved. Whoever holds the sandbox makes it again
+// at the next call.
+var ErrLost = &fault.Error{Kind: fault.Unavailable, Code: "sandbox_restarting", RetryAfter: time.Second,
+	Message: "the sandbox ended during the call; it is made again at the next call (what ran in it is lost); retry"}
 
 // Output receives a process's output as it arrives. Calls come from one
 // goroutine, in order; they should not block for long, since that stalls the

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/corralhq/corral/internal/fault"
 )
 
 // Tenant is a customer of the service: its executions are invisible to
@@ -76,11 +78,11 @@ func (a *Auth) Authenticate(r *http.Request) (*Tenant, *Error) {
 	h := r.Header.Get("Authorization")
 	scheme, key, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
-		return nil, errorf(http.StatusUnauthorized, "unauthorized", "", "send an API key as Authorization: Bearer <key>")
+		return nil, answer(fault.New(fault.Unauthenticated, "send an API key as Authorization: Bearer <key>"))
 	}
 	t := a.lookup(strings.TrimSpace(key))
 	if t == nil {
-		return nil, errorf(http.StatusUnauthorized, "unauthorized", "", "unknown API key")
+		return nil, answer(fault.New(fault.Unauthenticated, "unknown API key"))
 	}
 	return t, nil
 }

@@ -167,8 +167,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	if req.TimeoutSeconds < 0 || timeout > maxRunTimeout {
-		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "timeout_seconds",
-			"must be between 0 (none) and 86400"))
+		writeError(w, refuse("timeout_seconds", "must be between 0 (none) and 86400"))
 		return
 	}
 	if wantsJSON(r) {
@@ -191,7 +190,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
+		writeError(w, internalError("streaming unsupported"))
 		return
 	}
 	// Events are written from the run's goroutine, keep-alive comments

@@ -33,7 +33,7 @@ func readBody(r io.Reader, max int64) ([]byte, *Error) {
 		if errors.As(err, &mbe) {
 			return nil, tooLarge(max)
 		}
-		return nil, errorf(http.StatusBadRequest, "invalid_json", "", "could not read the request body")
+		return nil, badJSON("could not read the request body")
 	}
 	if int64(len(body)) > max {
 		return nil, tooLarge(max)
@@ -45,7 +45,7 @@ func readBody(r io.Reader, max int64) ([]byte, *Error) {
 func parseExecuteRequest(body []byte) (sandbox.ExecuteRequest, *Error) {
 	var req sandbox.ExecuteRequest
 	if len(bytes.TrimSpace(body)) == 0 {
-		return req, errorf(http.StatusBadRequest, "invalid_json", "", "the request body is empty; send a JSON object")
+		return req, badJSON("the request body is empty; send a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -53,7 +53,7 @@ func parseExecuteRequest(body []byte) (sandbox.ExecuteRequest, *Error) {
 		return req, jsonError(err)
 	}
 	if dec.More() {
-		return req, errorf(http.StatusBadRequest, "invalid_json", "", "the body holds more than one JSON value")
+		return req, badJSON("the body holds more than one JSON value")
 	}
 	if err := checkFields(&req); err != nil {
 		return req, err
@@ -61,28 +61,23 @@ func parseExecuteRequest(body []byte) (sandbox.ExecuteRequest, *Error) {
 	return req, nil
 }
 
-func tooLarge(max int64) *Error {
-	return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "",
-		fmt.Sprintf("the request body is larger than %d bytes", max))
-}
-
 func jsonError(err error) *Error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
-		return errorf(http.StatusBadRequest, "invalid_json", "", fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se))
+		return badJSON(fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se))
 	case errors.As(err, &te):
 		field := te.Field
-		return errorf(http.StatusBadRequest, "invalid_request", field, fmt.Sprintf("%s must be %s, not %s", field, te.Type, te.Value))
+		return refuse(field, fmt.Sprintf("%s must be %s, not %s", field, te.Type, te.Value))
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return errorf(http.StatusBadRequest, "invalid_json", "", "the JSON body ends too early")
+		return badJSON("the JSON body ends too early")
 	//lint:allow-error-text encoding/json reports an unknown field only as text
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return errorf(http.StatusBadRequest, "invalid_request", field, fmt.Sprintf("unknown field %q", field))
+		return refuse(field, fmt.Sprintf("unknown field %q", field))
 	default:
-		return errorf(http.StatusBadRequest, "invalid_json", "", "the body is not a valid request object: "+err.Error())
+		return badJSON("the body is not a valid request object: " + err.Error())
 	}
 }
 
@@ -91,11 +86,11 @@ func jsonError(err error) *Error {
 func checkFields(req *sandbox.ExecuteRequest) *Error {
 	if req.CallbackURL != "" {
 		if len(req.CallbackURL) > 2048 {
-			return errorf(http.StatusBadRequest, "invalid_request", "callback_url", "is longer than 2048 characters")
+			return refuse("callback_url", "is longer than 2048 characters")
 		}
 		u, err := url.Parse(req.CallbackURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-			return errorf(http.StatusBadRequest, "invalid_request", "callback_url", "must be an absolute http or https URL without credentials")
+			return refuse("callback_url", "must be an absolute http or https URL without credentials")
 		}
 	}
 	return nil

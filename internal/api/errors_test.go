@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,8 +10,14 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/cluster"
+	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/node"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/validate"
+	"github.com/corralhq/corral/internal/workspace"
 )
 
 // TestAgentErrorsByKind: a session file operation the agent refused is
@@ -64,7 +71,7 @@ func TestAgentErrorsByKind(t *testing.T) {
 // which it writes for the caller.
 func TestSessionErrors(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if e := asError(fmt.Errorf("%w: ttl_seconds must be between 1 and 86400", live.ErrInvalid), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
+	if e := asError(fmt.Errorf("touch: %w", workspace.Invalid("ttl_seconds must be between 1 and %d", 86400)), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
 		t.Errorf("invalid: %+v", e)
 	}
 	if e := asError(live.ErrNotFound, log); e.Status != 404 || !strings.HasPrefix(e.Message, "no such sandbox or session") {
@@ -91,6 +98,10 @@ func TestSandboxErrors(t *testing.T) {
 		{live.ErrEnded, 409, "process_ended"},
 		{fmt.Errorf("%w: a PTY", live.ErrUnsupported), 501, "not_implemented"},
 		{fmt.Errorf("start: %w", agent.ErrLost), 503, "sandbox_restarting"},
+		{live.ErrPaused, 409, "sandbox_paused"},
+		{live.ErrNotPaused, 409, "not_paused"},
+		{live.ErrNoTerminal, 409, "no_terminal"},
+		{fmt.Errorf("wrapped: %w", live.ErrElsewhere), 503, "session_unavailable"},
 		{fmt.Errorf("context %q: %w", "c1", kernel.ErrNotFound), 404, "not_found"},
 		{kernel.ErrClosed, 404, "not_found"},
 		{fmt.Errorf("start a python context: %w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), 400, "invalid_request"},
@@ -105,5 +116,43 @@ func TestSandboxErrors(t *testing.T) {
 	}
 	if e := asError(fmt.Errorf("%w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), log); strings.Contains(e.Message, "agent words") {
 		t.Errorf("an invalid context request shows the agent's words: %q", e.Message)
+	}
+}
+
+// TestTable: /v1's table answers every kind of internal/fault (the list
+// it is checked against), and the sentinels of the tree with their codes,
+// fields and retries as /v1 has answered them.
+func TestTable(t *testing.T) {
+	if err := v1.Check(); err != nil {
+		t.Fatalf("/v1's error table: %v", err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		err        error
+		status     int
+		code       string
+		field      string
+		retryAfter int
+	}{
+		{node.ErrNotFound, 404, "not_found", "", 0},
+		{fmt.Errorf("submit: %w", node.ErrConflict), 409, "conflict", "execution_id", 0},
+		{node.ErrQueueFull, 429, "queue_full", "", 1},
+		{fmt.Errorf("get: %w: %w", store.ErrUnavailable, errors.New("dial tcp")), 503, "unavailable", "", 1},
+		{&engine.TierPendingError{Tier: "gvisor", Reason: "requested"}, 503, "tier_unavailable", "", 30},
+		{validate.Refuse("limits.memory_mb", "is too large"), 400, "invalid_request", "limits.memory_mb", 0},
+		{&cluster.OwnerError{ID: "s1", Node: "n2"}, 503, "session_unavailable", "session_id", 2},
+		{&cluster.OwnerError{ID: "s1", Node: "n2", Lost: true}, 410, "session_lost", "session_id", 0},
+		{(&cluster.OwnerError{ID: "b1", Node: "n2", Lost: true}).FaultAs("sandbox"), 410, "sandbox_lost", "sandbox_id", 0},
+		{live.ErrExists, 409, "conflict", "sandbox_id", 0},
+		{context.Canceled, 499, "canceled", "", 0},
+		{tooLarge(10), 413, "payload_too_large", "", 0},
+	} {
+		e := asError(c.err, log)
+		if e.Status != c.status || e.Code != c.code || e.Field != c.field || e.RetryAfter != c.retryAfter || e.Message == "" {
+			t.Errorf("%v: %+v, want %d %s field %q retry %d", c.err, e, c.status, c.code, c.field, c.retryAfter)
+		}
+	}
+	if e := asError(&engine.TierPendingError{Tier: "gvisor", Reason: "auto: untrusted"}, log); !strings.Contains(e.Message, "auto: untrusted") {
+		t.Errorf("tier_unavailable does not say why the tier was chosen: %q", e.Message)
 	}
 }

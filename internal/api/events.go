@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/state"
+	"github.com/corralhq/corral/internal/validate"
 )
 
 // keepAlive is how often an idle event stream gets a comment line, so
@@ -24,7 +24,7 @@ const keepAlive = 15 * time.Second
 // stream ends after the done event, whose data is the final record.
 func (s *Server) events(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id := r.PathValue("id")
-	if !engine.ValidID(id) {
+	if !validate.ValidID(id) {
 		writeError(w, errNotFound())
 		return
 	}
@@ -41,14 +41,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if last != "" {
 		n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
 		if err != nil {
-			writeError(w, errorf(http.StatusBadRequest, "invalid_request", "Last-Event-ID", "must be an event id"))
+			writeError(w, refuse("Last-Event-ID", "must be an event id"))
 			return
 		}
 		after = n
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
+		writeError(w, internalError("streaming unsupported"))
 		return
 	}
 	h := w.Header()

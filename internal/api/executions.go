@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -31,7 +31,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeError(w, derr)
 		return
 	}
-	if req.SessionID != "" && engine.ValidID(req.SessionID) {
+	if req.SessionID != "" && validate.ValidID(req.SessionID) {
 		// A session's executions are submitted on the node that owns
 		// it, which answers (and waits) for them.
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
@@ -40,8 +40,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		}
 	}
 	if req.CallbackURL != "" && len(t.CallbackSecret) == 0 {
-		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "callback_url",
-			"callbacks need a callback secret configured for this tenant"))
+		writeError(w, refuse("callback_url", "callbacks need a callback secret configured for this tenant"))
 		return
 	}
 	wait := false
@@ -50,7 +49,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	case "true", "1":
 		wait = true
 	default:
-		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "wait", "must be true or false"))
+		writeError(w, refuse("wait", "must be true or false"))
 		return
 	}
 	sub, err := s.node.Submit(r.Context(), t.Name, req)
@@ -90,18 +89,18 @@ func (s *Server) writeRecord(w http.ResponseWriter, r *http.Request, t *Tenant, 
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id := r.PathValue("id")
-	if !engine.ValidID(id) {
+	if !validate.ValidID(id) {
 		writeError(w, asError(errNotFound(), s.log))
 		return
 	}
 	s.writeRecord(w, r, t, id)
 }
 
-func errNotFound() *Error { return errorf(http.StatusNotFound, "not_found", "", "no such execution") }
+func errNotFound() *Error { return notFound("no such execution") }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id := r.PathValue("id")
-	if !engine.ValidID(id) {
+	if !validate.ValidID(id) {
 		writeError(w, errNotFound())
 		return
 	}
@@ -124,7 +123,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	res, next, err := s.node.List(r.Context(), t.Name, q)
 	if errors.Is(err, store.ErrInvalid) {
 		// The only input the store judges here is the cursor.
-		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "cursor", "is not a cursor this server handed out for this sort"))
+		writeError(w, refuse("cursor", "is not a cursor this server handed out for this sort"))
 		return
 	}
 	if err != nil {
@@ -148,7 +147,7 @@ var (
 func parseQuery(r *http.Request) (store.Query, *Error) {
 	v := r.URL.Query()
 	bad := func(field, msg string) (store.Query, *Error) {
-		return store.Query{}, errorf(http.StatusBadRequest, "invalid_request", field, msg)
+		return store.Query{}, refuse(field, msg)
 	}
 	q := store.Query{
 		SessionID: v.Get("session_id"),
@@ -158,7 +157,7 @@ func parseQuery(r *http.Request) (store.Query, *Error) {
 		Sort:      v.Get("sort"),
 		Cursor:    v.Get("cursor"),
 	}
-	if q.SessionID != "" && !engine.ValidID(q.SessionID) {
+	if q.SessionID != "" && !validate.ValidID(q.SessionID) {
 		return bad("session_id", "is not a valid session id")
 	}
 	if q.Status != "" && !statuses[q.Status] {
@@ -212,7 +211,7 @@ type egressList struct {
 
 func (s *Server) egress(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id := r.PathValue("id")
-	if !engine.ValidID(id) {
+	if !validate.ValidID(id) {
 		writeError(w, errNotFound())
 		return
 	}

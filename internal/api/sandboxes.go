@@ -62,7 +62,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 func decodeBody(r *http.Request, v any) *Error {
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
 	if err != nil {
-		return errorf(http.StatusBadRequest, "invalid_request", "", "the request body could not be read")
+		return refuse("", "the request body could not be read")
 	}
 	if len(raw) > maxSandboxBody {
 		return tooLarge(maxSandboxBody)
@@ -80,7 +80,7 @@ func decodeBody(r *http.Request, v any) *Error {
 
 func (s *Server) sandboxesOn(w http.ResponseWriter) bool {
 	if s.live == nil {
-		writeError(w, errorf(http.StatusNotFound, "not_found", "", "sandboxes are not enabled on this server"))
+		writeError(w, notFound("sandboxes are not enabled on this server"))
 		return false
 	}
 	return true
@@ -106,7 +106,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
 	if err != nil {
-		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "", "the request body could not be read"))
+		writeError(w, refuse("", "the request body could not be read"))
 		return
 	}
 	if len(raw) > maxSandboxBody {
@@ -149,7 +149,7 @@ func metadataFilter(r *http.Request) (map[string]string, *Error) {
 				for _, pair := range strings.Split(v, "&") {
 					mk, mv, ok := strings.Cut(pair, "=")
 					if !ok || mk == "" {
-						return nil, errorf(http.StatusBadRequest, "invalid_request", "metadata", "give metadata filters as metadata.KEY=VALUE or metadata=KEY%3DVALUE")
+						return nil, refuse("metadata", "give metadata filters as metadata.KEY=VALUE or metadata=KEY%3DVALUE")
 					}
 					want[mk] = mv
 				}
@@ -352,7 +352,7 @@ func (s *Server) processPath(w http.ResponseWriter, r *http.Request, t *Tenant) 
 	}
 	pid, err := strconv.Atoi(r.PathValue("pid"))
 	if err != nil || pid <= 0 {
-		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such process"))
+		writeError(w, notFound("no such process"))
 		return "", 0, false
 	}
 	return id, pid, true
@@ -429,7 +429,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	sig, err := live.ParseSignal(name)
 	if err != nil {
-		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "signal", "give a signal name (\"SIGTERM\") or number (15)"))
+		writeError(w, refuse("signal", "give a signal name (\"SIGTERM\") or number (15)"))
 		return
 	}
 	p, err := s.proc(t, id, pid)
@@ -477,7 +477,7 @@ func (s *Server) processEvents(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
+		writeError(w, internalError("streaming unsupported"))
 		return
 	}
 	h := w.Header()
@@ -526,7 +526,7 @@ func lastEventID(r *http.Request) (uint64, *Error) {
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
 	if err != nil {
-		return 0, errorf(http.StatusBadRequest, "invalid_request", "Last-Event-ID", "must be an event id")
+		return 0, refuse("Last-Event-ID", "must be an event id")
 	}
 	return n, nil
 }
@@ -537,7 +537,7 @@ func lastEventID(r *http.Request) (uint64, *Error) {
 func filePathParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		writeError(w, errorf(http.StatusBadRequest, "invalid_request", "path", "give the file's path: ?path=/workspace/name or a path relative to /workspace"))
+		writeError(w, refuse("path", "give the file's path: ?path=/workspace/name or a path relative to /workspace"))
 		return "", false
 	}
 	return p, true
@@ -627,7 +627,7 @@ func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Ten
 	if d := r.URL.Query().Get("depth"); d != "" {
 		n, err := strconv.Atoi(d)
 		if err != nil || n < 1 || n > live.MaxListDepth {
-			writeError(w, errorf(http.StatusBadRequest, "invalid_request", "depth", fmt.Sprintf("must be between 1 and %d", live.MaxListDepth)))
+			writeError(w, refuse("depth", fmt.Sprintf("must be between 1 and %d", live.MaxListDepth)))
 			return
 		}
 		depth = n
@@ -717,7 +717,7 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 	recursive := r.URL.Query().Get("recursive") == "true"
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, errorf(http.StatusInternalServerError, "internal", "", "streaming unsupported"))
+		writeError(w, internalError("streaming unsupported"))
 		return
 	}
 	events := make(chan sandbox.FileEvent, watchBacklog)

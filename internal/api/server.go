@@ -160,7 +160,7 @@ func (s *Server) Handler() http.Handler {
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 	}))
 	route("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such endpoint: "+r.Method+" "+r.URL.Path))
+		writeError(w, notFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
 	if s.ext == nil {
 		return mux
@@ -221,7 +221,7 @@ func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
 				}
 				s.log.Error("panic in handler", "route", route, "panic", p, "stack", string(debug.Stack()))
 				if sw.status == 0 {
-					writeError(sw, errorf(http.StatusInternalServerError, "internal", "", "internal error; retry"))
+					writeError(sw, internalError("internal error; retry"))
 				}
 			}
 			code := sw.status
@@ -237,7 +237,7 @@ func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		writeError(w, errorf(http.StatusServiceUnavailable, "not_ready", "", "the node is stopping"))
+		writeError(w, notReady("the node is stopping"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -245,7 +245,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.ready {
 		if err := p.Ping(ctx); err != nil {
 			s.log.Warn("not ready", "err", err)
-			writeError(w, errorf(http.StatusServiceUnavailable, "not_ready", "", "a backend is unreachable"))
+			writeError(w, notReady("a backend is unreachable"))
 			return
 		}
 	}

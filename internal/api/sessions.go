@@ -5,15 +5,15 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
-	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/validate"
 )
 
 // maxUpload caps one uploaded session file (the session's disk caps it
@@ -29,11 +29,11 @@ type sessionBody struct {
 func (s *Server) sessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
 	if s.sessions == nil {
-		writeError(w, errorf(http.StatusNotFound, "not_found", "", "sessions are not enabled on this server"))
+		writeError(w, notFound("sessions are not enabled on this server"))
 		return "", false
 	}
-	if !engine.ValidID(id) {
-		writeError(w, errorf(http.StatusNotFound, "not_found", "", "no such session"))
+	if !validate.ValidID(id) {
+		writeError(w, notFound("no such session"))
 		return "", false
 	}
 	return id, true
@@ -57,45 +57,38 @@ const (
 // reports whether this node serves r itself; if not, r was forwarded or
 // answered.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, t *Tenant, id string, how int) bool {
-	return s.routeAs(w, r, t.Name, id, how, writeError)
+	return s.routeAs(w, r, t.Name, id, how, s.fail)
 }
 
 // RouteSandbox sends a call about tenant's sandbox id to the node that
 // owns it, as route does for /v1 (internal/e2b's calls). It reports
 // whether this node serves r itself; if not, r was forwarded, or answered
-// by fail with the status and message /v1 would give, or (forget: a
-// delete) answered 204 for a sandbox lost with its node, now forgotten.
+// by fail with the error (an owner's is the sandbox's: sandbox_lost,
+// sandbox_unavailable), or (forget: a delete) answered 204 for a sandbox
+// lost with its node, now forgotten.
 func (s *Server) RouteSandbox(w http.ResponseWriter, r *http.Request, tenant, id string, forget bool,
-	fail func(w http.ResponseWriter, status int, msg string)) bool {
+	fail func(w http.ResponseWriter, err error)) bool {
 	how := sandboxCall
 	if forget {
 		how |= forgetLost
 	}
-	return s.routeAs(w, r, tenant, id, how, func(w http.ResponseWriter, e *Error) {
-		if e.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
-		}
-		fail(w, e.Status, e.Message)
-	})
+	return s.routeAs(w, r, tenant, id, how, fail)
 }
 
-// Explain is the status and message /v1 answers err with (the table of
-// errors.go), for the API of another shape (internal/e2b).
-func (s *Server) Explain(err error) (status int, msg string) {
-	e := asError(err, s.log)
-	return e.Status, e.Message
-}
-
-func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id string, how int, fail func(http.ResponseWriter, *Error)) bool {
+func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id string, how int, fail func(http.ResponseWriter, error)) bool {
 	if s.cluster == nil || cluster.Forwarded(r) {
 		return true
 	}
+	// An owner's error on a call about a live sandbox is the sandbox's.
+	failed := func(w http.ResponseWriter, err error) {
+		var se *cluster.OwnerError
+		if how&sandboxCall != 0 && errors.As(err, &se) {
+			err = se.FaultAs("sandbox")
+		}
+		fail(w, err)
+	}
 	owner, err := s.cluster.OwnerOf(r.Context(), tenant, id, how&claimSession != 0)
 	var se *cluster.OwnerError
-	explain := asError
-	if how&sandboxCall != 0 {
-		explain = asSandboxError
-	}
 	switch {
 	case errors.Is(err, cluster.ErrNoOwner):
 		return true // this node answers that there is none
@@ -103,18 +96,18 @@ func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id stri
 		// Deleting a lost session: its files went with its node; the id
 		// is free again.
 		if err := s.cluster.Forget(r.Context(), se); err != nil {
-			fail(w, explain(err, s.log))
+			failed(w, err)
 			return false
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return false
 	case err != nil:
-		fail(w, explain(err, s.log))
+		failed(w, err)
 		return false
 	case owner.Local:
 		return true
 	}
-	s.cluster.Forward(w, r, tenant, id, owner, func(w http.ResponseWriter, err error) { fail(w, explain(err, s.log)) })
+	s.cluster.Forward(w, r, tenant, id, owner, failed)
 	return false
 }
 
@@ -201,7 +194,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	// Not a directory is the agent's answer for a file; anything else is
 	// the answer to give.
-	if !isRefusal(err) || !errors.Is(err, syscall.ENOTDIR) {
+	if _, refused := live.Refusal(err); !refused || !errors.Is(err, syscall.ENOTDIR) {
 		writeError(w, asError(err, s.log))
 		return
 	}

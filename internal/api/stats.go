@@ -92,14 +92,13 @@ func (s *Server) statsHandler(w http.ResponseWriter, r *http.Request, t *Tenant)
 	if v := r.URL.Query().Get("window"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < minStatsWindow || d > maxStatsWindow {
-			writeError(w, errorf(http.StatusBadRequest, "invalid_request", "window",
-				"must be a duration from 1m to 744h, such as 15m, 1h or 24h"))
+			writeError(w, refuse("window", "must be a duration from 1m to 744h, such as 15m, 1h or 24h"))
 			return
 		}
 		window = d
 	}
 	if s.stats == nil {
-		writeError(w, errorf(http.StatusNotFound, "not_found", "", "this server keeps no statistics"))
+		writeError(w, notFound("this server keeps no statistics"))
 		return
 	}
 	// Microseconds, as the store keeps times: since and until are then

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -49,6 +50,27 @@ func (e *OwnerError) Error() string {
 	}
 	return fmt.Sprintf("%s is owned by node %s, which is not answering", e.ID, e.Node)
 }
+
+// Fault is e for a call about a session: gone with its node (410
+// session_lost), or unavailable for now (503 session_unavailable); the
+// field is session_id.
+func (e *OwnerError) Fault() *fault.Error { return e.FaultAs("session") }
+
+// FaultAs is e for a call about what ("session", or "sandbox" for a live
+// sandbox): codes what_lost and what_unavailable, field what_id.
+func (e *OwnerError) FaultAs(what string) *fault.Error {
+	if e.Lost {
+		return &fault.Error{Kind: fault.Gone, Code: what + "_lost", Field: what + "_id", Err: e,
+			Message: what + " " + e.ID + " was lost with the node that owned it; its files are gone: create a new " + what}
+	}
+	return &fault.Error{Kind: fault.Unavailable, Code: what + "_unavailable", Field: what + "_id", Err: e,
+		RetryAfter: ownerRetryAfter,
+		Message:    what + " " + e.ID + " is owned by a node that is not answering; retry after the delay in Retry-After"}
+}
+
+// ownerRetryAfter is how long a caller waits before asking again for an
+// id whose owner does not answer: about a heartbeat.
+const ownerRetryAfter = 2 * time.Second
 
 // ErrNoOwner: no node owns the id.
 var ErrNoOwner = errors.New("no owner")

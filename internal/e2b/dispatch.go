@@ -11,8 +11,9 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/internal/e2b/target"
-	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/validate"
 )
 
 // In-sandbox traffic: the SDKs send every call made inside a sandbox
@@ -72,7 +73,7 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		if p := r.Header.Get("E2b-Sandbox-Port"); p != "" {
 			n, err := strconv.Atoi(p)
 			if err != nil || n < 1 || n > 65535 {
-				target.WriteError(w, http.StatusBadRequest, "E2b-Sandbox-Port is a port number")
+				refuse(w, fault.InvalidArgument, "E2b-Sandbox-Port is a port number")
 				return
 			}
 			port = n
@@ -80,7 +81,7 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 	} else {
 		var ok bool
 		if port, id, ok = s.hostTarget(r.Host); !ok {
-			target.WriteError(w, http.StatusNotFound, "no sandbox is named by this request")
+			refuse(w, fault.NotFound, "no sandbox is named by this request")
 			return
 		}
 	}
@@ -91,19 +92,19 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		token = r.Header.Get("E2B-Traffic-Access-Token")
 	}
 	if token == "" {
-		target.WriteError(w, http.StatusUnauthorized, "send the sandbox's access token (envdAccessToken) as X-Access-Token")
+		refuse(w, fault.Unauthenticated, "send the sandbox's access token (envdAccessToken) as X-Access-Token")
 		return
 	}
 	tenant, ok := tokenTenant(token)
 	if !ok {
-		target.WriteError(w, http.StatusUnauthorized, "the access token is not one this server made")
+		refuse(w, fault.Unauthenticated, "the access token is not one this server made")
 		return
 	}
-	if !engine.ValidID(id) {
+	if !validate.ValidID(id) {
 		notFound()
 		return
 	}
-	if !s.cfg.Node.RouteSandbox(w, r, tenant, id, false, target.WriteError) {
+	if !s.cfg.Node.RouteSandbox(w, r, tenant, id, false, s.fail) {
 		return
 	}
 	sb, err := s.cfg.Sandboxes.Get(tenant, id)
@@ -116,11 +117,10 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		notFound()
 		return
 	case err != nil:
-		status, msg := s.cfg.Node.Explain(err)
-		target.WriteError(w, status, msg)
+		s.fail(w, err)
 		return
 	case !tokenMatches(token, want):
-		target.WriteError(w, http.StatusUnauthorized, "the access token is not this sandbox's")
+		refuse(w, fault.Unauthenticated, "the access token is not this sandbox's")
 		return
 	}
 	var h http.Handler

@@ -37,18 +37,16 @@ type Keys interface {
 }
 
 // Node is what the routes use of the node's own API (*api.Server): the
-// cluster routing and the error table /v1 uses.
+// cluster routing and the listing of every node's sandboxes.
 type Node interface {
 	// RouteSandbox reports whether this node serves r, a call about
 	// tenant's sandbox id; if not, r was forwarded to the node that owns
 	// it or answered (fail writes the error). forget: a delete, which
 	// forgets a sandbox lost with its node (answered 204).
 	RouteSandbox(w http.ResponseWriter, r *http.Request, tenant, id string, forget bool,
-		fail func(w http.ResponseWriter, status int, msg string)) bool
+		fail func(w http.ResponseWriter, err error)) bool
 	// Sandboxes lists tenant's live sandboxes on every node.
 	Sandboxes(ctx context.Context, tenant string) ([]sandbox.Info, error)
-	// Explain is the status and message an error is answered with.
-	Explain(err error) (status int, msg string)
 }
 
 // Config configures the E2B API.
@@ -66,7 +64,7 @@ type Config struct {
 	Domain string
 	// Tier is the tier of the sandboxes made here ("" or auto: routed by
 	// risk); the SDKs cannot ask for one.
-	Tier sandbox.Isolation
+	Tier sandbox.Tier
 	// EnvdVersion is answered for every sandbox (DefaultEnvdVersion if
 	// empty).
 	EnvdVersion string

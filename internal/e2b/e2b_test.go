@@ -25,6 +25,7 @@ import (
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -555,7 +556,7 @@ func TestIDs(t *testing.T) {
 	seenIDs := map[string]bool{}
 	for range 100 {
 		id := NewSandboxID()
-		if !e2bID.MatchString(id) || !engine.ValidID(id) || seenIDs[id] {
+		if !e2bID.MatchString(id) || !validate.ValidID(id) || seenIDs[id] {
 			t.Fatalf("NewSandboxID() = %q", id)
 		}
 		seenIDs[id] = true

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralhq/corral/internal/e2b/target"
-	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -106,28 +106,16 @@ func (s *Server) authed(h tenantFn) http.HandlerFunc {
 			}
 		}
 		if key == "" {
-			target.WriteError(w, http.StatusUnauthorized, "send an API key as X-API-Key")
+			refuse(w, fault.Unauthenticated, "send an API key as X-API-Key")
 			return
 		}
 		tenant, ok := s.cfg.Keys.TenantOf(key)
 		if !ok {
-			target.WriteError(w, http.StatusUnauthorized, "invalid API key")
+			refuse(w, fault.Unauthenticated, "invalid API key")
 			return
 		}
 		h(w, r, tenant)
 	}
-}
-
-// fail answers err: an engine's complaint about the image is an unknown
-// template; the rest as /v1 answers it.
-func (s *Server) fail(w http.ResponseWriter, err error, template string) {
-	var ie *engine.InputError
-	if template != "" && errors.As(err, &ie) && ie.Field == "image" {
-		target.WriteError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", template))
-		return
-	}
-	status, msg := s.cfg.Node.Explain(err)
-	target.WriteError(w, status, msg)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -146,16 +134,16 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	switch {
 	case err != nil:
-		target.WriteError(w, http.StatusBadRequest, "the request body could not be read")
+		refuse(w, fault.InvalidArgument, "the request body could not be read")
 		return false
 	case len(raw) > maxBody:
-		target.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", maxBody))
+		answer(w, &fault.Error{Kind: fault.ResourceExhausted, Code: "payload_too_large", Message: fmt.Sprintf("the request body is over %d bytes", maxBody)})
 		return false
 	case len(bytes.TrimSpace(raw)) == 0:
 		return true
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		target.WriteError(w, http.StatusBadRequest, "the request body is not the JSON object expected")
+		refuse(w, fault.InvalidArgument, "the request body is not the JSON object expected")
 		return false
 	}
 	return true
@@ -167,7 +155,7 @@ func timeoutOf(w http.ResponseWriter, t *int64) (time.Duration, bool) {
 		return 0, true
 	}
 	if *t < 0 || *t > math.MaxInt32 {
-		target.WriteError(w, http.StatusBadRequest, "timeout is a number of seconds, 0 or more")
+		refuse(w, fault.InvalidArgument, "timeout is a number of seconds, 0 or more")
 		return 0, false
 	}
 	return time.Duration(*t) * time.Second, true
@@ -182,7 +170,7 @@ func readTimeout(w http.ResponseWriter, r *http.Request, required bool) (time.Du
 		return 0, false
 	}
 	if required && body.Timeout == nil {
-		target.WriteError(w, http.StatusBadRequest, "timeout is required")
+		refuse(w, fault.InvalidArgument, "timeout is required")
 		return 0, false
 	}
 	return timeoutOf(w, body.Timeout)
@@ -192,8 +180,8 @@ func readTimeout(w http.ResponseWriter, r *http.Request, required bool) (time.Du
 // is not found.
 func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if !engine.ValidID(id) {
-		target.WriteError(w, http.StatusNotFound, fmt.Sprintf("sandbox '%s' not found", id))
+	if !validate.ValidID(id) {
+		refuse(w, fault.NotFound, fmt.Sprintf("sandbox '%s' not found", id))
 		return "", false
 	}
 	return id, true
@@ -206,7 +194,7 @@ func (s *Server) routed(w http.ResponseWriter, r *http.Request, tenant string, f
 	if !ok {
 		return "", false
 	}
-	return id, s.cfg.Node.RouteSandbox(w, r, tenant, id, forget, target.WriteError)
+	return id, s.cfg.Node.RouteSandbox(w, r, tenant, id, forget, s.fail)
 }
 
 func (s *Server) domain() *string {
@@ -248,7 +236,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	if body.TemplateID == "" {
-		target.WriteError(w, http.StatusBadRequest, "templateID is required")
+		refuse(w, fault.InvalidArgument, "templateID is required")
 		return
 	}
 	timeout, ok := timeoutOf(w, body.Timeout)
@@ -266,7 +254,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 	// A fresh id is no other node's: it is made here.
 	sb, info, err := s.cfg.Sandboxes.Create(r.Context(), tenant, req)
 	if err != nil {
-		s.fail(w, err, body.TemplateID)
+		s.failCreate(w, err, body.TemplateID)
 		return
 	}
 	token := newAccessToken(tenant)
@@ -275,7 +263,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 		if derr := s.cfg.Sandboxes.Kill(r.Context(), tenant, info.SandboxID); derr != nil {
 			err = errors.Join(err, derr)
 		}
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.created(info, token))
@@ -288,7 +276,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, tenant string) {
 	}
 	sb, err := s.cfg.Sandboxes.Get(tenant, id)
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, detail{listed: s.listed(sb.Info()), Domain: s.domain()})
@@ -300,7 +288,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	if err := s.cfg.Sandboxes.Kill(r.Context(), tenant, id); err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -320,7 +308,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, tenant strin
 		_, err = sb.SetTimeout(r.Context(), timeout)
 	}
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -341,27 +329,27 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	sb, err := s.cfg.Sandboxes.Get(tenant, id)
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	info := sb.Info()
 	status := http.StatusOK
 	if state(info) == "paused" {
 		if info, err = sb.Resume(r.Context()); err != nil {
-			s.fail(w, err, "")
+			s.fail(w, err)
 			return
 		}
 		status = http.StatusCreated
 	}
 	if timeout > 0 && time.Now().Add(timeout).After(info.ExpiresAt) {
 		if info, err = sb.SetTimeout(r.Context(), timeout); err != nil {
-			s.fail(w, err, "")
+			s.fail(w, err)
 			return
 		}
 	}
 	token, err := s.token(sb)
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	writeJSON(w, status, s.created(info, token))
@@ -392,7 +380,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, tenant string) {
 		err = sb.Pause(r.Context())
 	}
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -415,18 +403,18 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
 		info, err = sb.Resume(r.Context())
 	}
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	if timeout > 0 {
 		if info, err = sb.SetTimeout(r.Context(), timeout); err != nil {
-			s.fail(w, err, "")
+			s.fail(w, err)
 			return
 		}
 	}
 	token, err := s.token(sb)
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.created(info, token))
@@ -440,7 +428,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, tenant string) 
 		return
 	}
 	if _, err := s.cfg.Sandboxes.Get(tenant, id); err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, []metric{})
@@ -498,14 +486,14 @@ func parseListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
 	qs := r.URL.Query()
 	md, err := parseMetadata(qs.Get("metadata"))
 	if err != nil {
-		target.WriteError(w, http.StatusBadRequest, "give metadata as metadata=KEY%3DVALUE%26KEY2%3DVALUE2")
+		refuse(w, fault.InvalidArgument, "give metadata as metadata=KEY%3DVALUE%26KEY2%3DVALUE2")
 		return listQuery{}, false
 	}
 	q := listQuery{metadata: md, template: qs.Get("template")}
 	for _, v := range qs["state"] {
 		for st := range strings.SplitSeq(v, ",") {
 			if st != "running" && st != "paused" {
-				target.WriteError(w, http.StatusBadRequest, "state is running, paused or both (state=running,paused)")
+				refuse(w, fault.InvalidArgument, "state is running, paused or both (state=running,paused)")
 				return listQuery{}, false
 			}
 			if q.states == nil {
@@ -516,7 +504,7 @@ func parseListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
 	}
 	if v := qs.Get("startedAfter"); v != "" {
 		if q.startedAfter, err = time.Parse(time.RFC3339, v); err != nil {
-			target.WriteError(w, http.StatusBadRequest, "startedAfter is an RFC 3339 time")
+			refuse(w, fault.InvalidArgument, "startedAfter is an RFC 3339 time")
 			return listQuery{}, false
 		}
 	}
@@ -527,7 +515,7 @@ func parseListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
 func (s *Server) matching(w http.ResponseWriter, r *http.Request, tenant string, q listQuery) ([]sandbox.Info, bool) {
 	all, err := s.cfg.Node.Sandboxes(r.Context(), tenant)
 	if err != nil {
-		s.fail(w, err, "")
+		s.fail(w, err)
 		return nil, false
 	}
 	return slices.DeleteFunc(all, func(info sandbox.Info) bool { return !q.match(info) }), true
@@ -612,7 +600,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, tenant string) {
 	if v := qs.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxLimit {
-			target.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit is 1 to %d", maxLimit))
+			refuse(w, fault.InvalidArgument, fmt.Sprintf("limit is 1 to %d", maxLimit))
 			return
 		}
 		limit = n
@@ -623,14 +611,14 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request, tenant string) {
 	case "asc":
 		order, cmp = "asc", oldestFirst
 	default:
-		target.WriteError(w, http.StatusBadRequest, "order is asc or desc")
+		refuse(w, fault.InvalidArgument, "order is asc or desc")
 		return
 	}
 	var after *sandbox.Info
 	if v := qs.Get("nextToken"); v != "" {
 		p, err := decodeToken(v)
 		if err != nil || p.Order != order || p.SandboxID == "" {
-			target.WriteError(w, http.StatusBadRequest, "nextToken is not one this server gave for this order")
+			refuse(w, fault.InvalidArgument, "nextToken is not one this server gave for this order")
 			return
 		}
 		after = &sandbox.Info{SandboxID: p.SandboxID, CreatedAt: p.CreatedAt}

@@ -31,6 +31,7 @@ import (
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/router"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -198,7 +199,7 @@ type Job struct {
 	Egress []string
 }
 
-// Prepare validates req, fills defaults and routes it. An *InputError says
+// Prepare validates req, fills defaults and routes it. A *validate.InputError says
 // what to fix; a *TierPendingError (ErrTierPending) that the valid request
 // needs a tier still being installed.
 func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
@@ -217,7 +218,7 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 			if len(req.Network.Allow) > 0 {
 				field = fmt.Sprintf("network.allow[%d]", i)
 			}
-			return nil, inputErr(field, "%v", err)
+			return nil, validate.Refuse(field, "%v", err)
 		}
 		job.Egress = allow
 	}
@@ -230,7 +231,7 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 	job.Tier, job.TierReason = route.Tier, route.Reason
 	ready := ts.Ready(job.Tier)
 	if !ready && !ts.Pending(job.Tier) {
-		return nil, inputErr("isolation", "the %s tier is not available on this server", job.Tier)
+		return nil, validate.Refuse("tier", "the %s tier is not available on this server", job.Tier)
 	}
 	name := req.Image
 	if name == "" {
@@ -238,7 +239,7 @@ func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 	}
 	img, err := e.images.Resolve(name)
 	if err != nil {
-		return nil, inputErr("image", "%v", err)
+		return nil, validate.Refuse("image", "%v", err)
 	}
 	job.Image = img
 	if !ready {
@@ -334,7 +335,7 @@ func (e *Engine) verdict(ctx context.Context, job *Job, res *sandbox.Result, out
 	res.Stderr, res.StderrBytes, res.StderrLines, res.StderrTruncated = out.stderr.Text(), out.stderr.Bytes(), out.stderr.Lines(), out.stderr.Truncated()
 	res.FinishedAt = time.Now().UTC()
 	var bad *inputProblem
-	var refused *InputError
+	var refused *validate.InputError
 	switch {
 	case errors.As(err, &bad):
 		res.Status = sandbox.StatusFailed

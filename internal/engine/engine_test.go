@@ -14,6 +14,7 @@ import (
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -392,6 +393,8 @@ func TestValidation(t *testing.T) {
 		{sandbox.ExecuteRequest{Language: "python", Env: map[string]string{"A=B": "1"}}, "env"},
 		{sandbox.ExecuteRequest{Language: "python", Env: map[string]string{"A": "x\x00y"}}, "env.A"},
 		{sandbox.ExecuteRequest{Language: "python", Isolation: "vm"}, "isolation"},
+		{sandbox.ExecuteRequest{Language: "python", Tier: "vm"}, "tier"},
+		{sandbox.ExecuteRequest{Language: "python", Tier: sandbox.TierContainer, Isolation: sandbox.TierGVisor}, "isolation"},
 		{sandbox.ExecuteRequest{Language: "python", Image: "nope"}, "image"},
 		{sandbox.ExecuteRequest{Language: "python", ExecutionID: "../x"}, "execution_id"},
 		{sandbox.ExecuteRequest{Language: "python", SessionID: strings.Repeat("s", 200)}, "session_id"},
@@ -400,13 +403,26 @@ func TestValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := e.Prepare(c.req)
-		ie, ok := err.(*engine.InputError)
+		ie, ok := err.(*validate.InputError)
 		if !ok {
 			t.Errorf("%+v: err = %v, want an InputError", c.req.Limits, err)
 			continue
 		}
 		if ie.Field != c.field {
 			t.Errorf("field = %q, want %q (%v)", ie.Field, c.field, ie)
+		}
+	}
+	// isolation is tier's old name, accepted for a release: read as tier.
+	for _, req := range []sandbox.ExecuteRequest{
+		{Language: "python", Isolation: sandbox.TierContainer},
+		{Language: "python", Tier: sandbox.TierContainer, Isolation: sandbox.TierContainer},
+	} {
+		job, err := e.Prepare(req)
+		if err != nil {
+			t.Fatalf("%+v: %v", req, err)
+		}
+		if job.Req.Tier != sandbox.TierContainer || job.Req.Isolation != "" || job.Tier != runtime.TierContainer {
+			t.Errorf("%+v: tier %q, isolation %q, routed to %s", req, job.Req.Tier, job.Req.Isolation, job.Tier)
 		}
 	}
 	job, err := e.Prepare(sandbox.ExecuteRequest{Language: "Python3"})

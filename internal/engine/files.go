@@ -17,12 +17,12 @@ import (
 	"syscall"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -67,45 +67,6 @@ func (p *inputProblem) Error() string {
 	return fmt.Sprintf("input file %q: %s", p.file, p.msg)
 }
 
-// CheckInputPath validates a relative path for /workspace/input (and for
-// session files): no absolute paths, no "..", no empty or dot components, no
-// NUL or control characters, printable UTF-8, at most 16 levels and 1024
-// bytes, 255 bytes a component.
-func CheckInputPath(p string) error {
-	switch {
-	case p == "":
-		return errors.New("the path is empty")
-	case len(p) > 1024:
-		return errors.New("the path is longer than 1024 bytes")
-	case !utf8.ValidString(p):
-		return errors.New("the path is not valid UTF-8")
-	case strings.HasPrefix(p, "/"):
-		return errors.New("the path is absolute; give it relative to the directory")
-	case strings.Contains(p, "\\"):
-		return errors.New("the path contains a backslash")
-	}
-	for _, r := range p {
-		if unicode.IsControl(r) {
-			return errors.New("the path contains a control character")
-		}
-	}
-	parts := strings.Split(p, "/")
-	if len(parts) > 16 {
-		return errors.New("the path is deeper than 16 levels")
-	}
-	for _, c := range parts {
-		switch {
-		case c == "" || c == ".":
-			return errors.New("the path has an empty or '.' component")
-		case c == "..":
-			return errors.New("the path leaves its directory (..)")
-		case len(c) > 255:
-			return errors.New("a path component is longer than 255 bytes")
-		}
-	}
-	return nil
-}
-
 // inputs are files fetched to the host, ready to place.
 type inputs struct {
 	files []input
@@ -135,7 +96,7 @@ func (e *Engine) fetchInputs(ctx context.Context, files []sandbox.File) (inputs,
 	}
 	seen := map[string]bool{}
 	for _, f := range files {
-		if err := CheckInputPath(f.Path); err != nil {
+		if err := validate.CheckInputPath(f.Path); err != nil {
 			return in, &inputProblem{file: printablePath(f.Path), msg: err.Error()}
 		}
 		if seen[f.Path] {

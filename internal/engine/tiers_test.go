@@ -12,6 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -98,7 +99,7 @@ func TestTierStates(t *testing.T) {
 			e := tiersEngine(t, c.gvisor)
 			job, err := e.Prepare(c.req)
 			var pe *engine.TierPendingError
-			var ie *engine.InputError
+			var ie *validate.InputError
 			switch {
 			case c.want == "pending":
 				if !errors.Is(err, engine.ErrTierPending) || !errors.As(err, &pe) {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/fault"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ import (
 const DefaultBudget int64 = 20 << 30
 
 // ErrNotFound is an image name this server does not have.
-var ErrNotFound = errors.New("no such image")
+var ErrNotFound = fault.New(fault.NotFound, "no such image")
 
 // Config configures a Store.
 type Config struct {

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -53,12 +54,20 @@ import (
 // Errors, wrapped by what returns them.
 var (
 	// ErrNotFound: no context has the id.
-	ErrNotFound = errors.New("context not found")
+	ErrNotFound = fault.New(fault.NotFound,
+		"no such code context in the sandbox (a sandbox made again after it ended has lost its contexts)")
 	// ErrInvalid: a language without contexts, a bad working directory or
 	// environment variable, code too large, a context that cannot fork.
-	ErrInvalid = errors.New("invalid context request")
-	// ErrClosed: the Contexts was closed.
-	ErrClosed = errors.New("contexts closed")
+	// Its message lists them all: the words of a refusal may quote the
+	// sandbox's agent, so they stay in the log.
+	ErrInvalid = fault.New(fault.InvalidArgument, "the context request is invalid: a language without code contexts "+
+		"(python, bash and javascript have them), a working directory that is not an absolute clean path or "+
+		"does not exist in the sandbox, an environment variable that is not KEY=VALUE, code over 1 MiB, "+
+		"or a fork of a context whose language cannot fork (only python can)")
+	// ErrClosed: the Contexts was closed (its sandbox was torn down or
+	// made again meanwhile).
+	ErrClosed = fault.New(fault.NotFound,
+		"no such code context in the sandbox (the sandbox ended meanwhile; one made again has lost its contexts)")
 )
 
 // MaxCodeSize bounds one cell's code.

@@ -2,16 +2,17 @@ package live
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/workspace"
 )
 
-// Errors of live sandboxes. The wires (internal/api, internal/e2b/envd,
-// internal/e2b/interp) answer by these, with errors.Is; what the agent
-// refused matches the errno it names as well (errors.Is(err,
-// syscall.ENOENT)).
+// Errors of live sandboxes, each of a kind (internal/fault) that every
+// wire (internal/api, internal/e2b and its services) answers by, and a
+// code where /v1 has one of its own. What the agent refused is a fault of
+// the agent package (agent.RemoteError) and matches the errno it names
+// as well (errors.Is(err, syscall.ENOENT)).
 var (
 	// ErrNotFound: no such live sandbox (it may have reached its timeout),
 	// or no such workspace session: one id space.
@@ -22,40 +23,36 @@ var (
 	// ErrElsewhere: another node owns the id.
 	ErrElsewhere = workspace.ErrElsewhere
 	// ErrExists: a sandbox or session with the id asked for exists already.
-	ErrExists = errors.New("sandbox exists")
+	ErrExists = &fault.Error{Kind: fault.AlreadyExists, Code: "conflict", Field: "sandbox_id",
+		Message: "a sandbox or session with this id exists; choose another id"}
 	// ErrTooMany: the sandbox runs as many processes as it may.
-	ErrTooMany = errors.New("too many processes")
+	ErrTooMany = &fault.Error{Kind: fault.ResourceExhausted, Code: "too_many_processes",
+		Message: "the sandbox runs as many processes as it may; wait for one to end or signal one"}
 	// ErrEnded: the process has ended (no stdin, no signal).
-	ErrEnded = errors.New("process ended")
-	// ErrUnsupported: a feature this server does not have (answered
-	// 501).
-	ErrUnsupported = errors.New("not supported by this server")
+	ErrEnded = &fault.Error{Kind: fault.FailedPrecondition, Code: "process_ended",
+		Message: "the process has ended (or its stdin was closed)"}
+	// ErrUnsupported: a feature this server does not have.
+	ErrUnsupported = &fault.Error{Kind: fault.Unimplemented, Code: "not_implemented",
+		Message: "this server does not support this yet"}
 	// ErrNoStdin: the process was started without stdin.
-	ErrNoStdin = errors.New("process has no stdin")
+	ErrNoStdin = &fault.Error{Kind: fault.FailedPrecondition, Code: "no_stdin",
+		Message: `the process was started without stdin (start it with "stdin": true)`}
 	// ErrNoTerminal: the process was started without a PTY.
-	ErrNoTerminal = errors.New("process has no terminal")
+	ErrNoTerminal = &fault.Error{Kind: fault.FailedPrecondition, Code: "no_terminal",
+		Message: `the process was started without a terminal (start it with "pty": {"cols": 80, "rows": 24})`}
 	// ErrNoProcess: no such process in the sandbox (it matches
 	// ErrNotFound too).
-	ErrNoProcess = fmt.Errorf("%w: no such process", ErrNotFound)
+	ErrNoProcess = ErrNotFound.With("", "no such process in the sandbox (ended processes stay listed for a while)")
 	// ErrPaused: the sandbox is paused (a call that needs it running, or
 	// a second pause).
-	ErrPaused = errors.New("sandbox paused")
+	ErrPaused = &fault.Error{Kind: fault.FailedPrecondition, Code: "sandbox_paused",
+		Message: "the sandbox is paused; resume it (POST /v1/sandboxes/{id}/resume) first"}
 	// ErrNotPaused: a resume of a sandbox that is not paused.
-	ErrNotPaused = errors.New("sandbox not paused")
-)
-
-// What the sandbox's agent refuses, by kind: the only place above the
-// agent that names its kinds.
-var (
+	ErrNotPaused = &fault.Error{Kind: fault.FailedPrecondition, Code: "not_paused",
+		Message: "the sandbox is not paused; it runs"}
 	// ErrLost: the sandbox ended during the call; the next call makes it
 	// again on its disk.
 	ErrLost = agent.ErrLost
-	// ErrNotRegular: the path is neither a regular file nor a directory.
-	ErrNotRegular = agent.KindNotRegular
-	// ErrSymlink: the path is a symbolic link, which is not followed.
-	ErrSymlink = agent.KindSymlink
-	// ErrBadPath: the path is not valid in the sandbox.
-	ErrBadPath = agent.KindInvalid
 )
 
 // Refusal reports whether err is a refusal of the sandbox's agent, and

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/internal/agent"
-	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -26,7 +26,7 @@ const MaxListDepth = agent.MaxListDepth
 // under /workspace or /tmp.
 func SandboxPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
-		if err := engine.CheckInputPath(p); err != nil {
+		if err := validate.CheckInputPath(p); err != nil {
 			return "", workspace.Invalid("path: %v", err)
 		}
 		return "/workspace/" + p, nil

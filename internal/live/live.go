@@ -35,6 +35,7 @@ import (
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -219,22 +220,6 @@ func checkMetadata(md map[string]string) error {
 	return nil
 }
 
-// inputField renames the engine's fields to the sandbox request's own.
-func inputField(err error) error {
-	var ie *engine.InputError
-	if !errors.As(err, &ie) {
-		return err
-	}
-	out := *ie
-	switch ie.Field {
-	case "limits.cpu_cores":
-		out.Field = "limits.cpus"
-	case "isolation":
-		out.Field = "tier"
-	}
-	return &out
-}
-
 // prepare validates req, fills its defaults and routes it: the engine's
 // job for its sandbox.
 func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error) {
@@ -245,40 +230,50 @@ func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error
 		req.Limits.Pids = m.engine.Config().Pids
 	}
 	if req.Limits.Pids < 16 || req.Limits.Pids > m.cfg.MaxPids {
-		return nil, &engine.InputError{Field: "limits.pids", Message: fmt.Sprintf("must be between 16 and %d", m.cfg.MaxPids)}
+		return nil, validate.Refuse("limits.pids", "must be between 16 and %d", m.cfg.MaxPids)
 	}
 	if req.Limits.DiskMB == 0 {
 		req.Limits.DiskMB = m.cfg.DefaultDiskMB
 	}
 	if req.Limits.DiskMB < 16 || req.Limits.DiskMB > m.cfg.MaxDiskMB {
-		return nil, &engine.InputError{Field: "limits.disk_mb", Message: fmt.Sprintf("must be between 16 and %d", m.cfg.MaxDiskMB)}
+		return nil, validate.Refuse("limits.disk_mb", "must be between 16 and %d", m.cfg.MaxDiskMB)
 	}
+	oldCPUs := req.Limits.CPUCores == 0 && req.Limits.CPUs != 0
+	if err := validate.Renamed("limits.cpu_cores", &req.Limits.CPUCores, "limits.cpus", &req.Limits.CPUs); err != nil {
+		return nil, err
+	}
+	// The engine's fields are the sandbox request's own (limits.cpu_cores,
+	// tier): its refusals name them, as the request spelled them.
 	job, err := m.engine.Prepare(sandbox.ExecuteRequest{Language: req.Language, Image: req.Image,
-		Limits:  sandbox.Limits{MemoryMB: req.Limits.MemoryMB, CPUCores: req.Limits.CPUs},
+		Limits:  sandbox.Limits{MemoryMB: req.Limits.MemoryMB, CPUCores: req.Limits.CPUCores},
 		Env:     req.Env,
-		Network: req.Network, Isolation: req.Tier})
+		Network: req.Network, Tier: req.Tier})
+	var ie *validate.InputError
+	if oldCPUs && errors.As(err, &ie) && ie.Field == "limits.cpu_cores" {
+		return nil, validate.Refuse("limits.cpus", "%s", ie.Message)
+	}
 	if err != nil {
-		return nil, inputField(err)
+		return nil, err
 	}
 	// The tier it was routed to, not "auto": a sandbox made again is
 	// made on the same tier.
-	req.Language, req.Tier = job.Req.Language, sandbox.Isolation(job.Tier)
-	req.Limits.MemoryMB, req.Limits.CPUs = job.Req.Limits.MemoryMB, job.Req.Limits.CPUCores
+	req.Language, req.Tier = job.Req.Language, sandbox.Tier(job.Tier)
+	req.Limits.MemoryMB, req.Limits.CPUCores = job.Req.Limits.MemoryMB, job.Req.Limits.CPUCores
+	// Answered under its old name too, for the release that accepts it.
+	req.Limits.CPUs = req.Limits.CPUCores
 	return job, nil
 }
 
 func (m *Manager) timeoutError() error {
-	return &engine.InputError{Field: "timeout_seconds",
-		Message: fmt.Sprintf("must be between 1 and %d", int(m.cfg.MaxTimeout.Seconds()))}
+	return validate.Refuse("timeout_seconds", "must be between 1 and %d", int(m.cfg.MaxTimeout.Seconds()))
 }
 
 // Create makes a live sandbox of tenant and starts its sandbox.
 func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
 	if req.SandboxID == "" {
 		req.SandboxID = NewSandboxID()
-	} else if !engine.ValidID(req.SandboxID) {
-		return nil, sandbox.Info{}, &engine.InputError{Field: "sandbox_id",
-			Message: "must be 1-128 characters of letters, digits and . _ : - starting with a letter or digit"}
+	} else if !validate.ValidID(req.SandboxID) {
+		return nil, sandbox.Info{}, validate.Refuse("sandbox_id", validate.IDRule)
 	}
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	if timeout == 0 {
@@ -549,6 +544,10 @@ func (s *Sandbox) infoLocked() sandbox.Info {
 		Limits: r.Limits, Network: r.Network, Metadata: r.Metadata, State: "running",
 		TimeoutSeconds: wi.TTLSeconds, CreatedAt: wi.CreatedAt, ExpiresAt: wi.ExpiresAt,
 		Executions: wi.Executions, Restarts: s.spec.Restarts}
+	if info.Limits.CPUCores == 0 {
+		// Made by a server before cpu_cores was its name: cpus alone.
+		info.Limits.CPUCores = info.Limits.CPUs
+	}
 	if p := s.spec.Paused; p != nil {
 		pause := *p
 		info.State, info.Pause = "paused", &pause

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -96,7 +96,7 @@ func TestLiveLifecycle(t *testing.T) {
 	start := u.clock.Now()
 	info := u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Metadata: map[string]string{"owner": "ann"}, TimeoutSeconds: 60})
 	want := sandbox.Info{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
-		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUs: 1, Pids: 256, DiskMB: 1024},
+		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUCores: 1, CPUs: 1, Pids: 256, DiskMB: 1024},
 		Metadata: map[string]string{"owner": "ann"}, State: "running", TimeoutSeconds: 60,
 		CreatedAt: start, ExpiresAt: start.Add(time.Minute)}
 	if b, w := mustJSON(t, info), mustJSON(t, want); b != w {
@@ -138,7 +138,7 @@ func TestLiveLifecycle(t *testing.T) {
 		t.Errorf("SetTimeout = %+v, %v; want expiry %v", got, err, now.Add(2*time.Minute))
 	}
 	for _, bad := range []time.Duration{0, -time.Second, u.cfg.MaxTimeout + time.Second} {
-		var ie *engine.InputError
+		var ie *validate.InputError
 		if _, err := u.m.SetTimeout(t.Context(), "t", "box", bad); !errors.As(err, &ie) || ie.Field != "timeout_seconds" {
 			t.Errorf("SetTimeout(%v): %v, want an input error on timeout_seconds", bad, err)
 		}
@@ -182,7 +182,7 @@ func TestLiveCreateRefuses(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		req   sandbox.CreateSandboxRequest
-		field string // of the *engine.InputError; "" for ErrInvalid
+		field string // of the *validate.InputError; "" for ErrInvalid
 	}{
 		{sandbox.CreateSandboxRequest{SandboxID: "../x"}, "sandbox_id"},
 		{sandbox.CreateSandboxRequest{TimeoutSeconds: -1}, "timeout_seconds"},
@@ -191,6 +191,8 @@ func TestLiveCreateRefuses(t *testing.T) {
 		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{DiskMB: 1 << 30}}, "limits.disk_mb"},
 		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{MemoryMB: 1 << 30}}, "limits.memory_mb"},
 		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{CPUs: 100}}, "limits.cpus"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{CPUCores: 100}}, "limits.cpu_cores"},
+		{sandbox.CreateSandboxRequest{Limits: sandbox.SandboxLimits{CPUCores: 1, CPUs: 2}}, "limits.cpus"},
 		{sandbox.CreateSandboxRequest{Tier: "vm"}, "tier"},
 		{sandbox.CreateSandboxRequest{Language: "cobol"}, "language"},
 		{sandbox.CreateSandboxRequest{Env: map[string]string{"PATH": "/evil"}}, "env.PATH"},
@@ -202,7 +204,7 @@ func TestLiveCreateRefuses(t *testing.T) {
 			req.Tier = sandbox.IsolationContainer
 		}
 		_, err := u.m.Create(t.Context(), "t", req)
-		var ie *engine.InputError
+		var ie *validate.InputError
 		switch {
 		case tc.field == "" && !errors.Is(err, ErrInvalid):
 			t.Errorf("%+v: %v, want ErrInvalid", tc.req, err)
@@ -349,12 +351,12 @@ func TestProcessLimits(t *testing.T) {
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Tag: strings.Repeat("t", 300)}, "tag"},
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Env: map[string]string{"1X": "y"}}, "env"},
 	} {
-		var ie *engine.InputError
+		var ie *validate.InputError
 		if _, err := u.m.StartProcess(t.Context(), "t", "box", tc.req); !errors.As(err, &ie) || ie.Field != tc.field {
 			t.Errorf("%+v: %v, want an input error on %s", tc.req, err, tc.field)
 		}
 	}
-	var ie *engine.InputError
+	var ie *validate.InputError
 	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"true"}, PTY: &sandbox.PTYSize{Cols: 80}}); !errors.As(err, &ie) || ie.Field != "pty" {
 		t.Errorf("a PTY without rows: %v, want an input error on pty", err)
 	}
@@ -365,7 +367,7 @@ func TestProcessLimits(t *testing.T) {
 func TestProcessNotFoundProgram(t *testing.T) {
 	u := newUnit(t)
 	u.create(sandbox.CreateSandboxRequest{SandboxID: "box"})
-	var ie *engine.InputError
+	var ie *validate.InputError
 	if _, err := u.m.StartProcess(t.Context(), "t", "box", sandbox.StartProcessRequest{Cmd: []string{"no-such-program-here"}}); !errors.As(err, &ie) || ie.Field != "cmd" {
 		t.Errorf("a missing program: %v, want an input error on cmd", err)
 	}

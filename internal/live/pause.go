@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
-	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -352,7 +352,7 @@ func (p *Process) endedBy() string {
 // an input error of its request, not Corral's.
 func pausedInput(err error) error {
 	if errors.Is(err, ErrPaused) {
-		return &engine.InputError{Field: "session_id", Message: "the sandbox is paused; resume it (POST /v1/sandboxes/{id}/resume) and run again"}
+		return validate.Refuse("session_id", "the sandbox is paused; resume it (POST /v1/sandboxes/{id}/resume) and run again")
 	}
 	return err
 }

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -40,7 +40,7 @@ func (u *unit) pausedCalls(pid int, cid string) {
 	checkPaused(t, "set the timeout", err)
 	checkPaused(t, "pause again", u.m.Pause(ctx, "t", "box"))
 	_, err = u.m.Acquirer("t", "box").Acquire(ctx, u.f.PythonClaim(u.t, runtime.TierContainer))
-	var ie *engine.InputError
+	var ie *validate.InputError
 	if !errors.As(err, &ie) || ie.Field != "session_id" {
 		t.Errorf("an execution in the paused sandbox: %v, want an input error on session_id", err)
 	}

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralhq/corral/internal/agent"
-	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -180,7 +180,7 @@ func (o *output) end(x Exit) {
 
 // checkProcess validates a start request.
 func checkProcess(req *sandbox.StartProcessRequest) error {
-	bad := func(field, msg string) error { return &engine.InputError{Field: field, Message: msg} }
+	bad := func(field, msg string) error { return validate.Refuse(field, "%s", msg) }
 	switch {
 	case len(req.Cmd) > 0 && req.Shell != "":
 		return bad("cmd", "give cmd or shell, not both")
@@ -216,7 +216,7 @@ func checkProcess(req *sandbox.StartProcessRequest) error {
 	if !path.IsAbs(req.Cwd) || path.Clean(req.Cwd) != req.Cwd || len(req.Cwd) > 1024 || strings.ContainsRune(req.Cwd, 0) {
 		return bad("cwd", "must be an absolute, clean path")
 	}
-	if err := engine.CheckEnv(req.Env); err != nil {
+	if err := validate.CheckEnv(req.Env); err != nil {
 		return err
 	}
 	return nil
@@ -269,8 +269,7 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.StartProcessRequest) (*
 	if err != nil {
 		var re *agent.RemoteError
 		if errors.As(err, &re) && (errors.Is(re, syscall.ENOENT) || errors.Is(re, syscall.EACCES) || errors.Is(re, syscall.ENOTDIR)) {
-			return nil, &engine.InputError{Field: "cmd",
-				Message: "the program, or the working directory, does not exist in the sandbox or may not be run"}
+			return nil, validate.Refuse("cmd", "the program, or the working directory, does not exist in the sandbox or may not be run")
 		}
 		return nil, fmt.Errorf("start a process in %s: %w", s.w.Key(), err)
 	}
@@ -519,7 +518,7 @@ func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
 // Resize changes the size of the process's terminal (started with a PTY).
 func (p *Process) Resize(ctx context.Context, size sandbox.PTYSize) error {
 	if size.Cols == 0 || size.Rows == 0 {
-		return &engine.InputError{Field: "cols", Message: "give cols and rows (1-65535)"}
+		return validate.Refuse("cols", "give cols and rows (1-65535)")
 	}
 	if err := p.active(); err != nil {
 		return err

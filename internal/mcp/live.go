@@ -47,7 +47,8 @@ type CreateSandboxArgs struct {
 	Tier           string            `json:"tier,omitempty" jsonschema:"the isolation: container (runc), gvisor (a kernel in user space: stronger, slower) or auto (by what the code does); default: the server's"`
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"how long the sandbox lives from now, in seconds (default: the server's, 300 unless configured); using it does not extend it"`
 	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"memory for the whole sandbox (every context and process in it) in MB"`
-	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU cores for the whole sandbox, e.g. 0.5 or 2"`
+	CPUCores       float64           `json:"cpu_cores,omitempty" jsonschema:"CPU cores for the whole sandbox, e.g. 0.5 or 2"`
+	CPUs           float64           `json:"cpus,omitempty" jsonschema:"the old name of cpu_cores, kept for one release"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for everything that runs in the sandbox"`
 	NetworkAllow   []string          `json:"network_allow,omitempty" jsonschema:"domains the sandbox may reach through the server's egress proxy, e.g. pypi.org or *.github.com; without it there is no network"`
 }
@@ -150,7 +151,7 @@ Use it to choose the image, memory, network or lifetime; run_cell without sandbo
 		Annotations: &gomcp.ToolAnnotations{Title: "Create a live sandbox", DestructiveHint: &no, OpenWorldHint: &yes},
 	}, func(in *jsonschema.Schema) {
 		in.Properties["tier"].Enum = []any{"container", "gvisor", "auto"}
-		for _, name := range []string{"timeout_seconds", "memory_mb", "cpus"} {
+		for _, name := range []string{"timeout_seconds", "memory_mb", "cpu_cores", "cpus"} {
 			in.Properties[name].ExclusiveMinimum = jsonschema.Ptr(0.0)
 		}
 	}, s.createSandbox)
@@ -189,8 +190,8 @@ func (s *Server) createSandbox(ctx context.Context, a *CreateSandboxArgs) (*gomc
 	if lang == "" {
 		lang = "python"
 	}
-	req := sandbox.CreateSandboxRequest{Language: lang, Image: a.Image, Tier: sandbox.Isolation(a.Tier), TimeoutSeconds: a.TimeoutSeconds, Env: a.Env,
-		Limits: sandbox.SandboxLimits{MemoryMB: a.MemoryMB, CPUs: a.CPUs}}
+	req := sandbox.CreateSandboxRequest{Language: lang, Image: a.Image, Tier: sandbox.Tier(a.Tier), TimeoutSeconds: a.TimeoutSeconds, Env: a.Env,
+		Limits: sandbox.SandboxLimits{MemoryMB: a.MemoryMB, CPUCores: a.CPUCores, CPUs: a.CPUs}}
 	if len(a.NetworkAllow) > 0 {
 		req.Network = &sandbox.Network{Allow: a.NetworkAllow}
 	}

@@ -151,6 +151,7 @@ func TestInvalidArguments(t *testing.T) {
 		{ToolWriteFile, `{"session_id":"s","path":"a","content_base64":"%%"}`, "content_base64", "base64"},
 		{ToolCreateSandbox, `{"timeout_seconds":0}`, "timeout_seconds", "exclusiveMinimum"},
 		{ToolCreateSandbox, `{"cpus":-1}`, "cpus", "exclusiveMinimum"},
+		{ToolCreateSandbox, `{"cpu_cores":0}`, "cpu_cores", "exclusiveMinimum"},
 		{ToolCreateSandbox, `{"tier":"kvm"}`, "tier", "enum"},
 		{ToolRunCell, `{}`, "", "code"},
 		{ToolRunCell, `{"code":"x","timeout_seconds":0}`, "timeout_seconds", "minimum"},

@@ -24,6 +24,7 @@ import (
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/notify"
@@ -33,14 +34,16 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Errors callers map to HTTP statuses.
+// Errors, each of a kind (internal/fault) every wire answers by.
 var (
 	// ErrConflict: the execution id exists with a different request.
-	ErrConflict = errors.New("execution id already used for a different request")
+	ErrConflict = &fault.Error{Kind: fault.AlreadyExists, Code: "conflict", Field: "execution_id",
+		Message: "this execution_id was already used with a different request; use a new id or resend the same request"}
 	// ErrNotFound: no such execution for this tenant.
-	ErrNotFound = errors.New("execution not found")
+	ErrNotFound = fault.New(fault.NotFound, "no such execution")
 	// ErrQueueFull: the shared queue is at its bound; retry later.
-	ErrQueueFull = errors.New("queue full")
+	ErrQueueFull = &fault.Error{Kind: fault.ResourceExhausted, Code: "queue_full", RetryAfter: time.Second,
+		Message: "the server's queue is full; retry after the delay in Retry-After"}
 )
 
 // Config configures a node.
@@ -220,7 +223,7 @@ type Submission struct {
 // Submit validates req, and unless the same request was already submitted
 // under its id, stores it as queued (the store is the queue) and wakes the
 // nodes. An execution of a session is queued for the node that owns the
-// session. Errors: *engine.InputError, ErrConflict, ErrQueueFull,
+// session. Errors: *validate.InputError, ErrConflict, ErrQueueFull,
 // *cluster.OwnerError, or internal.
 func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteRequest) (Submission, error) {
 	job, err := n.engine.Prepare(req)

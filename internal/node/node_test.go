@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -80,7 +80,7 @@ func TestSubmitRuns(t *testing.T) {
 	}
 	final(t, a, "other", "ex-1")
 
-	var ie *engine.InputError
+	var ie *validate.InputError
 	if _, err := a.Submit(t.Context(), "acme", sandbox.ExecuteRequest{Language: "cobol", Code: "x"}); !errors.As(err, &ie) {
 		t.Errorf("unknown language: %v, want an input error", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -41,7 +42,7 @@ func TestAutoRouting(t *testing.T) {
 			tier: "gvisor", reason: "auto: untrusted", stdout: "42\n"},
 		{name: "long timeout", req: sandbox.ExecuteRequest{Language: "bash", Code: "echo $(( 6 * 7 ))", Limits: sandbox.Limits{TimeoutMS: 45000}},
 			tier: "gvisor", reason: "auto: timeout_ms 45000 > 30000", stdout: "42\n"},
-		{name: "requested", req: sandbox.ExecuteRequest{Language: "python", Code: "import socket", Isolation: sandbox.IsolationContainer},
+		{name: "requested", req: sandbox.ExecuteRequest{Language: "python", Code: "import socket", Tier: sandbox.TierContainer},
 			tier: "container", reason: "requested"},
 	}
 	for _, c := range cases {
@@ -90,8 +91,8 @@ func TestAutoWithoutGVisor(t *testing.T) {
 	if job.Tier != runtime.TierContainer || job.TierReason != want {
 		t.Errorf("routed to %s (%q), want container (%q)", job.Tier, job.TierReason, want)
 	}
-	_, err = e.Prepare(sandbox.ExecuteRequest{Language: "python", Code: "print(1)", Isolation: sandbox.IsolationGVisor})
-	var ie *engine.InputError
+	_, err = e.Prepare(sandbox.ExecuteRequest{Language: "python", Code: "print(1)", Tier: sandbox.TierGVisor})
+	var ie *validate.InputError
 	if !errors.As(err, &ie) || ie.Field != "isolation" {
 		t.Errorf("explicit gvisor without the tier: %v, want an input error on isolation", err)
 	}

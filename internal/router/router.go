@@ -50,15 +50,15 @@ type Decision struct {
 // Route decides where req runs. runner is req's language and gvisor says
 // whether this server has the gVisor tier, or will have it (its runtime is
 // being installed: the caller then refuses work routed there as
-// retryable, rather than run it on a weaker tier). An explicit isolation
+// retryable, rather than run it on a weaker tier). An explicit tier
 // is obeyed as asked (the caller refuses a tier it lacks); auto never
 // picks a missing tier, and its reason says when it fell back. req must be
 // normalised: its timeout filled in.
 func Route(cfg Config, req sandbox.ExecuteRequest, runner lang.Runner, gvisor bool) Decision {
-	switch req.Isolation {
-	case sandbox.IsolationGVisor:
+	switch req.Tier {
+	case sandbox.TierGVisor:
 		return Decision{Tier: runtime.TierGVisor, Reason: "requested"}
-	case sandbox.IsolationContainer:
+	case sandbox.TierContainer:
 		return Decision{Tier: runtime.TierContainer, Reason: "requested"}
 	}
 	why, risky := assess(cfg, req, runner)

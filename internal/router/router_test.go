@@ -29,11 +29,11 @@ func TestRoute(t *testing.T) {
 		tier   runtime.Tier
 		reason string
 	}{
-		{name: "gvisor requested", req: sandbox.ExecuteRequest{Isolation: sandbox.IsolationGVisor, Code: "print(1)"},
+		{name: "gvisor requested", req: sandbox.ExecuteRequest{Tier: sandbox.TierGVisor, Code: "print(1)"},
 			tier: runtime.TierGVisor, reason: "requested"},
-		{name: "gvisor requested but missing", req: sandbox.ExecuteRequest{Isolation: sandbox.IsolationGVisor}, noGV: true,
+		{name: "gvisor requested but missing", req: sandbox.ExecuteRequest{Tier: sandbox.TierGVisor}, noGV: true,
 			tier: runtime.TierGVisor, reason: "requested"},
-		{name: "container requested", req: sandbox.ExecuteRequest{Isolation: sandbox.IsolationContainer, Code: subprocess, Untrusted: true},
+		{name: "container requested", req: sandbox.ExecuteRequest{Tier: sandbox.TierContainer, Code: subprocess, Untrusted: true},
 			tier: runtime.TierContainer, reason: "requested"},
 		{name: "arithmetic", req: sandbox.ExecuteRequest{Code: "print(sum(range(100)))"},
 			tier: runtime.TierContainer, reason: "auto: no risky constructs"},
@@ -69,8 +69,8 @@ func TestRoute(t *testing.T) {
 				runner = python
 			}
 			req := c.req
-			if req.Isolation == "" {
-				req.Isolation = sandbox.IsolationAuto
+			if req.Tier == "" {
+				req.Tier = sandbox.TierAuto
 			}
 			if req.Limits.TimeoutMS == 0 {
 				req.Limits.TimeoutMS = 30000 // as normalised by the engine

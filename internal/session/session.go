@@ -13,7 +13,6 @@ package session
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -24,6 +23,7 @@ import (
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -117,10 +117,10 @@ type Options struct {
 
 func (m *Manager) check(o Options) error {
 	if o.TTL < 0 || o.TTL > m.cfg.MaxTTL {
-		return fmt.Errorf("%w: ttl_seconds must be between 1 and %d", ErrInvalid, int(m.cfg.MaxTTL.Seconds()))
+		return workspace.Invalid("ttl_seconds must be between 1 and %d", int(m.cfg.MaxTTL.Seconds()))
 	}
 	if o.DiskMB < 0 || o.DiskMB > m.cfg.MaxDiskMB || (o.DiskMB > 0 && o.DiskMB < 16) {
-		return fmt.Errorf("%w: disk_mb must be between 16 and %d", ErrInvalid, m.cfg.MaxDiskMB)
+		return workspace.Invalid("disk_mb must be between 16 and %d", m.cfg.MaxDiskMB)
 	}
 	return nil
 }
@@ -165,7 +165,7 @@ func (m *Manager) Touch(ctx context.Context, tenant, id string, o Options) (Info
 		var bad error
 		info, err := m.table.Update(w, func(i *Info) {
 			if o.DiskMB != 0 && o.DiskMB != i.DiskMB {
-				bad = fmt.Errorf("%w: the session's disk is %d MB and cannot change", ErrInvalid, i.DiskMB)
+				bad = workspace.Invalid("the session's disk is %d MB and cannot change", i.DiskMB)
 				return
 			}
 			if o.TTL != 0 {
@@ -421,8 +421,8 @@ func workspacePath(p string) (string, error) {
 	if p == "" {
 		return "/workspace", nil
 	}
-	if err := engine.CheckInputPath(p); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	if err := validate.CheckInputPath(p); err != nil {
+		return "", workspace.Invalid("%v", err)
 	}
 	return "/workspace/" + p, nil
 }
@@ -455,7 +455,7 @@ func (m *Manager) Download(ctx context.Context, tenant, id, file string, w io.Wr
 func (m *Manager) Upload(ctx context.Context, tenant, id, file string, r io.Reader) error {
 	p, err := workspacePath(file)
 	if err != nil || file == "" {
-		return fmt.Errorf("%w: give a file path", ErrInvalid)
+		return workspace.Invalid("give a file path")
 	}
 	if _, _, err := m.Touch(ctx, tenant, id, Options{}); err != nil {
 		return err
@@ -467,7 +467,7 @@ func (m *Manager) Upload(ctx context.Context, tenant, id, file string, r io.Read
 func (m *Manager) Remove(ctx context.Context, tenant, id, file string) error {
 	p, err := workspacePath(file)
 	if err != nil || file == "" {
-		return fmt.Errorf("%w: give a path", ErrInvalid)
+		return workspace.Invalid("give a path")
 	}
 	return m.withSandbox(ctx, tenant, id, func(c *agent.Client) error { return c.Remove(ctx, p) })
 }

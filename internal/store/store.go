@@ -10,21 +10,23 @@ import (
 	"errors"
 	"time"
 
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/sandbox"
 )
 
 // Errors.
 var (
 	// ErrNotFound: no such record for this tenant.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = fault.New(fault.NotFound, "not found")
 	// ErrStale: a conditional update found the record in another state.
 	ErrStale = errors.New("record changed")
 	// ErrInvalid: the store refuses an argument (a cursor it did not hand
 	// out, text it cannot hold); the caller's input is at fault.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = fault.New(fault.InvalidArgument, "the request holds a value the server cannot keep")
 	// ErrUnavailable: the database could not be reached or is restarting;
 	// the call may succeed if repeated after a pause.
-	ErrUnavailable = errors.New("store unavailable")
+	ErrUnavailable = &fault.Error{Kind: fault.Unavailable, Code: "unavailable", RetryAfter: time.Second,
+		Message: "the server's database is unavailable for a moment; retry after the delay in Retry-After"}
 )
 
 // Execution is a stored execution.

@@ -34,7 +34,7 @@ func (f *Fake) AliveCount() int {
 // its sandbox.
 func (f *Fake) PythonClaim(t testing.TB, tier runtime.Tier) fleet.Claim {
 	t.Helper()
-	job, err := f.Prepare(sandbox.ExecuteRequest{Language: "python", Isolation: sandbox.Isolation(tier)})
+	job, err := f.Prepare(sandbox.ExecuteRequest{Language: "python", Tier: sandbox.Tier(tier)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func (f *Fake) PythonClaim(t testing.TB, tier runtime.Tier) fleet.Claim {
 func (f *Fake) RunPython(t testing.TB, acq fleet.Acquirer, tenant, id, code string) (string, string) {
 	t.Helper()
 	job, err := f.Prepare(sandbox.ExecuteRequest{Language: "python", Code: code, SessionID: id,
-		Isolation: sandbox.Isolation(runtime.TierContainer)})
+		Tier: sandbox.Tier(runtime.TierContainer)})
 	if err != nil {
 		t.Fatal(err)
 	}

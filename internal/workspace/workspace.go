@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/sandbox"
@@ -29,17 +30,20 @@ import (
 
 // Errors, shared by sessions and live sandboxes.
 var (
-	ErrNotFound = errors.New("session not found")
-	// ErrInvalid: a bad TTL, quota, path or field; the message says which.
-	ErrInvalid = errors.New("invalid session request")
+	ErrNotFound = fault.New(fault.NotFound, "no such sandbox or session (it may have reached its timeout)")
+	// ErrInvalid: a bad TTL, quota, path or field; Invalid's message
+	// says which.
+	ErrInvalid = fault.New(fault.InvalidArgument, "the request is invalid")
 	// ErrElsewhere: another node owns the id (it was made there
 	// meanwhile); the caller may retry, which reaches that node.
-	ErrElsewhere = errors.New("session owned by another node")
+	ErrElsewhere = &fault.Error{Kind: fault.Unavailable, Code: "session_unavailable", Field: "session_id",
+		RetryAfter: time.Second, Message: "it was just created on another node; retry"}
 )
 
-// Invalid is an ErrInvalid worded for the caller.
+// Invalid is an ErrInvalid worded for the caller, the field named in
+// its words.
 func Invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	return ErrInvalid.With("", format, args...)
 }
 
 // Owner records which node owns each id (cluster.Cluster).

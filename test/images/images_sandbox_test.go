@@ -31,6 +31,7 @@ import (
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -253,7 +254,7 @@ func TestDefaultImages(t *testing.T) {
 	// A default that is not built is a 400 naming it, not a fallback.
 	missing := testenv.ImageEngine(t, images.New(images.Config{Dir: testenv.ImageDir(), Defaults: map[string]string{"python": "no-such-image"}}))
 	_, err := missing.Prepare(sandbox.ExecuteRequest{Language: "python", Code: "print(1)\n"})
-	var ie *engine.InputError
+	var ie *validate.InputError
 	if !errors.As(err, &ie) || ie.Field != "image" || !strings.Contains(ie.Message, "no-such-image") {
 		t.Errorf("Prepare = %v, want an input error on image naming it", err)
 	}

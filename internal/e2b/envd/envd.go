@@ -19,8 +19,9 @@ import (
 	"github.com/corralhq/corral/internal/live"
 )
 
-// box returns the handle of the live sandbox t names.
-func (s *service) box(t target.Target) (*live.Sandbox, error) { return s.m.Get(t.Tenant, t.SandboxID) }
+// box returns the handle of the live sandbox t names (target.ErrGone once
+// it is not there).
+func (s *service) box(t target.Target) (*live.Sandbox, error) { return t.Sandbox(s.m) }
 
 // on calls f on the live sandbox t names.
 func on[T any](s *service, t target.Target, f func(*live.Sandbox) (T, error)) (T, error) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -57,7 +58,7 @@ func (s *service) download(w http.ResponseWriter, r *http.Request) {
 	t := tgt(r.Context())
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		target.WriteError(w, http.StatusBadRequest, "path: name the file to read")
+		s.fail(w, fault.New(fault.InvalidArgument, "path: name the file to read"))
 		return
 	}
 	lw := &lazyWriter{w: w}
@@ -83,14 +84,14 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 	for k := range r.Header {
 		if strings.HasPrefix(http.CanonicalHeaderKey(k), "X-Metadata-") {
 			// Keeping them is not supported: refused rather than lost.
-			target.WriteError(w, http.StatusBadRequest, "file metadata (X-Metadata- headers) is not supported by this server")
+			s.fail(w, fault.New(fault.InvalidArgument, "file metadata (X-Metadata- headers) is not supported by this server"))
 			return
 		}
 	}
 	query := r.URL.Query().Get("path")
 	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
-		target.WriteError(w, http.StatusBadRequest, "Content-Type: give multipart/form-data or application/octet-stream")
+		s.fail(w, fault.New(fault.InvalidArgument, "Content-Type: give multipart/form-data or application/octet-stream"))
 		return
 	}
 	var out []writeInfo
@@ -104,11 +105,6 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		var bad badUpload
-		if errors.As(err, &bad) {
-			target.WriteError(w, http.StatusBadRequest, bad.msg)
-			return
-		}
 		s.fail(w, err)
 		return
 	}
@@ -120,6 +116,9 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 type badUpload struct{ msg string }
 
 func (b badUpload) Error() string { return b.msg }
+
+// Fault is b as an invalid argument.
+func (b badUpload) Fault() *fault.Error { return fault.New(fault.InvalidArgument, b.msg) }
 
 func (s *service) uploadRaw(r *http.Request, p string) ([]writeInfo, error) {
 	t := tgt(r.Context())

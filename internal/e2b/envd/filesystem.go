@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -251,7 +252,7 @@ func (s *service) createWatcher(ctx context.Context, req *connect.Request[Create
 	}
 	s.mu.Unlock()
 	if n >= maxWatchers {
-		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("the sandbox has as many watchers as it may; remove one"))
+		return nil, refuse(fault.ResourceExhausted, "the sandbox has as many watchers as it may; remove one")
 	}
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand does not fail
@@ -292,7 +293,7 @@ func (s *service) watcher(t target.Target, id string) (*watcher, error) {
 	defer s.mu.Unlock()
 	w, ok := s.watchers[id]
 	if !ok || w.t != t {
-		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such watcher (a watcher whose directory or sandbox went is removed a minute later)"))
+		return nil, refuse(fault.NotFound, "no such watcher (a watcher whose directory or sandbox went is removed a minute later)")
 	}
 	return w, nil
 }
@@ -318,8 +319,8 @@ func (s *service) getWatcherEvents(ctx context.Context, req *connect.Request[Get
 	w.events, w.lost = nil, false
 	w.mu.Unlock()
 	if lost {
-		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New(
-			"the watcher held as many events as it may and dropped later ones; list the directory again"))
+		return nil, refuse(fault.ResourceExhausted,
+			"the watcher held as many events as it may and dropped later ones; list the directory again")
 	}
 	out := &GetWatcherEventsResponse{Events: []FilesystemEvent{}}
 	for _, ev := range evs {
@@ -329,7 +330,7 @@ func (s *service) getWatcherEvents(ctx context.Context, req *connect.Request[Get
 	}
 	if ended && len(evs) == 0 {
 		s.dropWatcher(req.Msg.WatcherID)
-		return nil, connect.NewError(connect.CodeNotFound, errors.New("the watch ended: its directory, or the sandbox, is gone"))
+		return nil, refuse(fault.NotFound, "the watch ended: its directory, or the sandbox, is gone")
 	}
 	return connect.NewResponse(out), nil
 }

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -40,7 +41,7 @@ func (s *service) processHandlers(opts []connect.HandlerOption) map[string]http.
 			func(context.Context, *connect.ClientStream[StreamInputRequest]) (*connect.Response[StreamInputResponse], error) {
 				// E2B's JS SDK never calls it (fetch cannot stream a request);
 				// SendInput does the same one message at a time.
-				return nil, connect.NewError(connect.CodeUnimplemented, errors.New("StreamInput is not served; use SendInput"))
+				return nil, refuse(fault.Unimplemented, "StreamInput is not served; use SendInput")
 			}, opts...),
 	}
 }
@@ -110,7 +111,7 @@ func (s *service) start(ctx context.Context, req *connect.Request[StartRequest],
 	t := tgt(ctx)
 	sreq, err := startRequest(req.Msg)
 	if err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
+		return refuse(fault.InvalidArgument, err.Error())
 	}
 	p, err := on(s, t, func(sb *live.Sandbox) (*live.Process, error) { return sb.Start(ctx, sreq) })
 	if err != nil {
@@ -252,7 +253,7 @@ func endEvent(x live.Exit) *EndEvent {
 // one first).
 func (s *service) resolve(t target.Target, sel *ProcessSelector) (*live.Process, error) {
 	if sel == nil || (sel.PID == nil && sel.Tag == nil) {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process: give pid or tag"))
+		return nil, refuse(fault.InvalidArgument, "process: give pid or tag")
 	}
 	sb, err := s.box(t)
 	if err != nil {
@@ -313,7 +314,7 @@ func (s *service) sendInput(ctx context.Context, req *connect.Request[SendInputR
 	t := tgt(ctx)
 	in := req.Msg.Input
 	if in == nil || (in.Stdin == nil && in.PTY == nil) {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input: give stdin or pty"))
+		return nil, refuse(fault.InvalidArgument, "input: give stdin or pty")
 	}
 	data := in.Stdin
 	if data == nil {
@@ -333,7 +334,7 @@ func (s *service) sendSignal(ctx context.Context, req *connect.Request[SendSigna
 	t := tgt(ctx)
 	sig := req.Msg.Signal
 	if sig < 1 || sig > 64 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("signal: give SIGNAL_SIGKILL or SIGNAL_SIGTERM"))
+		return nil, refuse(fault.InvalidArgument, "signal: give SIGNAL_SIGKILL or SIGNAL_SIGTERM")
 	}
 	p, err := s.resolve(t, req.Msg.Process)
 	if err != nil {
@@ -366,7 +367,7 @@ func (s *service) update(ctx context.Context, req *connect.Request[UpdateRequest
 	if req.Msg.PTY != nil && req.Msg.PTY.Size != nil {
 		size, err := ptySize(req.Msg.PTY.Size)
 		if err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+			return nil, refuse(fault.InvalidArgument, err.Error())
 		}
 		if err := p.Resize(ctx, size); err != nil {
 			return nil, classify(err, s.log).connect()

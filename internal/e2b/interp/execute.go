@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -51,15 +52,15 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, t target.Targe
 		return
 	}
 	if req.ContextID != "" && req.Language != "" {
-		target.WriteError(w, http.StatusBadRequest, "provide context_id or language, not both")
+		refuse(w, fault.InvalidArgument, "provide context_id or language, not both")
 		return
 	}
 	if len(req.EnvVars) > 0 {
-		target.WriteError(w, http.StatusBadRequest, "env_vars per cell are not supported: create a context (or set the sandbox's envs) instead")
+		refuse(w, fault.InvalidArgument, "env_vars per cell are not supported: create a context (or set the sandbox's envs) instead")
 		return
 	}
 	if len(req.Code) > kernel.MaxCodeSize {
-		target.WriteError(w, http.StatusBadRequest, "the code is larger than 1 MiB")
+		refuse(w, fault.InvalidArgument, "the code is larger than 1 MiB")
 		return
 	}
 	language := ""

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -22,19 +23,25 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/e2b/target"
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
 
-// contexts returns the code contexts of the live sandbox t names.
+// contexts returns the code contexts of the live sandbox t names; a
+// sandbox gone, or torn down meanwhile, is target.ErrGone.
 func (h *handler) contexts(ctx context.Context, t target.Target) (*kernel.Contexts, error) {
-	sb, err := h.m.Get(t.Tenant, t.SandboxID)
+	sb, err := t.Sandbox(h.m)
 	if err != nil {
 		return nil, err
 	}
-	return sb.Contexts(ctx)
+	k, err := sb.Contexts(ctx)
+	if errors.Is(err, kernel.ErrClosed) {
+		return nil, fmt.Errorf("%w: %w", target.ErrGone, err)
+	}
+	return k, err
 }
 
 // defaultKeepAlive is how often a stream with nothing else to say gets a
@@ -87,7 +94,7 @@ func (h *handler) routes() http.Handler {
 	mux.HandleFunc("DELETE /contexts/{id}", h.with(h.deleteContext))
 	mux.HandleFunc("POST /contexts/{id}/restart", h.with(h.restartContext))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		target.WriteError(w, http.StatusNotFound, "no such route in the code interpreter: "+r.Method+" "+r.URL.Path)
+		refuse(w, fault.NotFound, "no such route in the code interpreter: "+r.Method+" "+r.URL.Path)
 	})
 	return mux
 }
@@ -194,7 +201,7 @@ func canonical(w http.ResponseWriter, language string) (string, bool) {
 	}
 	r, ok := lang.Get(language)
 	if !ok {
-		target.WriteError(w, http.StatusBadRequest, "language '"+language+"' has no code contexts here (python, javascript and bash have them)")
+		refuse(w, fault.InvalidArgument, "language '"+language+"' has no code contexts here (python, javascript and bash have them)")
 		return "", false
 	}
 	return r.Name(), true
@@ -255,17 +262,17 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			target.WriteError(w, http.StatusRequestEntityTooLarge, "the request body is larger than the code interpreter accepts")
+			answer(w, &fault.Error{Kind: fault.ResourceExhausted, Code: "payload_too_large", Message: "the request body is larger than the code interpreter accepts"})
 			return false
 		}
-		target.WriteError(w, http.StatusBadRequest, "the request body could not be read")
+		refuse(w, fault.InvalidArgument, "the request body could not be read")
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return true
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		target.WriteError(w, http.StatusBadRequest, "the request body is not the JSON object expected")
+		refuse(w, fault.InvalidArgument, "the request body is not the JSON object expected")
 		return false
 	}
 	return true

@@ -20,7 +20,7 @@ const (
 
 // ErrCursor reports a cursor this store did not hand out, or one used with
 // another sort order than the page it came from.
-var ErrCursor = fmt.Errorf("%w: cursor", store.ErrInvalid)
+var ErrCursor = store.ErrInvalid.With("cursor", "is not a cursor this server handed out for this sort")
 
 // sortKey is one way to order a list: a column that holds an int64,
 // ascending or descending, ties broken by id in the same direction.

@@ -40,7 +40,7 @@ func normTime(t time.Time) time.Time {
 // ErrText reports text a store refuses: PostgreSQL's TEXT holds neither
 // invalid UTF-8 nor NUL bytes, and SQLite refuses the same so that both
 // stores accept exactly the same input.
-var ErrText = fmt.Errorf("%w: not UTF-8 text without NUL bytes", store.ErrInvalid)
+var ErrText = store.ErrInvalid.With("", "not UTF-8 text without NUL bytes")
 
 // Text reports whether s can be stored as TEXT.
 func Text(s string) bool {
@@ -54,7 +54,7 @@ const MaxKey = 512
 
 func checkText(field, s string) error {
 	if !Text(s) {
-		return fmt.Errorf("%s: %w", field, ErrText)
+		return ErrText.With(field, "is not UTF-8 text without NUL bytes")
 	}
 	return nil
 }

@@ -1,0 +1,138 @@
+package validate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/corralhq/corral/internal/fault"
+)
+
+var pathCases = []struct {
+	path string
+	ok   bool
+}{
+	{"a.txt", true},
+	{"data/in.csv", true},
+	{"ünï/ß.txt", true},
+	{"", false},
+	{"/etc/passwd", false},
+	{"../x", false},
+	{"a/../b", false},
+	{"a//b", false},
+	{"./a", false},
+	{"a/", false},
+	{"a\\b", false},
+	{"a\x00b", false},
+	{"a\nb", false},
+	{"\xff", false},
+	{strings.Repeat("d/", 16) + "f", false},
+	{strings.Repeat("x", 256), false},
+	{strings.Repeat("x/", 600), false},
+}
+
+func TestCheckInputPath(t *testing.T) {
+	for _, c := range pathCases {
+		if err := CheckInputPath(c.path); (err == nil) != c.ok {
+			t.Errorf("%q: %v, want ok=%v", c.path, err, c.ok)
+		}
+	}
+}
+
+// FuzzCheckInputPath: a path it accepts stays inside its directory and is
+// printable UTF-8, whatever the input.
+func FuzzCheckInputPath(f *testing.F) {
+	for _, c := range pathCases {
+		f.Add(c.path)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if CheckInputPath(p) != nil {
+			return
+		}
+		if strings.HasPrefix(p, "/") || !utf8.ValidString(p) || len(p) > 1024 {
+			t.Fatalf("accepted %q", p)
+		}
+		for _, c := range strings.Split(p, "/") {
+			if c == "" || c == "." || c == ".." {
+				t.Fatalf("accepted %q", p)
+			}
+		}
+	})
+}
+
+func TestValidID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"a": true, "exec-1.2_3:x": true, strings.Repeat("a", 128): true,
+		"": false, "-a": false, ".a": false, "a/b": false, "a b": false, strings.Repeat("a", 129): false, "é": false,
+	} {
+		if ValidID(id) != ok {
+			t.Errorf("ValidID(%q) = %v", id, !ok)
+		}
+	}
+}
+
+func TestCheckEnv(t *testing.T) {
+	big := map[string]string{}
+	for i := range 129 {
+		big[strings.Repeat("V", i+1)] = "x"
+	}
+	for _, c := range []struct {
+		env   map[string]string
+		field string // "" when accepted
+	}{
+		{map[string]string{"GREETING": "hi", "_X1": ""}, ""},
+		{map[string]string{"PATH": "/evil"}, "env.PATH"},
+		{map[string]string{"CORRAL_X": "1"}, "env.CORRAL_X"},
+		{map[string]string{"A=B": "1"}, "env"},
+		{map[string]string{"1A": "1"}, "env"},
+		{map[string]string{"A": "x\x00y"}, "env.A"},
+		{map[string]string{"A": "\xff"}, "env.A"},
+		{map[string]string{"A": strings.Repeat("x", 64<<10)}, "env"},
+		{big, "env"},
+	} {
+		err := CheckEnv(c.env)
+		var ie *InputError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%v refused: %v", c.env, err)
+		case c.field != "" && (!errors.As(err, &ie) || ie.Field != c.field):
+			t.Errorf("refusal %v, want field %q", err, c.field)
+		}
+	}
+}
+
+// TestInputErrorFault: an InputError is an invalid argument naming its
+// field, in its message too.
+func TestInputErrorFault(t *testing.T) {
+	f := fault.Of(Refuse("limits.memory_mb", "%d is above %d", 9, 8))
+	if f.Kind != fault.InvalidArgument || f.Field != "limits.memory_mb" || f.Message != "limits.memory_mb: 9 is above 8" {
+		t.Errorf("%+v", f)
+	}
+}
+
+func TestRenamed(t *testing.T) {
+	for _, c := range []struct {
+		v, old, want string
+		refused      bool
+	}{
+		{"", "", "", false},
+		{"gvisor", "", "gvisor", false},
+		{"", "gvisor", "gvisor", false},
+		{"gvisor", "gvisor", "gvisor", false},
+		{"container", "gvisor", "container", true},
+	} {
+		v, old := c.v, c.old
+		err := Renamed("tier", &v, "isolation", &old)
+		var ie *InputError
+		if c.refused {
+			if !errors.As(err, &ie) || ie.Field != "isolation" {
+				t.Errorf("%+v: %v, want a refusal of isolation", c, err)
+			}
+			continue
+		}
+		if err != nil || v != c.want || old != "" {
+			t.Errorf("%+v: %v, tier %q, isolation %q", c, err, v, old)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,23 @@ func eventStream(w http.ResponseWriter) (*stream.SSE, bool) {
 	return sse, ok
 }
 
+// resumedStream begins the event stream of a client that resumes after
+// event Last-Event-ID (or ?last_event_id; none: from the start), or
+// answers why it cannot.
+func resumedStream(w http.ResponseWriter, r *http.Request) (*stream.SSE, uint64, bool) {
+	after, e := lastEventID(r)
+	if e != nil {
+		writeError(w, e)
+		return nil, 0, false
+	}
+	sse, ok := eventStream(w)
+	if !ok {
+		return nil, 0, false
+	}
+	sse.Begin()
+	return sse, after, true
+}
+
 // events streams an execution's output and status as Server-Sent Events:
 // "id: N", "event: stdout|stderr|status|notice|done", "data: <JSON>". A client
 // that reconnects with Last-Event-ID gets what came after that id. The
@@ -43,16 +61,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	after, e := lastEventID(r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	sse, ok := eventStream(w)
+	sse, after, ok := resumedStream(w, r)
 	if !ok {
 		return
 	}
-	sse.Begin()
 	log := &executionLog{s: s, tenant: t.Name, id: id, after: after}
 	err := stream.Follow(r.Context(), log, sse, func(ev state.Event) error {
 		return sse.Event(ev.ID, ev.Type, eventData(ev))
@@ -119,4 +131,20 @@ func (x *executionLog) Next(ctx context.Context, wait time.Duration) ([]state.Ev
 		}
 	}
 	return evs, nil
+}
+
+// lastEventID reads where a client resumes a stream.
+func lastEventID(r *http.Request) (uint64, *Error) {
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = r.URL.Query().Get("last_event_id")
+	}
+	if last == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
+	if err != nil {
+		return 0, errorf(http.StatusBadRequest, "invalid_request", "Last-Event-ID", "must be an event id")
+	}
+	return n, nil
 }

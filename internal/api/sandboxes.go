@@ -470,36 +470,14 @@ func (s *Server) processEvents(w http.ResponseWriter, r *http.Request, t *Tenant
 		writeError(w, asError(err, s.log))
 		return
 	}
-	after, e := lastEventID(r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	sse, ok := eventStream(w)
+	sse, after, ok := resumedStream(w, r)
 	if !ok {
 		return
 	}
-	sse.Begin()
 	// It ends with the process, or with the client.
 	_ = stream.Follow(r.Context(), p.Follow(after), sse, func(ev sandbox.ProcessEvent) error {
 		return sse.Event(ev.Seq, ev.Type, ev)
 	}, keepAlive)
-}
-
-// lastEventID reads where a client resumes a stream.
-func lastEventID(r *http.Request) (uint64, *Error) {
-	last := r.Header.Get("Last-Event-ID")
-	if last == "" {
-		last = r.URL.Query().Get("last_event_id")
-	}
-	if last == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
-	if err != nil {
-		return 0, errorf(http.StatusBadRequest, "invalid_request", "Last-Event-ID", "must be an event id")
-	}
-	return n, nil
 }
 
 // ---- files ----

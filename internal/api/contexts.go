@@ -1,16 +1,16 @@
 package api
 
 import (
-	"encoding/json"
-	"fmt"
+	"context"
+	"errors"
 	"mime"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/kernel"
+	"github.com/corralhq/corral/internal/stream"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -20,6 +20,10 @@ import (
 
 // maxRunTimeout bounds a cell's timeout_seconds.
 const maxRunTimeout = 24 * time.Hour
+
+// runBacklog bounds the events of a cell held for a slow client; beyond
+// it the cell waits.
+const runBacklog = 64
 
 // contextPath reads a context call's sandbox and context ids and routes
 // it to the sandbox's node.
@@ -170,14 +174,16 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeError(w, refuse("timeout_seconds", "must be between 0 (none) and 86400"))
 		return
 	}
+	k, err := s.contexts(r, t, id)
+	if err != nil {
+		writeError(w, asError(err, s.log))
+		return
+	}
 	if wantsJSON(r) {
 		out := sandbox.ContextEventList{Events: []sandbox.ContextEvent{}}
-		k, err := s.contexts(r, t, id)
-		if err == nil {
-			err = k.Run(r.Context(), cid, req.Code, timeout, func(ev sandbox.ContextEvent) {
-				out.Events = append(out.Events, ev)
-			})
-		}
+		err := k.Run(r.Context(), cid, req.Code, timeout, func(ev sandbox.ContextEvent) {
+			out.Events = append(out.Events, ev)
+		})
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the client left
@@ -188,69 +194,27 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	flusher, ok := w.(http.Flusher)
+	sse, ok := eventStream(w)
 	if !ok {
-		writeError(w, internalError("streaming unsupported"))
 		return
 	}
-	// Events are written from the run's goroutine, keep-alive comments
-	// from a ticker's (a cell may be silent for long): mu orders them.
-	var mu sync.Mutex
+	// The header goes with the first event (stream.SSE), so that a run
+	// that cannot start answers with its error's status.
 	var seq uint64
-	finished := false // no writes once the handler is about to return
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		tick := time.NewTicker(keepAlive)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				mu.Lock()
-				if seq > 0 && !finished {
-					fmt.Fprint(w, ": keep-alive\n\n")
-					flusher.Flush()
-				}
-				mu.Unlock()
-			case <-stop:
-				return
-			}
-		}
-	}()
-	k, err := s.contexts(r, t, id)
-	if err != nil {
-		writeError(w, asError(err, s.log))
-		return
-	}
-	err = k.Run(r.Context(), cid, req.Code, timeout, func(ev sandbox.ContextEvent) {
-		mu.Lock()
-		defer mu.Unlock()
-		if seq == 0 {
-			// The header goes with the first event, so that a run that
-			// cannot start answers with its error's status.
-			h := w.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-store")
-			h.Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
-		}
+	err = stream.Produce(r.Context(), runBacklog, func(ctx context.Context, emit func(sandbox.ContextEvent)) error {
+		return k.Run(ctx, cid, req.Code, timeout, emit)
+	}, sse, func(ev sandbox.ContextEvent) error {
 		seq++
-		data, _ := json.Marshal(ev)
-		writeEvent(w, seq, ev.Type, data)
-		flusher.Flush()
-	})
-	mu.Lock()
-	finished = true
-	mu.Unlock()
+		return sse.Event(seq, ev.Type, ev)
+	}, keepAlive)
 	switch {
 	case err == nil:
-	case r.Context().Err() != nil:
+	case r.Context().Err() != nil, errors.Is(err, stream.ErrWrite):
 		// The client left; the cell was interrupted.
-	case seq == 0:
+	case !sse.Begun():
 		writeError(w, asError(err, s.log))
 	default:
-		data, _ := json.Marshal(map[string]*Error{"error": asError(err, s.log)})
-		writeEvent(w, seq+1, "failure", data)
-		flusher.Flush()
+		_ = sse.Event(seq+1, "failure", map[string]*Error{"error": asError(err, s.log)})
+		_ = sse.Flush()
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/stream"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -465,70 +465,19 @@ func (s *Server) processEvents(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !ok {
 		return
 	}
-	out, err := s.proc(t, id, pid)
+	p, err := s.proc(t, id, pid)
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
 	}
-	after, e := lastEventID(r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	flusher, ok := w.(http.Flusher)
+	sse, after, ok := resumedStream(w, r)
 	if !ok {
-		writeError(w, internalError("streaming unsupported"))
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
-	idle := time.NewTimer(keepAlive)
-	defer idle.Stop()
-	for {
-		evs, changed, ended := out.Events(after)
-		if ended && len(evs) == 0 {
-			return // resumed after its end
-		}
-		for _, ev := range evs {
-			data, _ := json.Marshal(ev)
-			writeEvent(w, ev.Seq, ev.Type, data)
-			after = max(after, ev.Seq)
-			if ev.Type == sandbox.ProcessEventEnd {
-				flusher.Flush()
-				return
-			}
-		}
-		flusher.Flush()
-		select {
-		case <-changed:
-		case <-idle.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-			flusher.Flush()
-			idle.Reset(keepAlive)
-		case <-r.Context().Done():
-			return
-		}
-	}
-}
-
-// lastEventID reads where a client resumes a stream.
-func lastEventID(r *http.Request) (uint64, *Error) {
-	last := r.Header.Get("Last-Event-ID")
-	if last == "" {
-		last = r.URL.Query().Get("last_event_id")
-	}
-	if last == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
-	if err != nil {
-		return 0, refuse("Last-Event-ID", "must be an event id")
-	}
-	return n, nil
+	// It ends with the process, or with the client.
+	_ = stream.Follow(r.Context(), p.Follow(after), sse, func(ev sandbox.ProcessEvent) error {
+		return sse.Event(ev.Seq, ev.Type, ev)
+	}, keepAlive)
 }
 
 // ---- files ----
@@ -698,7 +647,8 @@ func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 }
 
 // watchBacklog bounds the events a watch stream holds for a slow client;
-// beyond it they are dropped and an overflow event says so.
+// beyond it the watch holds them (internal/agent's bound: past that, an
+// overflow event).
 const watchBacklog = 4096
 
 // watchSandboxDir streams the changes under a directory as Server-Sent
@@ -715,21 +665,20 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 		p = "/workspace"
 	}
 	recursive := r.URL.Query().Get("recursive") == "true"
-	flusher, ok := w.(http.Flusher)
+	sse, ok := eventStream(w)
 	if !ok {
-		writeError(w, internalError("streaming unsupported"))
 		return
 	}
-	events := make(chan sandbox.FileEvent, watchBacklog)
-	var lost atomic.Bool
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel() // after stop: a watch waiting on a full queue lets go
+	q := stream.NewQueue[sandbox.FileEvent](watchBacklog)
 	sb, err := s.box(t, id)
 	var stop func() error
 	if err == nil {
-		stop, err = sb.Watch(r.Context(), p, recursive, func(ev sandbox.FileEvent) {
-			select {
-			case events <- ev:
-			default:
-				lost.Store(true)
+		stop, err = sb.Watch(ctx, p, recursive, func(ev sandbox.FileEvent) {
+			_ = q.Push(ctx, ev) // fails only once the stream is over
+			if ev.Op == live.OpEnd {
+				q.Close(nil)
 			}
 		})
 	}
@@ -742,36 +691,10 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 			s.log.Debug("a watch ended", "sandbox", id, "err", err)
 		}
 	}()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
-	idle := time.NewTimer(keepAlive)
-	defer idle.Stop()
+	sse.Begin()
 	var seq uint64
-	for {
-		select {
-		case ev := <-events:
-			if lost.Swap(false) {
-				seq++
-				data, _ := json.Marshal(sandbox.FileEvent{Path: p, Op: "overflow"})
-				writeEvent(w, seq, "overflow", data)
-			}
-			seq++
-			data, _ := json.Marshal(ev)
-			writeEvent(w, seq, ev.Op, data)
-			flusher.Flush()
-			if ev.Op == "end" {
-				return
-			}
-		case <-idle.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-			flusher.Flush()
-			idle.Reset(keepAlive)
-		case <-r.Context().Done():
-			return
-		}
-	}
+	_ = stream.Follow(ctx, q, sse, func(ev sandbox.FileEvent) error {
+		seq++
+		return sse.Event(seq, ev.Op, ev)
+	}, keepAlive)
 }

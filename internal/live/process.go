@@ -18,6 +18,7 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/validate"
+	"github.com/corralhq/corral/internal/stream"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -389,6 +390,13 @@ func (p *Process) Exit() (Exit, bool) {
 // Text is set on output events.
 func (p *Process) Events(after uint64) ([]sandbox.ProcessEvent, <-chan struct{}, bool) {
 	return p.out.Events(after)
+}
+
+// Follow is the process's event log as a stream's source: the events
+// after seq after (0: all there are), then each as it comes, until its
+// end event.
+func (p *Process) Follow(after uint64) stream.Source[sandbox.ProcessEvent] {
+	return stream.Log(p.out.Events, func(ev sandbox.ProcessEvent) uint64 { return ev.Seq }, after)
 }
 
 // Wait describes the process once it has ended (or ctx has).

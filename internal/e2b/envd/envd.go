@@ -134,3 +134,11 @@ func (s *service) keepaliveEvery(h http.Header) time.Duration {
 	}
 	return defaultKeepalive
 }
+
+// messages is the Wire of a Connect server stream: each message is sent
+// and flushed on its own (connect's Send), and a keep-alive is the
+// stream's keepalive message, which the function sends.
+type messages func() error
+
+func (m messages) KeepAlive() error { return m() }
+func (messages) Flush() error       { return nil }

@@ -17,6 +17,7 @@ import (
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/stream"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -167,18 +168,18 @@ func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirReq
 		return classify(err, s.log).connect()
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	events := make(chan sandbox.FileEvent, 64)
+	defer cancel() // after stop: a watch waiting on a full queue lets go
+	q := stream.NewQueue[sandbox.FileEvent](watchBacklog)
 	sb, err := s.box(t)
 	if err != nil {
 		return classify(err, s.log).connect()
 	}
 	stop, err := sb.Watch(wctx, root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
 		// The watch holds what waits here, up to a bound (then an
-		// overflow): blocking is allowed, until the stream ends.
-		select {
-		case events <- ev:
-		case <-wctx.Done():
+		// overflow): waiting is allowed, until the stream ends.
+		_ = q.Push(wctx, ev)
+		if ev.Op == live.OpEnd {
+			q.Close(nil)
 		}
 	})
 	if err != nil {
@@ -188,32 +189,20 @@ func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirReq
 	if err := st.Send(&WatchDirResponse{Start: &WatchDirStart{}}); err != nil {
 		return err
 	}
-	every := s.keepaliveEvery(req.Header())
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case ev := <-events:
-			if ev.Op == live.OpEnd {
-				return nil
-			}
-			fe := s.fsEvent(ctx, t, root, ev, req.Msg.IncludeEntry)
-			if fe == nil {
-				continue
-			}
-			if err := st.Send(&WatchDirResponse{Filesystem: fe}); err != nil {
-				return err
-			}
-			tick.Reset(every)
-		case <-tick.C:
-			if err := st.Send(&WatchDirResponse{Keepalive: &KeepAlive{}}); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
+	keepalive := messages(func() error { return st.Send(&WatchDirResponse{Keepalive: &KeepAlive{}}) })
+	return stream.Follow(ctx, q, keepalive, func(ev sandbox.FileEvent) error {
+		// The watch's own ops (overflow, end) have no envd form.
+		if fe := s.fsEvent(ctx, t, root, ev, req.Msg.IncludeEntry); fe != nil {
+			return st.Send(&WatchDirResponse{Filesystem: fe})
 		}
-	}
+		return nil
+	}, s.keepaliveEvery(req.Header()))
 }
+
+// watchBacklog bounds the events a WatchDir stream holds for a slow
+// client; beyond it the watch holds them, up to its own bound
+// (internal/agent).
+const watchBacklog = 64
 
 // Watchers made by CreateWatcher are polled with GetWatcherEvents (E2B's
 // synchronous Python SDK watches this way).

@@ -17,6 +17,7 @@ import (
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/stream"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -168,38 +169,13 @@ func (s *service) killAfter(t target.Target, p *live.Process, d time.Duration) {
 // goes when nothing else has for the client's interval.
 func (s *service) follow(ctx context.Context, h http.Header, p *live.Process, send func(*ProcessEvent) error) error {
 	pty := p.Info().PTY != nil
-	every := s.keepaliveEvery(h)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	var after uint64
-	for {
-		evs, changed, ended := p.Events(after)
-		for _, ev := range evs {
-			after = max(after, ev.Seq)
-			pe := processEvent(ev, p, pty)
-			if pe == nil {
-				continue
-			}
-			if err := send(pe); err != nil {
-				return err
-			}
+	keepalive := messages(func() error { return send(&ProcessEvent{Keepalive: &KeepAlive{}}) })
+	return stream.Follow(ctx, p.Follow(0), keepalive, func(ev sandbox.ProcessEvent) error {
+		if pe := processEvent(ev, p, pty); pe != nil {
+			return send(pe)
 		}
-		if len(evs) > 0 {
-			tick.Reset(every)
-		}
-		if ended {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-tick.C:
-			if err := send(&ProcessEvent{Keepalive: &KeepAlive{}}); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return nil
+	}, s.keepaliveEvery(h))
 }
 
 // processEvent maps an event of p's log to envd's (nil: none; a note that

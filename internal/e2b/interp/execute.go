@@ -2,16 +2,17 @@ package interp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/kernel"
+	"github.com/corralhq/corral/internal/stream"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -70,147 +71,111 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, t target.Targe
 			return
 		}
 	}
-	s := &stream{w: w}
-	s.flusher, _ = w.(http.Flusher)
-	stop := s.keepAlive(h.keepAlive)
-	err := h.run(r, t, req, language, s)
-	stop()
+	out := &lines{w: w}
+	out.flusher, _ = w.(http.Flusher)
+	err := stream.Produce(r.Context(), runBacklog, func(ctx context.Context, emit func(sandbox.ContextEvent)) error {
+		return h.run(ctx, t, req, language, emit)
+	}, out, out.event, h.keepAlive)
 	switch {
 	case err == nil:
-	case r.Context().Err() != nil:
+	case r.Context().Err() != nil, errors.Is(err, stream.ErrWrite):
 		// The client left (the SDK's timeout): the cell was interrupted.
-	case !s.begun():
+	case !out.begun:
 		h.writeError(w, err)
 	default:
 		_, msg := h.classify(err)
-		s.line(map[string]any{"type": sandbox.ContextEventError, "name": "InterpreterError", "value": msg, "traceback": msg})
-		s.line(map[string]any{"type": sandbox.ContextEventEndOfExecution})
+		_ = out.line(map[string]any{"type": sandbox.ContextEventError, "name": "InterpreterError", "value": msg, "traceback": msg}, false)
+		_ = out.line(map[string]any{"type": sandbox.ContextEventEndOfExecution}, false)
+		_ = out.Flush()
 	}
 }
 
-// run runs the request's cell, sending its events to s. A default
-// context found gone (deleted by the client, or lost with its sandbox) is
-// made again once, before any of the cell's events went out.
-func (h *handler) run(r *http.Request, t target.Target, req executeRequest, language string, s *stream) error {
-	emit := func(ev sandbox.ContextEvent) { s.event(ev) }
+// runBacklog bounds the events of a cell held for a slow client; beyond
+// it the cell waits.
+const runBacklog = 64
+
+// run runs the request's cell, emitting its events. A default context
+// found gone (deleted by the client, or lost with its sandbox) is made
+// again once, before any of the cell's events went out.
+func (h *handler) run(ctx context.Context, t target.Target, req executeRequest, language string, emit func(sandbox.ContextEvent)) error {
 	if req.ContextID != "" {
-		k, err := h.contexts(r.Context(), t)
+		k, err := h.contexts(ctx, t)
 		if err != nil {
 			return err
 		}
-		return k.Run(r.Context(), req.ContextID, req.Code, 0, emit)
+		return k.Run(ctx, req.ContextID, req.Code, 0, emit)
+	}
+	emitted := 0
+	counted := func(ev sandbox.ContextEvent) {
+		emitted++
+		emit(ev)
 	}
 	for attempt := 0; ; attempt++ {
-		d, id, err := h.defaultContext(r.Context(), t, language)
+		d, id, err := h.defaultContext(ctx, t, language)
 		if err != nil {
 			return err
 		}
-		k, err := h.contexts(r.Context(), t)
+		k, err := h.contexts(ctx, t)
 		if err != nil {
 			return err
 		}
-		err = k.Run(r.Context(), id, req.Code, 0, emit)
-		if !errors.Is(err, kernel.ErrNotFound) || s.events() > 0 || attempt > 0 {
+		err = k.Run(ctx, id, req.Code, 0, counted)
+		if !errors.Is(err, kernel.ErrNotFound) || emitted > 0 || attempt > 0 {
 			return err
 		}
 		d.forget(id)
 	}
 }
 
-// stream writes a cell's events as newline-delimited JSON. Events come
-// from the run's goroutine, keepalives from a ticker's: mu orders them.
-type stream struct {
+// lines is the code interpreter's wire: newline-delimited JSON, one value
+// a line. The header (200) goes with the first line, a keepalive's
+// included, so that a cell waiting for its context's turn does not hold
+// the SDK's request past its timeout. It is written by one follower.
+type lines struct {
 	w       http.ResponseWriter
-	flusher http.Flusher
+	flusher http.Flusher // nil: w cannot flush
 
-	mu     sync.Mutex
-	header bool // the 200 and its headers went out
-	n      int  // the cell's events sent
-	failed bool // a write failed: the client is gone
+	begun bool // the 200 and its headers went out
+	// held is set while the last line written waits for the next before
+	// it is sent.
+	held bool
 }
 
-// keepAlive sends a keepalive line every interval until the returned
-// function is called; the first also sends the header, so that a cell
-// waiting for its context's turn does not hold the SDK's request past its
-// timeout. The returned function returns once the ticker's goroutine has
-// ended.
-func (s *stream) keepAlive(every time.Duration) func() {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				s.line(map[string]any{"type": "keepalive"})
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
+// event writes one of the cell's events. number_of_executions comes
+// first and is shown by nothing until the cell ends: it goes out with
+// what follows it, one packet fewer for every cell.
+func (l *lines) event(ev sandbox.ContextEvent) error {
+	return l.line(wireEvent(ev), ev.Type == sandbox.ContextEventNumberOfExecutions)
+}
+
+// KeepAlive implements stream.Wire.
+func (l *lines) KeepAlive() error { return l.line(map[string]any{"type": "keepalive"}, false) }
+
+// Flush implements stream.Wire: it sends what was written, unless the
+// last line waits for the next.
+func (l *lines) Flush() error {
+	if !l.held && l.flusher != nil {
+		l.flusher.Flush()
 	}
+	return nil
 }
 
-func (s *stream) begun() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.header
-}
-
-func (s *stream) events() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
-func (s *stream) event(ev sandbox.ContextEvent) {
-	s.mu.Lock()
-	s.n++
-	s.mu.Unlock()
-	// number_of_executions comes first and is shown by nothing until the
-	// cell ends: it goes out with what follows it, one packet fewer for
-	// every cell.
-	s.write(wireEvent(ev), ev.Type != sandbox.ContextEventNumberOfExecutions)
-}
-
-// line writes v as one JSON line and sends it.
-func (s *stream) line(v any) { s.write(v, true) }
-
-// write writes v as one JSON line, the header first if it has not gone,
-// and sends it at once if flush.
-func (s *stream) write(v any, flush bool) {
+// line writes v as one JSON line, the header first if it has not gone;
+// hold keeps it back until the next line's Flush.
+func (l *lines) line(v any, hold bool) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return // every value here is made of strings, numbers and maps
+		return fmt.Errorf("encode a line: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failed {
-		return
+	if !l.begun {
+		stream.WriteHeader(l.w, "application/x-ndjson")
+		l.begun = true
 	}
-	if !s.header {
-		h := s.w.Header()
-		h.Set("Content-Type", "application/x-ndjson")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no")
-		s.w.WriteHeader(http.StatusOK)
-		s.header = true
-	}
-	if _, err := s.w.Write(buf.Bytes()); err != nil {
-		s.failed = true
-		return
-	}
-	if flush && s.flusher != nil {
-		s.flusher.Flush()
-	}
+	l.held = hold
+	_, err := l.w.Write(buf.Bytes())
+	return err
 }
 
 // wireEvent is ev as the SDK reads it.

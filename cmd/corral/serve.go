@@ -9,9 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,11 +22,9 @@ import (
 	"github.com/corralhq/corral/internal/e2b"
 	"github.com/corralhq/corral/internal/e2b/envd"
 	"github.com/corralhq/corral/internal/e2b/interp"
-	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
-	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/notify"
 	"github.com/corralhq/corral/internal/pool"
@@ -42,7 +37,6 @@ import (
 	"github.com/corralhq/corral/internal/store/postgres"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/workspace"
-	"github.com/corralhq/corral/sandbox"
 )
 
 // cmdServe runs the HTTP API and this node's share of the work.
@@ -70,198 +64,129 @@ func newLogger(cfg config.Config) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 }
 
-func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
-	u := cfg.Store
-	switch {
-	case strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://"):
-		return postgres.Open(ctx, u)
-	case u == "":
-		u = filepath.Join(cfg.DataDir, "corral.db")
-	}
-	return sqlite.Open(ctx, u)
-}
+// How long open connections get to finish once the node has drained.
+const shutdownTimeout = 10 * time.Second
 
-func openState(ctx context.Context, cfg config.Config, log *slog.Logger) (state.State, error) {
-	switch u := cfg.State; {
-	case u == "" || u == "memory" || u == "memory://":
-		return memory.New(log), nil
-	case strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://"):
-		// Blocking reads (the dispatcher's dequeue, each event stream a
-		// client follows) hold a connection each: size the pool for them
-		// unless the URL does.
-		if !strings.Contains(u, "pool_size=") {
-			sep := "?"
-			if strings.Contains(u, "?") {
-				sep = "&"
-			}
-			u += sep + "pool_size=" + strconv.Itoa(max(256, 4*cfg.MaxConcurrency))
-		}
-		s, err := redis.Open(ctx, u, log)
-		return s, err
-	default:
-		return nil, fmt.Errorf("state %q: use memory or a redis:// URL", u)
-	}
-}
-
-func tenants(cfg config.Config) []api.Tenant {
-	var ts []api.Tenant
-	for _, t := range cfg.Tenants {
-		ts = append(ts, api.Tenant{Name: t.Name, KeyHashes: t.APIKeySHA256, CallbackSecret: []byte(t.CallbackSecret)})
-	}
-	if cfg.APIKey != "" {
-		secret := cfg.CallbackSecret
-		if secret == "" {
-			secret = cfg.APIKey
-		}
-		found := false
-		for i := range ts {
-			if ts[i].Name == "default" {
-				ts[i].KeyHashes = append(ts[i].KeyHashes, api.HashKey(cfg.APIKey))
-				found = true
-			}
-		}
-		if !found {
-			ts = append(ts, api.Tenant{Name: "default", KeyHashes: []string{api.HashKey(cfg.APIKey)}, CallbackSecret: []byte(secret)})
-		}
-	}
-	return ts
-}
-
-func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	auth, err := api.NewAuth(tenants(cfg))
+// serve runs corral serve: cfg mapped to what each component takes
+// (planServe), the components opened in order (open), served until ctx
+// ends, then drained (run). What was opened is closed in reverse order,
+// whether the start failed half way or the node stopped.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
+	p, err := planServe(cfg)
 	if err != nil {
 		return err
 	}
-	ecfg := engine.DefaultConfig()
-	ecfg.Default, ecfg.Max = cfg.Limits.Limits.Sandbox(), cfg.Limits.Max.Sandbox()
-	ecfg.Pids = cfg.Pids
-	ecfg.DestroyAsync = true
-	ecfg.Network = cfg.Network
-	ecfg.Files.MaxFileBytes = cfg.Inputs.MaxFileMB << 20
-	ecfg.Files.FetchTimeout = time.Duration(cfg.Inputs.FetchTimeout)
-	ecfg.Files.Client = netpolicy.Guard{AllowPrivate: cfg.Inputs.AllowPrivate}.Client(ecfg.Files.FetchTimeout)
-	ecfg.Files.ArtifactTTL = time.Duration(cfg.Files.ArtifactTTL)
-	ecfg.SummaryChars = cfg.Summary.MaxChars
-	loc, err := newLocal(ctx, cfg.Local, ecfg, log)
+	var cu cleanup
+	defer func() { err = errors.Join(err, cu.Clean()) }()
+	d, err := open(ctx, p, log, &cu)
 	if err != nil {
 		return err
 	}
-	defer loc.Close()
-	st, err := openStore(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
-	}
-	defer st.Close()
-	ls, err := openState(ctx, cfg, log)
-	if err != nil {
-		return fmt.Errorf("open state: %w", err)
-	}
-	defer ls.Close()
-	cl := cluster.New(cluster.Config{ID: cfg.NodeID, Address: cfg.AdvertiseAddress,
-		Heartbeat: time.Duration(cfg.Cluster.Heartbeat), LostAfter: time.Duration(cfg.Cluster.LostAfter)},
-		st, log.With("component", "cluster"))
-	if err := cl.Beat(ctx); err != nil {
-		return err
-	}
+	return d.run(ctx)
+}
 
+// daemon is what corral serve runs, opened.
+type daemon struct {
+	plan     plan
+	log      *slog.Logger
+	local    *local
+	cluster  *cluster.Cluster
+	pool     *pool.Pool
+	table    *workspace.Table
+	notifier *notify.Notifier
+	node     *node.Node
+	api      *api.Server
+	handler  http.Handler
+}
+
+// open opens what p describes, in order: runtimes and engine (reaping
+// what a previous process left), store, state, this node's heartbeat,
+// warm pool, notifier, workspaces with their sessions and live sandboxes,
+// blob store, node, API with E2B's beside it. Each one opened is closed by
+// cu.
+func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, error) {
+	auth, err := api.NewAuth(p.Tenants)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{plan: p, log: log}
+	if d.local, err = newLocal(ctx, p.Local, p.Engine, log); err != nil {
+		return nil, err
+	}
+	cu.AddFunc(d.local.Close)
+	st, err := openStore(ctx, p.Store)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	cu.Add(st.Close)
+	ls, err := openState(ctx, p.State, log)
+	if err != nil {
+		return nil, fmt.Errorf("open state: %w", err)
+	}
+	cu.Add(ls.Close)
+	d.cluster = cluster.New(p.Cluster, st, log.With("component", "cluster"))
+	if err := d.cluster.Beat(ctx); err != nil {
+		return nil, err
+	}
 	m := metrics.New()
-	wp, err := openPool(ctx, cfg, loc, m, log.With("component", "pool"))
+	d.pool = openPool(ctx, p.Pool, d.local, m, log.With("component", "pool"))
+	cu.AddFunc(d.pool.Close)
+	d.notifier = newNotifier(p, st, auth, m, log)
+	sessions, sandboxes, err := d.openWorkspaces(ctx, cu)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer wp.Close()
-	ncfg := notify.DefaultConfig()
-	ncfg.MaxAttempts = cfg.Callbacks.MaxAttempts
-	ncfg.BaseDelay = time.Duration(cfg.Callbacks.BaseDelay)
-	routes := map[string]notify.Route{store.KindCallback: {
-		Client: netpolicy.Guard{AllowPrivate: cfg.Callbacks.AllowPrivate}.Client(ncfg.Timeout), Secret: auth.Secret}}
-	if cfg.Memory.URL != "" {
-		secret := []byte(cfg.Memory.Secret)
-		routes[store.KindMemory] = notify.Route{Client: netpolicy.Guard{AllowPrivate: cfg.Memory.AllowPrivate}.Client(ncfg.Timeout),
-			Secret: func(string) []byte { return secret }}
-	}
-	notifier := notify.New(ncfg, st, routes, log.With("component", "notify"))
-	notifier.OnAttempt = func(kind string, delivered bool) {
-		outcome := "retry"
-		if delivered {
-			outcome = "delivered"
-		}
-		m.Deliveries.WithLabelValues(kind, outcome).Inc()
-	}
-	nc := node.DefaultConfig()
-	nc.MaxConcurrency, nc.QueueBound = cfg.MaxConcurrency, cfg.QueueBound
-	nc.MemoryURL = cfg.Memory.URL
-	// Sessions and live sandboxes share this node's workspaces (one id
-	// space, one directory per tenant/id, one reaper).
-	table, err := workspace.Open(ctx, workspace.Config{Dir: filepath.Join(cfg.DataDir, "sessions"),
-		ReapInterval: time.Duration(cfg.Sessions.ReapInterval)}, cl, log.With("component", "workspaces"))
+	blobs, blobHandler, err := openBlob(ctx, p, log)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("open blob store: %w", err)
 	}
-	scfg := session.DefaultConfig()
-	scfg.DefaultTTL = time.Duration(cfg.Sessions.DefaultTTL)
-	scfg.MaxTTL = time.Duration(cfg.Sessions.MaxTTL)
-	scfg.DefaultDiskMB, scfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
-	sessions := session.New(scfg, table, loc.engine, loc.fleet, log.With("component", "sessions"))
-	defer sessions.Close()
-	lcfg := live.DefaultConfig()
-	lcfg.DefaultTimeout, lcfg.MaxTimeout = time.Duration(cfg.Sessions.SandboxTimeout), time.Duration(cfg.Sessions.MaxTTL)
-	lcfg.DefaultDiskMB, lcfg.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
-	lcfg.MaxProcesses = cfg.Sessions.MaxProcesses
-	lcfg.PausedTTL = time.Duration(cfg.Sessions.PausedTTL)
-	sandboxes := live.New(lcfg, table, loc.engine, loc.fleet, cl, log.With("component", "sandboxes"))
-	defer sandboxes.Close()
-	sandboxes.SetPool(wp)
-	blobs, blobHandler, err := openBlob(ctx, cfg, log)
-	if err != nil {
-		return fmt.Errorf("open blob store: %w", err)
-	}
-	defer blobs.Close()
-	n := node.New(nc, node.Deps{Engine: loc.engine, Fleet: loc.fleet, Pool: wp, Store: st, State: ls, Cluster: cl,
-		Notifier: notifier, Metrics: m, Log: log.With("node", cfg.NodeID), Sessions: sessions,
+	cu.Add(blobs.Close)
+	d.node = node.New(p.Node, node.Deps{Engine: d.local.engine, Fleet: d.local.fleet, Pool: d.pool, Store: st, State: ls,
+		Cluster: d.cluster, Notifier: d.notifier, Metrics: m, Log: log.With("node", p.Cluster.ID), Sessions: sessions,
 		Artifacts: node.BlobArtifacts{Store: blobs}})
-	srv := api.New(api.Config{MaxBodyBytes: cfg.MaxBodyBytes}, n, auth, m, log, st, ls)
-	srv.SetFiles(sessions, blobHandler)
-	srv.SetSandboxes(sandboxes)
-	srv.SetCluster(cl)
-	srv.SetStats(st)
+	d.api = api.New(p.API, api.Deps{Node: d.node, Auth: auth, Metrics: m, Log: log, Ready: []api.Pinger{st, ls},
+		Sessions: sessions, Sandboxes: sandboxes, Cluster: d.cluster, Blobs: blobHandler, Stats: st})
 	// E2B's API beside /v1, with the in-sandbox services its SDKs speak.
-	srv.SetExtension(e2b.New(e2b.Config{Sandboxes: sandboxes, Keys: auth, Node: srv, Domain: cfg.E2B.Domain,
-		Tier:   sandbox.Isolation(cfg.E2B.Tier),
+	d.handler = d.api.Handler(e2b.New(e2b.Config{Sandboxes: sandboxes, Keys: auth, Node: d.api,
+		Domain: p.E2B.Domain, Tier: p.E2B.Tier,
 		Envd:   envd.New(sandboxes, log.With("component", "e2b-envd")),
 		Interp: interp.New(sandboxes, log.With("component", "e2b-interp")),
 		Log:    log.With("component", "e2b")}))
+	return d, nil
+}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+// openWorkspaces opens this node's workspaces, which sessions and live
+// sandboxes share (one id space, one directory per tenant/id, one reaper).
+func (d *daemon) openWorkspaces(ctx context.Context, cu *cleanup) (*session.Manager, *live.Manager, error) {
+	var err error
+	d.table, err = workspace.Open(ctx, d.plan.Workspaces, d.cluster, d.log.With("component", "workspaces"))
+	if err != nil {
+		return nil, nil, err
+	}
+	sessions := session.New(d.plan.Sessions, d.table, d.local.engine, d.local.fleet, d.log.With("component", "sessions"))
+	cu.AddFunc(sessions.Close)
+	sandboxes := live.New(d.plan.Sandboxes, live.Deps{Table: d.table, Engine: d.local.engine, Fleet: d.local.fleet,
+		Publisher: d.cluster, Pool: d.pool, Log: d.log.With("component", "sandboxes")})
+	cu.AddFunc(sandboxes.Close)
+	return sessions, sandboxes, nil
+}
+
+// run serves until ctx ends (SIGTERM) or the listener fails; it drains
+// the node if told to stop, then stops the HTTP server and the background
+// work.
+func (d *daemon) run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", d.plan.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-
-	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	hs := &http.Server{Handler: d.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { cl.Run(workCtx) })
-	wg.Go(func() { table.Run(workCtx) })
-	wg.Go(func() {
-		if err := n.Run(workCtx); err != nil {
-			log.Error("node stopped", "err", err)
-		}
-	})
-	wg.Go(func() { notifier.Run(workCtx) })
-	wg.Go(func() { loc.engine.Warm(workCtx, images.HostName) })
-	wg.Go(func() {
-		// gVisor arriving while serving (runsc built in the background):
-		// its pool classes, left out at start, start now.
-		loc.awaitGVisor(workCtx, func() {
-			for _, err := range wp.AddTier(workCtx, runtime.TierGVisor) {
-				log.Warn("warm pool class left out", "err", err)
-			}
-		})
-	})
-	log.Info("corral serving", "listen", ln.Addr().String(), "node", cfg.NodeID, "store", storeKind(cfg.Store),
-		"state", stateKind(cfg.State), "max_concurrency", cfg.MaxConcurrency, "queue_bound", cfg.QueueBound,
-		"advertise_address", cfg.AdvertiseAddress)
+	d.start(work, &wg)
+	d.log.Info("corral serving", "listen", ln.Addr().String(), "node", d.plan.Cluster.ID, "store", d.plan.Store.Kind,
+		"state", d.plan.State.Kind, "max_concurrency", d.plan.Node.MaxConcurrency, "queue_bound", d.plan.Node.QueueBound,
+		"advertise_address", d.plan.Cluster.Address)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -269,19 +194,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case err = <-errc:
 	}
 	if ctx.Err() != nil {
-		// Told to stop: no more work is claimed, and load balancers see
-		// the node not ready, while what runs finishes (up to
-		// drain_timeout); what has not started goes back to the queue.
-		// The same signal again stops it at once.
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
-		srv.Drain()
-		log.Info("draining", "running", n.Running(), "drain_timeout", time.Duration(cfg.DrainTimeout))
-		dctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout))
-		n.Drain(dctx)
-		cancel()
+		d.drain()
 	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	d.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	stopWork()
@@ -292,52 +208,91 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return err
 }
 
+// start runs the node's background work on wg until ctx ends: heartbeat,
+// workspace reaper, dispatcher, deliveries, the warming of the host
+// image's caches, and gVisor's warm pool classes once runsc arrives.
+func (d *daemon) start(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Go(func() { d.cluster.Run(ctx) })
+	wg.Go(func() { d.table.Run(ctx) })
+	wg.Go(func() {
+		if err := d.node.Run(ctx); err != nil {
+			d.log.Error("node stopped", "err", err)
+		}
+	})
+	wg.Go(func() { d.notifier.Run(ctx) })
+	wg.Go(func() { d.local.engine.Warm(ctx, images.HostName) })
+	wg.Go(func() {
+		// gVisor arriving while serving (runsc built in the background):
+		// its pool classes, left out at start, start now.
+		d.local.awaitGVisor(ctx, func() {
+			for _, err := range d.pool.AddTier(ctx, runtime.TierGVisor) {
+				d.log.Warn("warm pool class left out", "err", err)
+			}
+		})
+	})
+}
+
+// drain is the answer to SIGTERM (docs/ARCHITECTURE.md): /readyz answers
+// 503 so load balancers look elsewhere, no more work is claimed, what has
+// not started goes back to the queue, and what runs may finish for the
+// drain timeout. The same signal again stops at once.
+func (d *daemon) drain() {
+	signal.Reset(os.Interrupt, syscall.SIGTERM)
+	d.api.Drain()
+	d.log.Info("draining", "running", d.node.Running(), "drain_timeout", d.plan.DrainTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), d.plan.DrainTimeout)
+	defer cancel()
+	d.node.Drain(ctx)
+}
+
+func openStore(ctx context.Context, b backend) (store.Store, error) {
+	if b.Kind == "postgres" {
+		return postgres.Open(ctx, b.URL)
+	}
+	return sqlite.Open(ctx, b.URL)
+}
+
+func openState(ctx context.Context, b backend, log *slog.Logger) (state.State, error) {
+	if b.Kind == "redis" {
+		return redis.Open(ctx, b.URL, log)
+	}
+	return memory.New(log), nil
+}
+
+// openBlob opens the artifact store, and the handler of the links it
+// signs if corral serves them itself (local blobs).
+func openBlob(ctx context.Context, p plan, log *slog.Logger) (blob.Store, http.Handler, error) {
+	if p.Blob.Kind == "s3" {
+		st, err := s3.Open(ctx, p.Blob.URL)
+		return st, nil, err
+	}
+	st, err := localblob.New(p.Blob.URL, p.PublicURL, nil, log.With("component", "blobs"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Handler(), nil
+}
+
 // openPool starts the warm pool on the node's fleet. A class whose image or
 // tier is not available here is left out, with a warning.
-func openPool(ctx context.Context, cfg config.Config, loc *local, m *metrics.Metrics, log *slog.Logger) (*pool.Pool, error) {
-	pc := pool.DefaultConfig()
-	pc.MaxUses = cfg.Pool.MaxUses
-	pc.IdleTimeout = time.Duration(cfg.Pool.IdleTimeout)
-	for _, w := range cfg.Pool.Warm {
-		pc.Warm = append(pc.Warm, pool.Warm{Image: w.Image, Tier: runtime.Tier(w.Tier), Language: w.Language,
-			MinIdle: w.MinIdle, MaxIdle: w.MaxIdle, Zygote: w.Zygote, Preload: w.Preload})
-	}
+func openPool(ctx context.Context, pc pool.Config, loc *local, m *metrics.Metrics, log *slog.Logger) *pool.Pool {
 	p, skipped := pool.New(ctx, loc.fleet, loc.engine, pc, m, log)
 	for _, err := range skipped {
 		log.Warn("warm pool class left out", "err", err)
 	}
-	return p, nil
+	return p
 }
 
-// openBlob opens the artifact store: a directory in the data dir whose
-// signed links corral serves itself (the default), or S3-compatible
-// storage with presigned links.
-func openBlob(ctx context.Context, cfg config.Config, log *slog.Logger) (blob.Store, http.Handler, error) {
-	switch u := cfg.Blob; {
-	case u == "":
-		st, err := localblob.New(filepath.Join(cfg.DataDir, "blobs"), cfg.PublicURL, nil, log.With("component", "blobs"))
-		if err != nil {
-			return nil, nil, err
+// newNotifier sends callbacks and memory deliveries, counting each
+// attempt's outcome.
+func newNotifier(p plan, st store.Store, auth *api.Auth, m *metrics.Metrics, log *slog.Logger) *notify.Notifier {
+	n := notify.New(p.Notify, st, p.routes(auth.Secret), log.With("component", "notify"))
+	n.OnAttempt = func(kind string, delivered bool) {
+		outcome := "retry"
+		if delivered {
+			outcome = "delivered"
 		}
-		return st, st.Handler(), nil
-	case strings.HasPrefix(u, "s3://"):
-		st, err := s3.Open(ctx, u)
-		return st, nil, err
-	default:
-		return nil, nil, fmt.Errorf("blob %q: leave it empty for local storage, or give an s3:// URL", u)
+		m.Deliveries.WithLabelValues(kind, outcome).Inc()
 	}
-}
-
-func storeKind(u string) string {
-	if strings.HasPrefix(u, "postgres") {
-		return "postgres"
-	}
-	return "sqlite"
-}
-
-func stateKind(u string) string {
-	if strings.HasPrefix(u, "redis") {
-		return "redis"
-	}
-	return "memory"
+	return n
 }

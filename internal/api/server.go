@@ -31,7 +31,34 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Server serves the API.
+// Deps are what the API serves from. Auth and Metrics are needed, and
+// Node for /v1/executions; each of the others, if nil, turns its
+// endpoints off (404) or, for Cluster, makes every session and sandbox
+// this node's.
+type Deps struct {
+	// Node runs executions (/v1/executions).
+	Node    *node.Node
+	Auth    *Auth
+	Metrics *metrics.Metrics
+	Log     *slog.Logger // nil: discarded
+	// Ready lists what /readyz checks.
+	Ready []Pinger
+	// Sessions serves /v1/sessions (workspace sessions and their files).
+	Sessions *session.Manager
+	// Sandboxes serves /v1/sandboxes (live sandboxes).
+	Sandboxes *live.Manager
+	// Cluster makes a call about a session or sandbox reach the node that
+	// owns it.
+	Cluster *cluster.Cluster
+	// Blobs serves signed artifact links under /v1/blobs/ (the local blob
+	// store's handler; S3's links point elsewhere).
+	Blobs http.Handler
+	// Stats serves GET /v1/stats (store.Store is one).
+	Stats StatsSource
+}
+
+// Server serves the API. Its dependencies are fixed at New; only Drain
+// changes it afterwards. It is safe for concurrent use.
 type Server struct {
 	cfg      Config
 	node     *node.Node
@@ -39,12 +66,11 @@ type Server struct {
 	metrics  *metrics.Metrics
 	ready    []Pinger
 	log      *slog.Logger
-	sessions *session.Manager
+	sessions *session.Manager // nil: /v1/sessions is 404
 	live     *live.Manager    // nil: /v1/sandboxes is 404
 	cluster  *cluster.Cluster // nil: every session is this node's
-	blobs    http.Handler
-	stats    StatsSource // nil: GET /v1/stats is 404
-	ext      Extension   // nil: only /v1
+	blobs    http.Handler     // nil: no /v1/blobs/
+	stats    StatsSource      // nil: GET /v1/stats is 404
 	// draining is set once the node is told to stop: /readyz answers 503
 	// so load balancers send its traffic elsewhere while it finishes.
 	draining atomic.Bool
@@ -54,17 +80,10 @@ type Server struct {
 // as before (a client waiting for an execution still gets its answer).
 func (s *Server) Drain() { s.draining.Store(true) }
 
-// SetFiles enables the session endpoints and serves signed artifact links
-// (the local blob store's handler) under /v1/blobs/. Either may be nil.
-func (s *Server) SetFiles(sessions *session.Manager, blobs http.Handler) {
-	s.sessions, s.blobs = sessions, blobs
-}
-
-// SetSandboxes enables the live sandbox endpoints.
-func (s *Server) SetSandboxes(l *live.Manager) { s.live = l }
-
 // Extension serves another API beside /v1 on the same listener
-// (internal/e2b: E2B's).
+// (internal/e2b: E2B's). It is given to Handler, not to New: an extension
+// is built over the Server (it routes its calls through RouteSandbox), so
+// it comes after it.
 type Extension interface {
 	// Routes registers the extension's routes with route (http.ServeMux
 	// patterns that do not collide with the API's own).
@@ -76,25 +95,25 @@ type Extension interface {
 	ServeTraffic(w http.ResponseWriter, r *http.Request)
 }
 
-// SetExtension serves x beside /v1; call it before Handler.
-func (s *Server) SetExtension(x Extension) { s.ext = x }
-
-// SetCluster makes session calls reach the node that owns the session or sandbox.
-func (s *Server) SetCluster(c *cluster.Cluster) { s.cluster = c }
-
-// New returns a server; ready lists what /readyz checks.
-func New(cfg Config, n *node.Node, auth *Auth, m *metrics.Metrics, log *slog.Logger, ready ...Pinger) *Server {
+// New returns a server over d.
+func New(cfg Config, d Deps) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 10 << 20
 	}
-	return &Server{cfg: cfg, node: n, auth: auth, metrics: m, ready: ready, log: log}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, node: d.Node, auth: d.Auth, metrics: d.Metrics, ready: d.Ready, log: d.Log,
+		sessions: d.Sessions, live: d.Sandboxes, cluster: d.Cluster, blobs: d.Blobs, stats: d.Stats}
 }
 
 // authed is a handler that knows its tenant.
 type authed func(w http.ResponseWriter, r *http.Request, t *Tenant)
 
-// Handler returns the API's routes.
-func (s *Server) Handler() http.Handler {
+// Handler returns the API's routes, and those of each extension beside
+// them; an extension's traffic (Extension.Traffic) is its own, in the
+// order given.
+func (s *Server) Handler(exts ...Extension) http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.instrument(pattern, h))
@@ -162,15 +181,20 @@ func (s *Server) Handler() http.Handler {
 	route("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
-	if s.ext == nil {
+	if len(exts) == 0 {
 		return mux
 	}
-	s.ext.Routes(route)
-	traffic := s.instrument("sandbox traffic", s.ext.ServeTraffic)
+	traffic := make([]http.Handler, len(exts))
+	for i, x := range exts {
+		x.Routes(route)
+		traffic[i] = s.instrument("sandbox traffic", x.ServeTraffic)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.ext.Traffic(r) {
-			traffic.ServeHTTP(w, r)
-			return
+		for i, x := range exts {
+			if x.Traffic(r) {
+				traffic[i].ServeHTTP(w, r)
+				return
+			}
 		}
 		mux.ServeHTTP(w, r)
 	})

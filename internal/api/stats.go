@@ -18,9 +18,6 @@ type StatsSource interface {
 	ExecutionStats(ctx context.Context, tenant string, since, until time.Time) (*store.Stats, error)
 }
 
-// SetStats enables GET /v1/stats over src.
-func (s *Server) SetStats(src StatsSource) { s.stats = src }
-
 // Bounds of GET /v1/stats?window=.
 const (
 	defaultStatsWindow = time.Hour

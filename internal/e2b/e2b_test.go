@@ -83,7 +83,7 @@ func newUnit(t *testing.T, domain string) *unit {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := live.New(live.DefaultConfig(), table, f.Engine, f.Fleet, cl, log)
+	m := live.New(live.DefaultConfig(), live.Deps{Table: table, Engine: f.Engine, Fleet: f.Fleet, Publisher: cl, Log: log})
 	t.Cleanup(m.Close)
 	sessions := session.New(session.DefaultConfig(), table, f.Engine, f.Fleet, log)
 	t.Cleanup(sessions.Close)
@@ -94,13 +94,10 @@ func newUnit(t *testing.T, domain string) *unit {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Config{}, nil, auth, metrics.New(), log)
-	srv.SetFiles(sessions, nil)
-	srv.SetSandboxes(m)
-	srv.SetCluster(cl)
-	srv.SetExtension(New(Config{Sandboxes: m, Keys: auth, Node: srv, Domain: domain,
-		Envd: service("envd"), Interp: service("interp"), Log: log}))
-	hs := httptest.NewServer(srv.Handler())
+	srv := api.New(api.Config{}, api.Deps{Auth: auth, Metrics: metrics.New(), Log: log,
+		Sessions: sessions, Sandboxes: m, Cluster: cl})
+	hs := httptest.NewServer(srv.Handler(New(Config{Sandboxes: m, Keys: auth, Node: srv, Domain: domain,
+		Envd: service("envd"), Interp: service("interp"), Log: log})))
 	t.Cleanup(hs.Close)
 	return &unit{t: t, url: hs.URL, sandboxes: m}
 }

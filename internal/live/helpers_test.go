@@ -80,7 +80,7 @@ func (u *unit) open() {
 	}
 	table.Now = u.clock.Now
 	u.table = table
-	u.live = New(u.cfg, table, u.f.Engine, u.f.Fleet, u.reg, log)
+	u.live = New(u.cfg, Deps{Table: table, Engine: u.f.Engine, Fleet: u.f.Fleet, Publisher: u.reg, Log: log})
 	u.sessions = session.New(session.DefaultConfig(), table, u.f.Engine, u.f.Fleet, log)
 	u.m = &byID{Manager: u.live, sessions: u.sessions}
 	u.t.Cleanup(u.close) // before the engine's and the fleet's

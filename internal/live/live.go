@@ -157,10 +157,27 @@ func (s *Sandbox) ID() string { return s.id }
 // Tenant is the tenant the sandbox is of.
 func (s *Sandbox) Tenant() string { return s.tenant }
 
-// New returns the manager of the live sandboxes in table: those on disk
+// Deps are what live sandboxes are made of and with. Pool may be nil (no
+// warm sandboxes); the others are needed.
+type Deps struct {
+	// Table holds the workspaces, shared with the sessions.
+	Table  *workspace.Table
+	Engine *engine.Engine
+	Fleet  *fleet.Fleet
+	// Publisher records each sandbox's description for every node's
+	// listing (cluster.Cluster).
+	Publisher Publisher
+	// Pool gives a new sandbox its first sandbox when one there matches
+	// (pool.Pool).
+	Pool Taker
+	Log  *slog.Logger
+}
+
+// New returns the manager of the live sandboxes in d.Table: those on disk
 // from this node's last run are made again on their next use.
-func New(cfg Config, table *workspace.Table, eng *engine.Engine, fl *fleet.Fleet, pub Publisher, log *slog.Logger) *Manager {
-	m := &Manager{cfg: cfg, table: table, engine: eng, fleet: fl, pub: pub, log: log}
+func New(cfg Config, d Deps) *Manager {
+	table, log := d.Table, d.Log
+	m := &Manager{cfg: cfg, table: table, engine: d.Engine, fleet: d.Fleet, pub: d.Publisher, pool: d.Pool, log: log}
 	for _, w := range table.All() {
 		rec := table.State(w).Live
 		if rec == nil {
@@ -183,10 +200,6 @@ func New(cfg Config, table *workspace.Table, eng *engine.Engine, fl *fleet.Fleet
 func (m *Manager) newSandbox(w *workspace.Workspace, tenant, id string, spec *Spec) *Sandbox {
 	return &Sandbox{m: m, w: w, tenant: tenant, id: id, spec: spec, procs: map[int]*Process{}}
 }
-
-// SetPool makes live sandboxes take their first sandbox from p when one
-// there matches.
-func (m *Manager) SetPool(p Taker) { m.pool = p }
 
 // NewSandboxID returns a fresh sandbox id: "sbx_", a millisecond
 // timestamp and random bits.

@@ -38,7 +38,7 @@ func TestPauseSandbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lm := New(DefaultConfig(), table, e, e.Fleet(), reg, log)
+			lm := New(DefaultConfig(), Deps{Table: table, Engine: e, Fleet: e.Fleet(), Publisher: reg, Log: log})
 			t.Cleanup(lm.Close)
 			m := &byID{Manager: lm, sessions: session.New(session.DefaultConfig(), table, e, e.Fleet(), log)}
 			ctx := t.Context()

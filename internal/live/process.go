@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralhq/corral/internal/agent"
-	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/stream"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )

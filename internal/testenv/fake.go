@@ -45,6 +45,14 @@ type Fake struct {
 // the test. The test binary must call AgentMain in its TestMain.
 func FakeEngine(t testing.TB, mutate ...func(*engine.Config)) *Fake {
 	t.Helper()
+	return FakeEngineOf(t, []runtime.Tier{runtime.TierContainer, runtime.TierGVisor}, mutate...)
+}
+
+// FakeEngineOf is FakeEngine with runtimes of tiers only: a tier left out
+// is missing from its fleet, as gVisor is from a host without runsc (or
+// pending, Fleet.SetPending).
+func FakeEngineOf(t testing.TB, tiers []runtime.Tier, mutate ...func(*engine.Config)) *Fake {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := engine.DefaultConfig()
 	cfg.CacheDir = filepath.Join(dir, "cache")
@@ -55,7 +63,7 @@ func FakeEngine(t testing.TB, mutate ...func(*engine.Config)) *Fake {
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f := &Fake{Runtimes: map[runtime.Tier]*fake.Runtime{}}
 	var rts []runtime.Runtime
-	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
+	for _, tier := range tiers {
 		rt := fake.New(tier, filepath.Join(dir, string(tier)), os.Args[0], testWriter{t})
 		f.Runtimes[tier] = rt
 		rts = append(rts, rt)

@@ -67,7 +67,7 @@ func harnessOn(t testing.TB, eng *engine.Engine, fl *fleet.Fleet, tier sandbox.I
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := live.New(live.DefaultConfig(), table, eng, fl, oneNode{}, log)
+	m := live.New(live.DefaultConfig(), live.Deps{Table: table, Engine: eng, Fleet: fl, Publisher: oneNode{}, Log: log})
 	t.Cleanup(m.Close) // before the engine's (cleanups run last-in first)
 	if _, _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Tier: tier}); err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func newUnit(t *testing.T) *unit {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := live.New(live.DefaultConfig(), table, f.Engine, f.Fleet, reg, log)
+	m := live.New(live.DefaultConfig(), live.Deps{Table: table, Engine: f.Engine, Fleet: f.Fleet, Publisher: reg, Log: log})
 	t.Cleanup(m.Close)
 	if _, _, err := m.Create(t.Context(), "t", sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python",
 		Tier: sandbox.IsolationContainer}); err != nil {

@@ -331,38 +331,65 @@ func (a *Agent) reap() {
 	defer a.mu.Unlock()
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|syscall.WUNTRACED, nil)
 		if err == syscall.EINTR {
 			continue
 		}
 		if pid <= 0 || err != nil {
 			return
 		}
-		var st ExitStatus
-		switch {
-		case ws.Exited():
-			st = ExitStatus{Code: ws.ExitStatus()}
-		case ws.Signaled():
-			st = ExitStatus{Code: -1, Signal: int(ws.Signal())}
-		default:
-			continue // stopped or continued
+		if ws.Stopped() {
+			a.stoppedLocked(pid)
+		} else if st, ok := exitStatus(ws); ok {
+			a.exitedLocked(pid, st)
 		}
-		p, ok := a.procs[pid]
-		if !ok {
-			// A zygote's child is the agent's once its parent has
-			// exited, possibly before the zygote told us its pid.
-			if len(a.orphans) < maxOrphans {
-				a.orphans[pid] = st
-			}
-			delete(a.spares, pid)
-			continue
+	}
+}
+
+// stoppedLocked: pid was stopped (SIGSTOP, SIGTSTP…). A zygote that reaps
+// its own children cannot while stopped, and their exits would wait for
+// it: it is killed, so they become the agent's, as init, and are reaped
+// here; the reset's ping then finds the zygote gone and the sandbox is
+// replaced. Any other stopped process is left as it is. a.mu is held.
+func (a *Agent) stoppedLocked(pid int) {
+	for _, z := range a.zygotes {
+		if z.proc.pid == pid && z.reaps.Load() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return
 		}
-		p.status = st
-		select {
-		case <-p.exited:
-		default:
-			close(p.exited)
+	}
+}
+
+// exitStatus is how a process whose wait status is ws ended; false if it has
+// not (stopped or continued).
+func exitStatus(ws syscall.WaitStatus) (ExitStatus, bool) {
+	switch {
+	case ws.Exited():
+		return ExitStatus{Code: ws.ExitStatus()}, true
+	case ws.Signaled():
+		return ExitStatus{Code: -1, Signal: int(ws.Signal())}, true
+	}
+	return ExitStatus{}, false
+}
+
+// exitedLocked records that pid ended with st: reaped by the agent, or by
+// the zygote that forked it (zygote.go). a.mu is held.
+func (a *Agent) exitedLocked(pid int, st ExitStatus) {
+	p, ok := a.procs[pid]
+	if !ok {
+		// A zygote's child whose pid the zygote has not told yet (or a
+		// spare that was dropped, or an orphan of a program).
+		if len(a.orphans) < maxOrphans {
+			a.orphans[pid] = st
 		}
+		delete(a.spares, pid)
+		return
+	}
+	p.status = st
+	select {
+	case <-p.exited:
+	default:
+		close(p.exited)
 	}
 }
 

@@ -174,14 +174,25 @@ type startedReply struct {
 // unused one, whose socket the agent closes (it exits). Without a spare
 // the request goes to the zygote, which forks.
 //
-// The zygote forks a child per request through a short-lived intermediate
-// that exits at once, so the child's parent is the agent (the sandbox's
-// init; a subreaper in local mode): the agent reaps it and reports its exit
-// like any process's, and the zygote never waits for it. The child makes
-// the fds its stdin, stdout, stderr (and fd 3), closes everything else (the
-// control socket included), restores the signal dispositions of a fresh
-// interpreter, starts a new session, enters dir with env and runs argv. A
-// spare is forked the same way.
+// A child (a spare, or one forked for a request) is the zygote's own where
+// the kernel has pidfds (Linux 5.3): the zygote waits on its pidfd beside
+// the control socket, reaps it and says
+//
+//	zygote → agent  {"exited": p, "status": s}       p ended; s is its wait
+//	                                                 status (waitpid's)
+//
+// which the agent takes as its own reaper's (exitedLocked). One fork per
+// child: forking was measured as the biggest part of a pooled execution's
+// CPU on the VMs Corral runs on (docs/pool.md). Where there are no pidfds
+// (an older kernel), the zygote forks each child through a short-lived
+// intermediate that exits at once, so the child's parent is the agent (the
+// sandbox's init; a subreaper in local mode), which reaps it. Either way the
+// agent reports the child's exit like any process's; a program that kills
+// the zygote leaves its processes to the agent, which reaps them then. The
+// child makes the fds its stdin, stdout, stderr (and fd 3), closes
+// everything else (the control socket included), restores the signal
+// dispositions of a fresh interpreter, starts a new session, enters dir with
+// env and runs argv. A spare is forked the same way.
 type zygoteMsg struct {
 	ID       uint32          `json:"id,omitempty"`
 	Argv     []string        `json:"argv,omitempty"`
@@ -194,6 +205,13 @@ type zygoteMsg struct {
 	Ready    json.RawMessage `json:"ready,omitempty"`
 	Spare    int             `json:"spare,omitempty"`
 	Error    string          `json:"error,omitempty"`
+	// Exited and Status: a child the zygote forked itself ended, with
+	// this wait status (waitpid's).
+	Exited int `json:"exited,omitempty"`
+	Status int `json:"status,omitempty"`
+	// Reaps, with Ready: the zygote reaps its children itself (it has
+	// pidfds), so it must not stay stopped (Agent.stopped).
+	Reaps bool `json:"reaps,omitempty"`
 	// Zygote: the request's last fd is the child's control socket; the
 	// child is a zygote (zygote_via.go).
 	Zygote bool `json:"zygote,omitempty"`

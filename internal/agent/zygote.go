@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +39,8 @@ type zygote struct {
 	dead    chan struct{}
 	tag     uint32
 	spare   *spare // the latest spare, not yet used
+	// reaps: the zygote reaps its children (its ready message said so).
+	reaps atomic.Bool
 }
 
 // spare is a child a zygote forked ahead of a request, and the socket on
@@ -119,7 +122,16 @@ func (z *zygote) read(a *Agent) {
 			continue
 		}
 		closeFDs(fds)
+		if m.Exited > 1 {
+			if st, ok := exitStatus(syscall.WaitStatus(m.Status)); ok {
+				a.mu.Lock()
+				a.exitedLocked(m.Exited, st)
+				a.mu.Unlock()
+			}
+			continue
+		}
 		if m.Ready != nil {
+			z.reaps.Store(m.Reaps)
 			select {
 			case z.ready <- m:
 			default:
@@ -289,8 +301,8 @@ func (z *zygote) fork(id uint32, req StartRequest, child []*os.File) (<-chan zyg
 }
 
 // adoptVia waits for the zygote to report the child it forked for p, then
-// registers and runs it like a child of the agent's own. The child's parent
-// exits right after forking it, so the agent, as init, reaps it.
+// registers and runs it like a child of the agent's own: the zygote (or,
+// without pidfds, the agent as init) reaps it.
 func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO, ch <-chan zygoteMsg) {
 	t := time.NewTimer(zygoteTimeout)
 	defer t.Stop()
@@ -318,9 +330,9 @@ func (a *Agent) adoptVia(z *zygote, p *proc, io *procIO, ch <-chan zygoteMsg) {
 	a.sendJSON(msgStarted, p.id, startedReply{PID: p.pid})
 }
 
-// adopt registers pid, a child a zygote forked (the agent is its parent,
-// as init), as p's process and starts streaming its output. It may have
-// ended already: then the agent has its status among the orphans.
+// adopt registers pid, a child a zygote forked, as p's process and starts
+// streaming its output. It may have ended already: then the agent has its
+// status among the orphans.
 func (a *Agent) adopt(p *proc, io *procIO, pid int) {
 	a.mu.Lock()
 	p.pid = pid

@@ -300,7 +300,7 @@ func Default() Config {
 	c.Sessions.MaxProcesses = 64
 	c.Sessions.PausedTTL = Duration(7 * 24 * time.Hour)
 	c.Inputs.FetchTimeout = Duration(60 * time.Second)
-	c.Pool.MaxUses = 100
+	c.Pool.MaxUses = 1000
 	c.Pool.IdleTimeout = Duration(5 * time.Minute)
 	c.Pool.Warm = []PoolWarm{{Image: images.HostName, Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16, Zygote: true}}
 	c.Log.Level = LogLevel(slog.LevelInfo)

@@ -9,8 +9,9 @@
 #   the zygote  imports PRELOAD, compiles WRAPPER, freezes its heap, learns
 #               from the probe which pages a request copies, then answers
 #               the agent (serve);
-#   a spare     forked ahead of a request through a short-lived intermediate
-#               (so that its parent is the agent): it copies those pages
+#   a spare     forked ahead of a request (the zygote's child, reaped by it
+#               through a pidfd; without pidfds, forked through a short-lived
+#               intermediate so that the agent reaps it): it copies those pages
 #               and prepares itself, then waits on a socket of its own,
 #               whose other end the agent holds, for one request
 #               (serve_as_spare);
@@ -18,7 +19,7 @@
 #               serves a made-up request and reports the pages it copied
 #               (probe, report_copied);
 #   a child     a spare given its request, or a process the zygote forks
-#               (also through an intermediate) for a request the agent sent
+#               (the same way) for a request the agent sent
 #               it: it becomes `python3 -c CODE ARGS`, runs CODE and exits
 #               like the interpreter (become).
 #
@@ -34,7 +35,7 @@ import sys, os, io
 # What a fresh interpreter has loaded. The zygote's own imports, next, are
 # unloaded again in each child unless PRELOAD imported them too.
 FRESH_MODULES = set(sys.modules)
-import signal, socket, json, resource, ctypes, gc
+import signal, socket, json, resource, ctypes, gc, select
 OWN_MODULES = set(sys.modules) - FRESH_MODULES
 
 # The zygote's end of the control socket (the agent's start, in
@@ -197,10 +198,24 @@ class Zygote:
         # The pages a request copies, as address runs: what the probe found,
         # once it has run; none means every writable page.
         self.copied = []
+        # The children the zygote forked itself and reaps, by pidfd; pidfds
+        # says whether the kernel has them (fork_child_process).
+        self.children = {}
+        self.pidfds = has_pidfds()
 
     # Send m to the agent.
     def send(self, m):
         self.ctl.send(json.dumps(m).encode())
+
+
+# Whether this kernel opens pidfds (Linux 5.3), which let the zygote wait for
+# its children and the agent's control socket at once.
+def has_pidfds():
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):
+        return False
 
 
 # Requests and processes.
@@ -553,21 +568,44 @@ def exclusive_runs(entries, lo, hi):
 
 # In the zygote: spares, the probe, and its loop.
 
-# Fork a spare through a short-lived intermediate, so that its parent is the
-# agent, and hand the agent the spare's socket with its pid (which the
-# intermediate reports on that socket): the agent sends it a request without
-# the zygote on the way, and drops the spare it held before (which then
-# exits). The zygote does not wait for the spare to copy its pages and
-# prepare: that is off the reset's path (a request sent meanwhile waits on
-# the socket), where under load it made the reset as long as an execution.
+# Fork a spare and hand the agent the spare's socket with its pid: the agent
+# sends it a request without the zygote on the way, and drops the spare it
+# held before (which then exits). The zygote does not wait for the spare to
+# copy its pages and prepare: that is off the reset's path (a request sent
+# meanwhile waits on the socket), where under load it made the reset as
+# long as an execution.
 def make_spare(z):
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if z.pidfds:
+        pid = fork_child_process(z, lambda: spare_main(z, mine, theirs), [], lambda e: None)
+    else:
+        pid = fork_spare_through(z, mine, theirs)
+    theirs.close()
+    if pid > 0:
+        try:
+            socket.send_fds(z.ctl, [json.dumps({'spare': pid}).encode()], [mine.fileno()])
+        except OSError:
+            pass
+    mine.close()
+
+
+# In a spare forked by the zygote itself: drop the zygote's end of the
+# spare's socket (or the agent closing its own would not end the wait), then
+# serve.
+def spare_main(z, mine, theirs):
+    mine.close()
+    serve_as_spare(z, theirs)
+
+
+# Without pidfds: fork a spare through a short-lived intermediate, so that its
+# parent is the agent, which reaps it; the intermediate reports the spare's
+# pid on the spare's socket, which the zygote reads here. Returns the pid, or
+# -1.
+def fork_spare_through(z, mine, theirs):
     try:
         pid = os.fork()
     except OSError:
-        mine.close()
-        theirs.close()
-        return
+        return -1
     if pid == 0:
         try:
             mine.close()
@@ -577,14 +615,59 @@ def make_spare(z):
             theirs.send(str(gpid).encode())
         finally:
             os._exit(0)
-    theirs.close()
     reap(pid)
     try:
-        gpid = int(mine.recv(MAX_PID_MESSAGE))
-        socket.send_fds(z.ctl, [json.dumps({'spare': gpid}).encode()], [mine.fileno()])
+        return int(mine.recv(MAX_PID_MESSAGE))
     except (OSError, ValueError):
-        pass
-    mine.close()
+        return -1
+
+
+# Fork a process that runs child() (which never returns), closing fds (the
+# request's, which are the process's now) in the zygote. Where the kernel has
+# pidfds, the process is the zygote's own child: the zygote reaps it and
+# tells the agent its exit status ({"exited": pid, "status": wait status}),
+# which costs one fork. Elsewhere it is forked through a short-lived
+# intermediate, so that its parent is the agent, which reaps it: two forks
+# and an exit. Returns the pid (0 when the intermediate reports it), or -1
+# after failed(message).
+def fork_child_process(z, child, fds, failed, rid=None):
+    if not z.pidfds:
+        fork_through(rid, fds, z.send, child)
+        return 0
+    try:
+        pid = os.fork()
+    except OSError as e:  # the sandbox's process limit, its memory
+        close_fds(fds)
+        failed('fork: %s' % e)
+        return -1
+    if pid == 0:
+        try:
+            child()
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    close_fds(fds)
+    try:
+        z.children[os.pidfd_open(pid)] = pid
+    except OSError:
+        reap(pid)  # unreachable without pidfds: the process cannot be followed
+        failed('pidfd_open failed')
+        return -1
+    return pid
+
+
+# Reap the zygote's children whose pidfds are readable in ready and tell the
+# agent how each ended.
+def reap_children(z, ready):
+    for fd in ready:
+        pid = z.children.pop(fd, None)
+        if pid is None:
+            continue
+        os.close(fd)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            continue
+        z.send({'exited': pid, 'status': status})
 
 
 # Serve a made-up request in a spare that copies nothing ahead, and return
@@ -653,13 +736,19 @@ def parse_report(data):
 
 # The message that says the zygote is ready.
 def ready(z):
-    return {'ready': {'python': sys.version.split()[0], 'modules': sorted(z.preloaded), 'failed': z.failed}}
+    return {'ready': {'python': sys.version.split()[0], 'modules': sorted(z.preloaded), 'failed': z.failed},
+            'reaps': z.pidfds}
 
 
 # Answer the agent until it closes the control socket: pings, and requests
 # that came to the zygote because there was no spare.
 def serve(z):
     while True:
+        if z.children:
+            ready = select.select([z.ctl] + list(z.children), [], [])[0]
+            reap_children(z, ready)
+            if z.ctl not in ready:
+                continue
         try:
             msg, fds, _, _ = socket.recv_fds(z.ctl, MAX_MESSAGE, MAX_FDS)
         except InterruptedError:
@@ -686,15 +775,18 @@ def pong(z, tag):
     return r
 
 
-# Fork a child for the request m through an intermediate, which reports its
-# pid and exits, so that the child's parent is the agent, which reaps it.
+# Fork a child for the request m (fork_child_process) and say its pid, or
+# why there is none.
 def fork_child(z, m, fds):
     rid = m.get('id')
     if not servable(m, fds):
         close_fds(fds)
         z.send({'id': rid, 'error': 'bad request'})
         return
-    fork_through(rid, fds, z.send, lambda: start_child(z, m, fds))
+    failed = lambda e: z.send({'id': rid, 'error': e})
+    pid = fork_child_process(z, lambda: start_child(z, m, fds), fds, failed, rid)
+    if pid > 0:
+        z.send({'id': rid, 'pid': pid})
 
 
 # In the new process: become the request's program (never returns).

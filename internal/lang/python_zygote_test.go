@@ -33,7 +33,7 @@ const hostPython = "/usr/bin/python3"
 // that a broken zygote fails the test instead of hanging it.
 const zygoteTimeout = 30 * time.Second
 
-func needPython(t *testing.T) {
+func needPython(t testing.TB) {
 	t.Helper()
 	_, err := os.Stat(hostPython)
 	testenv.Need(t, err == nil, hostPython+" (the python zygote's tests run it outside a sandbox)")
@@ -41,7 +41,7 @@ func needPython(t *testing.T) {
 
 // zygoteSource returns the zygote script and the python wrapper it compiles,
 // as the pool starts them.
-func zygoteSource(t *testing.T) (zygote, wrapper string) {
+func zygoteSource(t testing.TB) (zygote, wrapper string) {
 	t.Helper()
 	r, ok := lang.Get("python")
 	if !ok {
@@ -133,7 +133,10 @@ json.dump(eval(sys.argv[2], ns), sys.stdout)
 // zygoteProc is a zygote started as the agent starts one (a control socket
 // on fd 3), and the spare it last handed over.
 type zygoteProc struct {
-	cmd     *exec.Cmd
+	cmd *exec.Cmd
+	// exited are the wait statuses of the zygote's children it reported
+	// ({"exited": pid, "status": s}), by pid.
+	exited  map[int]syscall.WaitStatus
 	ctl     int // our end of the control socket
 	env     []string
 	wrapper string
@@ -152,11 +155,14 @@ type zygoteMsg struct {
 	Ready json.RawMessage `json:"ready"`
 	Spare int             `json:"spare"`
 	Error string          `json:"error"`
+	// Exited, Status: a child the zygote reaped, and its wait status.
+	Exited int `json:"exited"`
+	Status int `json:"status"`
 }
 
 // startZygote starts the zygote. The test process becomes a subreaper, as
 // the agent is the sandbox's init: the zygote's children are its own.
-func startZygote(t *testing.T) *zygoteProc {
+func startZygote(t testing.TB) *zygoteProc {
 	t.Helper()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		t.Fatalf("become a subreaper: %v", err)
@@ -180,7 +186,7 @@ func startZygote(t *testing.T) *zygoteProc {
 	t.Cleanup(func() { stderr.Close() })
 	// One environment for the zygote and every execution, as in a sandbox
 	// (the interpreter reads some of it, HOME among them, as it starts).
-	z := &zygoteProc{ctl: fds[0], wrapper: wrapper, env: []string{"PATH=/usr/local/bin:/usr/bin:/bin",
+	z := &zygoteProc{ctl: fds[0], wrapper: wrapper, exited: map[int]syscall.WaitStatus{}, env: []string{"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + t.TempDir(), "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0"}}
 	z.cmd = exec.Command(hostPython, "-c", src, wrapper)
 	z.cmd.Env = z.env
@@ -228,7 +234,7 @@ func startZygote(t *testing.T) *zygoteProc {
 // closeInheritedOnExec marks the fds this process inherited (not Go's own,
 // which are close-on-exec already) close-on-exec, so that a fresh
 // interpreter, the reference, has only the fds it is given, as in a sandbox.
-func closeInheritedOnExec(t *testing.T) {
+func closeInheritedOnExec(t testing.TB) {
 	t.Helper()
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -243,7 +249,7 @@ func closeInheritedOnExec(t *testing.T) {
 
 // recv returns the zygote's next message other than a spare (which it
 // keeps, dropping the one before, as the agent does).
-func (z *zygoteProc) recv(t *testing.T) zygoteMsg {
+func (z *zygoteProc) recv(t testing.TB) zygoteMsg {
 	t.Helper()
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -267,6 +273,10 @@ func (z *zygoteProc) recv(t *testing.T) zygoteMsg {
 		if err := json.Unmarshal(buf[:n], &m); err != nil {
 			t.Fatalf("the zygote said %q: %v", buf[:n], err)
 		}
+		if m.Exited > 0 {
+			z.exited[m.Exited] = syscall.WaitStatus(m.Status)
+			continue
+		}
 		if m.Spare == 0 {
 			for _, fd := range fds {
 				unix.Close(fd)
@@ -283,35 +293,83 @@ func (z *zygoteProc) recv(t *testing.T) zygoteMsg {
 }
 
 // dropSpare closes the unused spare's socket and reaps it (it exits).
-func (z *zygoteProc) dropSpare(t *testing.T) {
+func (z *zygoteProc) dropSpare(t testing.TB) {
 	if z.spare == nil {
 		return
 	}
 	unix.Close(z.spare.fd)
-	reap(t, z.spare.pid)
+	z.reap(t, z.spare.pid)
 	z.spare = nil
 }
 
-// reap waits for pid, a process the zygote forked, which is the test's once
-// its parent (an intermediate) has exited. The zygote may name a child
-// before that (the intermediate says its pid, then exits), so until then
-// the kernel says it is not ours: the agent, reaping every child as init,
-// meets the same and keeps such statuses until it is told the pid.
-func reap(t *testing.T, pid int) syscall.WaitStatus {
+// reap waits for pid, a process the zygote forked, as the agent does: the
+// zygote reaps its own children and says how each ended; where the kernel
+// has no pidfds, the child's parent is an intermediate that exits, and then
+// the child is the test's to wait for (the zygote may name a child before
+// that, so until then the kernel says it is not ours: the agent, reaping
+// every child as init, meets the same and keeps such statuses until it is
+// told the pid).
+func (z *zygoteProc) reap(t testing.TB, pid int) syscall.WaitStatus {
 	t.Helper()
 	deadline := time.Now().Add(zygoteTimeout)
 	for {
-		var ws syscall.WaitStatus
-		_, err := syscall.Wait4(pid, &ws, 0, nil)
-		switch {
-		case err == nil:
+		if ws, ok := z.exited[pid]; ok {
+			delete(z.exited, pid)
 			return ws
-		case errors.Is(err, syscall.EINTR):
-		case errors.Is(err, syscall.ECHILD) && time.Now().Before(deadline):
-			time.Sleep(time.Millisecond)
+		}
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		switch {
+		case err == nil && got == pid:
+			return ws
+		case err == nil, errors.Is(err, syscall.EINTR), errors.Is(err, syscall.ECHILD):
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d did not end within %v", pid, zygoteTimeout)
+			}
+			z.poll(t)
 		default:
 			t.Fatalf("wait for %d: %v", pid, err)
 		}
+	}
+}
+
+// poll takes in what the zygote says within a millisecond ({"exited": …}
+// messages, and spares), for reap.
+func (z *zygoteProc) poll(t testing.TB) {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(z.ctl), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 1); err != nil && !errors.Is(err, unix.EINTR) {
+		t.Fatalf("poll the zygote: %v", err)
+	} else if n == 0 {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := unix.Recvmsg(z.ctl, buf, oob, unix.MSG_DONTWAIT)
+	if err != nil || n == 0 {
+		return
+	}
+	var fdsIn []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, cm := range msgs {
+			if r, err := unix.ParseUnixRights(&cm); err == nil {
+				fdsIn = append(fdsIn, r...)
+			}
+		}
+	}
+	var m zygoteMsg
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		t.Fatalf("the zygote said %q: %v", buf[:n], err)
+	}
+	switch {
+	case m.Exited > 0:
+		z.exited[m.Exited] = syscall.WaitStatus(m.Status)
+	case m.Spare > 0 && len(fdsIn) == 1:
+		unix.CloseOnExec(fdsIn[0])
+		z.dropSpare(t)
+		z.spare = &spareProc{pid: m.Spare, fd: fdsIn[0]}
+	default:
+		t.Fatalf("the zygote said %+v while the test waited for a process to end", m)
 	}
 }
 
@@ -347,7 +405,7 @@ func (e execution) argv(wrapper string) []string {
 }
 
 // newDir makes the execution's working directory, with main.py.
-func newDir(t *testing.T, e execution) string {
+func newDir(t testing.TB, e execution) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte(e.code), 0o644); err != nil {
@@ -363,7 +421,7 @@ type pipes struct {
 	readers []*os.File
 }
 
-func newPipes(t *testing.T) *pipes {
+func newPipes(t testing.TB) *pipes {
 	t.Helper()
 	null, err := os.Open(os.DevNull)
 	if err != nil {
@@ -395,7 +453,7 @@ func (p *pipes) closeChild() {
 }
 
 // read reads the streams to their end (the process exiting ends them).
-func (p *pipes) read(t *testing.T) (out [3]string) {
+func (p *pipes) read(t testing.TB) (out [3]string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -421,7 +479,7 @@ func exitOf(ws syscall.WaitStatus) string {
 	return fmt.Sprintf("exit %d", ws.ExitStatus())
 }
 
-func newResult(t *testing.T, out [3]string, exit, dir string) result {
+func newResult(t testing.TB, out [3]string, exit, dir string) result {
 	t.Helper()
 	r := result{Stdout: out[0], Stderr: out[1], Status: out[2], Exit: exit, Files: map[string]string{}}
 	entries, err := os.ReadDir(dir)
@@ -444,7 +502,7 @@ func newResult(t *testing.T, out [3]string, exit, dir string) result {
 // runFresh runs e as a process of its own, as the Run step would without a
 // zygote: the agent starts it in a session of its own with the status fd
 // on fd 3.
-func runFresh(t *testing.T, z *zygoteProc, e execution) result {
+func runFresh(t testing.TB, z *zygoteProc, e execution) result {
 	t.Helper()
 	dir := newDir(t, e)
 	p := newPipes(t)
@@ -466,7 +524,7 @@ func runFresh(t *testing.T, z *zygoteProc, e execution) result {
 
 // runSpare sends e to the zygote's spare, as the agent does when there is
 // one, then pings the zygote (the reset), which makes the next spare.
-func runSpare(t *testing.T, z *zygoteProc, e execution) result {
+func runSpare(t testing.TB, z *zygoteProc, e execution) result {
 	t.Helper()
 	sp := z.spare
 	if sp == nil {
@@ -483,14 +541,14 @@ func runSpare(t *testing.T, z *zygoteProc, e execution) result {
 		t.Fatalf("send to the spare: %v", err)
 	}
 	out := p.read(t)
-	r := newResult(t, out, exitOf(reap(t, sp.pid)), dir)
+	r := newResult(t, out, exitOf(z.reap(t, sp.pid)), dir)
 	z.ping(t, 7)
 	return r
 }
 
 // runForked sends e to the zygote itself, as the agent does when there is
 // no spare: it forks a child and says which.
-func runForked(t *testing.T, z *zygoteProc, e execution) result {
+func runForked(t testing.TB, z *zygoteProc, e execution) result {
 	t.Helper()
 	dir := newDir(t, e)
 	p := newPipes(t)
@@ -505,12 +563,12 @@ func runForked(t *testing.T, z *zygoteProc, e execution) result {
 		t.Fatalf("the zygote answered %+v", m)
 	}
 	out := p.read(t)
-	return newResult(t, out, exitOf(reap(t, m.PID)), dir)
+	return newResult(t, out, exitOf(z.reap(t, m.PID)), dir)
 }
 
 // ping pings the zygote, as a reset does, and expects its pong and a new
 // spare.
-func (z *zygoteProc) ping(t *testing.T, tag uint32) {
+func (z *zygoteProc) ping(t testing.TB, tag uint32) {
 	t.Helper()
 	b, _ := json.Marshal(map[string]uint32{"ping": tag})
 	if err := unix.Sendmsg(z.ctl, b, nil, nil, 0); err != nil {
@@ -600,7 +658,7 @@ func TestPythonZygoteRunsLikeTheInterpreter(t *testing.T) {
 			}
 			for _, via := range []struct {
 				name string
-				run  func(*testing.T, *zygoteProc, execution) result
+				run  func(testing.TB, *zygoteProc, execution) result
 			}{{"spare", runSpare}, {"fork", runForked}} {
 				got, want := via.run(t, z, c.e), want
 				if c.onlyExit {

@@ -69,7 +69,7 @@ type Config struct {
 
 // DefaultConfig returns a pool with no classes.
 func DefaultConfig() Config {
-	return Config{MaxUses: 100, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20, ReturnWait: 500 * time.Millisecond}
+	return Config{MaxUses: 1000, IdleTimeout: 5 * time.Minute, Headroom: 32 << 20, ReturnWait: 500 * time.Millisecond}
 }
 
 // Interpreters is what the pool needs of the engine: the spec of a class's

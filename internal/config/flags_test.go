@@ -54,7 +54,7 @@ func TestPrecedence(t *testing.T) {
 		{"listen", "listen", `"127.0.0.1:9001"`, "127.0.0.1:9002", "127.0.0.1:9003", func(c Config) any { return c.Listen },
 			"127.0.0.1:8080", "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"},
 		{"pool.max_uses", "pool-max-uses", `3`, "5", "7", func(c Config) any { return c.Pool.MaxUses },
-			100, 3, 5, 7},
+			1000, 3, 5, 7},
 		{"max_concurrency", "max-concurrency", `3`, "5", "7", func(c Config) any { return c.MaxConcurrency },
 			DeriveConcurrency(mem, 512), 3, 5, 7},
 	} {

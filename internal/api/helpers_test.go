@@ -33,8 +33,7 @@ import (
 // TestMain serves as the agent of the fake sandboxes the tests run
 // (testenv.FakeEngine): the real agent, as the user running the tests.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 // The tenants of every stack: alpha signs callbacks, beta has no secret.

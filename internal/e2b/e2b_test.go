@@ -32,8 +32,7 @@ import (
 
 // TestMain serves as the agent of the fake sandboxes (testenv.FakeEngine).
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 const (

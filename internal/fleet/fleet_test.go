@@ -23,8 +23,7 @@ import (
 // TestMain serves as the agent of the fake sandboxes the unit tests make;
 // fleet_sandbox_test.go holds images of a real store, as root.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 // wait is how long a test waits for something the fleet does in the

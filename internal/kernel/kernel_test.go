@@ -25,10 +25,7 @@ import (
 // (this test binary, started again as the agent), with the host's
 // /usr/bin/python3: no root, no sandbox.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
+	testenv.FakeMain(m)
 }
 
 const hostPython = "/usr/bin/python3"

@@ -22,8 +22,7 @@ import (
 // TestMain serves as the agent of the fake sandboxes the unit tests use
 // (testenv.FakeEngine); *_sandbox_test.go runs real ones as root.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 func key(tenant, id string) string { return tenant + "/" + id }

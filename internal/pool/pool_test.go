@@ -30,8 +30,7 @@ import (
 // TestMain serves as the agent of the fake sandboxes the unit tests use
 // (testenv.FakeEngine); pool_sandbox_test.go runs real ones as root.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 type testLog struct{ t *testing.T }

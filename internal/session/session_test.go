@@ -28,8 +28,7 @@ import (
 // TestMain serves as the agent of the fake sandboxes the unit tests use
 // (testenv.FakeEngine); session_sandbox_test.go runs real ones as root.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 // registry is a cluster of one node on a SQLite store of t's own: where

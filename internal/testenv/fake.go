@@ -15,6 +15,13 @@ import (
 	"github.com/corralhq/corral/internal/runtime/fake"
 )
 
+// FakeMain is the TestMain of a package whose tests run fake sandboxes:
+// AgentMain, then Main.
+func FakeMain(m *testing.M) {
+	AgentMain()
+	Main(m)
+}
+
 // AgentMain makes a test binary the agent of fake sandboxes: a package
 // whose tests use FakeEngine calls it first thing in TestMain. When the
 // binary was started as "BINARY local ROOT" (by fake.Runtime) it serves

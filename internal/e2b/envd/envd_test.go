@@ -27,8 +27,7 @@ import (
 
 // TestMain serves as the agent of the fake sandboxes the tests use.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 // oneNode is a cluster of one node: every sandbox is this node's.

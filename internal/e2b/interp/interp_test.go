@@ -27,8 +27,7 @@ import (
 // TestMain serves as the agent of the fake sandboxes these tests use
 // (testenv.FakeEngine): contexts run the host's /usr/bin/python3.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 const hostPython = "/usr/bin/python3"

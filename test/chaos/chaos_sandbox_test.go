@@ -1,12 +1,12 @@
 // Package chaos runs a cluster through failures while it works: three
 // corral serve nodes with their own data directories on one PostgreSQL,
-// one Redis and one S3 server; a thousand executions (CORRAL_CHAOS_JOBS)
+// one Redis and one S3 server; 600 executions (CORRAL_CHAOS_JOBS)
 // submitted through the Go SDK to every node in turn; meanwhile, at 20, 45
 // and 70% of the work, one node is killed with SIGKILL and started again,
 // Redis is killed and started empty, and PostgreSQL is restarted (a fast
-// shutdown: every connection cut). Every execution
-// must end final, and every program's effect — a POST of its id to a
-// receiver on this host — must happen exactly once.
+// shutdown: every connection cut). Every execution must end final, and
+// every program's effect — a POST of its id to a receiver on this host —
+// must happen exactly once.
 package chaos
 
 import (
@@ -32,17 +32,17 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // jobs is how many executions must take effect; CORRAL_CHAOS_JOBS
-// overrides it. A thousand keep each failure in the middle of the work:
-// 250 jobs, about a minute at the ~5 jobs/s three NoPool nodes manage on
-// 2 cores, run between one failure and the next, far more than a node
-// needs to be declared lost (lost_after) or a client to come back after
-// Redis or PostgreSQL did; the whole test takes 3 to 4 minutes there.
-// 3000 took over 9.
+// overrides it. 600 keep each failure in the middle of the work: 150 jobs,
+// about 30 s at the 4 to 5 jobs/s three NoPool nodes manage on 2 cores
+// (each execution starts runc cold), run between one failure and the
+// next, far more than a node needs to be declared lost (lost_after) or a
+// client to come back after Redis or PostgreSQL did; the test takes 2 to
+// 3 minutes there. 3000 took over 9, a thousand about 4.
 func jobs() int {
 	if n, err := strconv.Atoi(os.Getenv("CORRAL_CHAOS_JOBS")); err == nil && n > 0 {
 		return n
 	}
-	return 1000
+	return 600
 }
 
 const (

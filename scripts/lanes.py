@@ -30,7 +30,7 @@ wait rather than work.
 The root lane runs with CORRAL_TEST_STRICT=1: a missing prerequisite fails
 instead of skipping. Its packages in PARALLEL run two at a time (-p 2);
 the others, one at a time (-p 1), since they start CPU-bound sandboxes
-(fork bombs, memory balloons, 1,000 executions), assert timings ("a 1 s
+(fork bombs, memory balloons, hundreds of executions), assert timings ("a 1 s
 timeout is answered within 1.5 s") or look at the whole host (its thread
 count, free memory), and must have the cores to themselves. A new package
 is serial until measured.

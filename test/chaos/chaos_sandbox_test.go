@@ -1,11 +1,12 @@
 // Package chaos runs a cluster through failures while it works: three
 // corral serve nodes with their own data directories on one PostgreSQL,
-// one Redis and one S3 server; thousands of executions submitted through
-// the Go SDK to every node in turn; meanwhile one node is killed with
-// SIGKILL and started again, Redis is killed and started empty, and
-// PostgreSQL is restarted (a fast shutdown: every connection cut). Every execution
-// must end final, and every program's effect — a POST of its id to a
-// receiver on this host — must happen exactly once.
+// one Redis and one S3 server; 600 executions (CORRAL_CHAOS_JOBS)
+// submitted through the Go SDK to every node in turn; meanwhile, at 20, 45
+// and 70% of the work, one node is killed with SIGKILL and started again,
+// Redis is killed and started empty, and PostgreSQL is restarted (a fast
+// shutdown: every connection cut). Every execution must end final, and
+// every program's effect — a POST of its id to a receiver on this host —
+// must happen exactly once.
 package chaos
 
 import (
@@ -31,12 +32,17 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // jobs is how many executions must take effect; CORRAL_CHAOS_JOBS
-// overrides it for a quick run by hand.
+// overrides it. 600 keep each failure in the middle of the work: 150 jobs,
+// about 30 s at the 4 to 5 jobs/s three NoPool nodes manage on 2 cores
+// (each execution starts runc cold), run between one failure and the
+// next, far more than a node needs to be declared lost (lost_after) or a
+// client to come back after Redis or PostgreSQL did; the test takes 2 to
+// 3 minutes there. 3000 took over 9, a thousand about 4.
 func jobs() int {
 	if n, err := strconv.Atoi(os.Getenv("CORRAL_CHAOS_JOBS")); err == nil && n > 0 {
 		return n
 	}
-	return 3000
+	return 600
 }
 
 const (
@@ -130,8 +136,8 @@ func (f *fiveXX) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // TestChaos: see the package comment. Done when every one of jobs()
 // programs posted exactly once, no execution id ran twice, no record is
-// left queued or running, and the only 5xx answers are 503s the docs call
-// retryable (the SDK's retries absorb them).
+// left queued or running, and the only 5xx answers are the 503 the docs
+// call retryable (the SDK's retries absorb it).
 func TestChaos(t *testing.T) {
 	total := jobs()
 	storeURL, stateURL, blobURL := testenv.Postgres(t), testenv.Redis(t), testenv.S3(t)
@@ -271,9 +277,13 @@ ports = [%s]
 			t.Errorf("%d executions left %s, e.g. %s", len(page.Executions), status, page.Executions[0].ExecutionID)
 		}
 	}
+	// The only 5xx an execution without a session may answer is the
+	// store's 503 unavailable (internal/api/errors.go): session_unavailable
+	// and sandbox_unavailable come from routing a call to the node that
+	// owns a session or sandbox, and these executions have neither.
 	seen.mu.Lock()
 	for code, n := range seen.codes {
-		if code != "503 unavailable" && code != "503 session_unavailable" {
+		if code != "503 unavailable" {
 			t.Errorf("%d answers %s: not a documented retryable error", n, code)
 		}
 	}

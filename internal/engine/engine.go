@@ -172,11 +172,10 @@ func NewID() string {
 
 // Job is a validated request, ready to run.
 type Job struct {
-	Req        sandbox.ExecuteRequest
-	Runner     lang.Runner
-	Tier       runtime.Tier
-	TierReason string
-	Image      images.Image
+	Req sandbox.ExecuteRequest
+	// Placement is where its sandbox runs and on what; the caller sets
+	// its Tenant after Prepare.
+	Placement
 
 	// What the caller adds after Prepare:
 
@@ -185,68 +184,47 @@ type Job struct {
 	Lease *fleet.Lease
 	// unlockImage ends the lock Acquire took on the image.
 	unlockImage func()
-	// Tenant owns the execution (pooled sandboxes serve one tenant).
-	Tenant string
 	// Artifacts, if set, receives the files under /workspace/output, each
 	// under ArtifactPrefix + its path.
 	Artifacts      ArtifactStore
 	ArtifactPrefix string
 	// Audit, if set, receives every egress attempt of the execution.
 	Audit func([]netpolicy.Attempt)
-
-	// Egress is the request's allowlist, narrowed by the server's policy;
-	// empty means no network.
-	Egress []string
 }
 
-// Prepare validates req, fills defaults and routes it. A *validate.InputError says
-// what to fix; a *TierPendingError (ErrTierPending) that the valid request
-// needs a tier still being installed.
+// Prepare validates req, fills defaults and routes it: its sandbox is
+// asked for as a SandboxRequest made from it, once. A *validate.InputError
+// says what to fix; a *TierPendingError (ErrTierPending) that the valid
+// request needs a tier still being installed.
 func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
-	runner, err := e.normalize(&req)
+	tierField, err := e.checkExecution(&req)
 	if err != nil {
 		return nil, err
+	}
+	p, err := e.PrepareSandbox(SandboxRequest{
+		Language:  req.Language,
+		Image:     req.Image,
+		Tier:      req.Tier,
+		Limits:    Limits{MemoryMB: req.Limits.MemoryMB, CPUCores: req.Limits.CPUCores, DiskMB: req.Limits.DiskMB},
+		Env:       req.Env,
+		Network:   req.Network,
+		Code:      req.Code,
+		TimeoutMS: req.Limits.TimeoutMS,
+		Untrusted: req.Untrusted,
+		Names:     Names{Tier: tierField},
+	})
+	if err != nil {
+		return nil, err
+	}
+	req.Language = p.Runner.Name()
+	req.Limits.MemoryMB, req.Limits.CPUCores = p.Limits.MemoryMB, p.Limits.CPUCores
+	if req.Tier == "" {
+		req.Tier = sandbox.TierAuto
 	}
 	if req.ExecutionID == "" {
 		req.ExecutionID = NewID()
 	}
-	job := &Job{Req: req, Runner: runner}
-	if req.Network != nil {
-		allow, i, err := e.cfg.Network.Narrow(req.Network.Allow)
-		if err != nil {
-			field := "network.allow"
-			if len(req.Network.Allow) > 0 {
-				field = fmt.Sprintf("network.allow[%d]", i)
-			}
-			return nil, validate.Refuse(field, "%v", err)
-		}
-		job.Egress = allow
-	}
-	// One instant's tiers for the whole decision: a build that ends
-	// meanwhile cannot turn an auto request into an invalid one.
-	ts := e.fleet.Snapshot()
-	// A tier being installed counts for routing: auto waits for gVisor
-	// rather than fall back to a weaker tier that is here now.
-	route := router.Route(e.cfg.Routing, req, runner, ts.Ready(runtime.TierGVisor) || ts.Pending(runtime.TierGVisor))
-	job.Tier, job.TierReason = route.Tier, route.Reason
-	ready := ts.Ready(job.Tier)
-	if !ready && !ts.Pending(job.Tier) {
-		return nil, validate.Refuse("tier", "the %s tier is not available on this server", job.Tier)
-	}
-	name := req.Image
-	if name == "" {
-		name = e.defaultImage(runner)
-	}
-	img, err := e.images.Resolve(name)
-	if err != nil {
-		return nil, validate.Refuse("image", "%v", err)
-	}
-	job.Image = img
-	if !ready {
-		// Last: what the caller must fix comes before what time fixes.
-		return nil, &TierPendingError{Tier: job.Tier, Reason: job.TierReason}
-	}
-	return job, nil
+	return &Job{Req: req, Placement: *p}, nil
 }
 
 // Run executes job and returns its record: in job.Lease's sandbox, or in a

@@ -327,7 +327,7 @@ func (k *keeper) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, erro
 		}
 		k.sb = sb
 	}
-	return fleet.NewLease(k.sb, true, nil, func(bool) {}), nil
+	return fleet.NewLease(k.sb, fleet.Kept, nil, func(bool) {}), nil
 }
 
 // TestKeptSandboxLimitsHit runs a fork bomb that recovers, then a failing

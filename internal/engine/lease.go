@@ -87,3 +87,27 @@ func (e *Engine) WarmSpec(ctx context.Context, tier runtime.Tier, language, imag
 		Limits: Limits{MemoryMB: d.MemoryMB, CPUCores: d.CPUCores, DiskMB: d.DiskMB, Pids: e.cfg.Pids}})
 	return spec, img, err
 }
+
+// use is how an execution treats the sandbox it is lent, which what
+// becomes of the sandbox after it decides (fleet.Fate): uses is the one
+// place that says so.
+type use struct {
+	// clearTmp: /tmp is emptied before the program runs; /workspace was
+	// there before the execution and stays after it.
+	clearTmp bool
+	// egress: the execution brings its own egress proxy. A held sandbox
+	// has one for its whole life (Lease.Env points at it).
+	egress bool
+	// shared: other processes run beside the execution (stepRun.shared).
+	shared bool
+	// onlyNew: /workspace was there before the execution, so its
+	// artifacts are only the files it wrote.
+	onlyNew bool
+}
+
+var uses = [...]use{
+	fleet.Destroyed: {egress: true},
+	fleet.Pooled:    {egress: true},
+	fleet.Kept:      {clearTmp: true, egress: true, onlyNew: true},
+	fleet.Held:      {shared: true, onlyNew: true},
+}

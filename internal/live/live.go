@@ -628,7 +628,7 @@ func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
 	m.mu.Lock()
 	tier := runtime.Tier(s.spec.Tier)
 	m.mu.Unlock()
-	l := fleet.NewLease(sb, true, nil, func(bool) {
+	l := fleet.NewLease(sb, fleet.Held, nil, func(bool) {
 		// Held for the sandbox's life, not the execution's.
 		m.fleet.Hold(sb, fleet.HolderSandbox, time.Time{})
 		if _, err := m.table.Update(s.w, func(i *workspace.Info) {
@@ -639,7 +639,7 @@ func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
 		}
 		s.w.Unlock()
 	})
-	l.Live, l.Env, l.Tier, l.Image = true, env, tier, img
+	l.Env, l.Tier, l.Image = env, tier, img
 	return l, nil
 }
 

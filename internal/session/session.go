@@ -236,7 +236,7 @@ func (a Acquirer) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, err
 		return nil, err
 	}
 	m := a.m
-	return fleet.NewLease(sb, true, nil, func(clean bool) {
+	return fleet.NewLease(sb, fleet.Kept, nil, func(clean bool) {
 		m.release(w, sb, c, clean)
 		if _, err := m.table.Update(w, func(i *Info) {
 			i.Executions++

@@ -410,12 +410,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 			return facts, err
 		}
 		if st.timedOut || !st.exited || st.code != 0 {
-			facts = st.facts(facts)
-			facts.CompileFailed = true
-			if st.timedOut {
-				facts.TimeoutMS = limit.Milliseconds()
-			}
-			return e.finishFacts(ctx, sb, base, facts, res)
+			return e.finishFacts(ctx, sb, base, st.compileFacts(facts, limit), res)
 		}
 	}
 	if err := sb.ResetStats(ctx); err != nil {
@@ -427,12 +422,7 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 		return facts, err
 	}
 	res.StartedAt, res.DurationMS = st.started.UTC(), st.duration.Milliseconds()
-	facts = st.facts(facts)
-	if st.atLimit {
-		facts.PidsAtLimit, facts.PidsSeen, facts.Pids = true, st.pidsSeen, st.pidsLimit
-	}
-	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
-	if facts, err = e.finishFacts(ctx, sb, base, facts, res); err != nil {
+	if facts, err = e.finishFacts(ctx, sb, base, st.runFacts(facts, out), res); err != nil {
 		return facts, err
 	}
 	res.Artifacts, res.ArtifactsSkipped = e.collectArtifacts(ctx, sb, job, use.onlyNew, st.started)
@@ -611,6 +601,28 @@ type stepRun struct {
 func (r stepResult) facts(f collect.Facts) collect.Facts {
 	f.TimedOut, f.AgentKilled = r.timedOut, r.agentKilled
 	f.Exited, f.ExitCode, f.Signal = r.exited, r.code, r.signal
+	return f
+}
+
+// compileFacts are f after a compile step that failed (r), with its own
+// time limit.
+func (r stepResult) compileFacts(f collect.Facts, limit time.Duration) collect.Facts {
+	f = r.facts(f)
+	f.CompileFailed = true
+	if r.timedOut {
+		f.TimeoutMS = limit.Milliseconds()
+	}
+	return f
+}
+
+// runFacts are f after the program's step (r), whose status it wrote to
+// out (a compile error an interpreter met).
+func (r stepResult) runFacts(f collect.Facts, out *capture) collect.Facts {
+	f = r.facts(f)
+	if r.atLimit {
+		f.PidsAtLimit, f.PidsSeen, f.Pids = true, r.pidsSeen, r.pidsLimit
+	}
+	f.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
 	return f
 }
 

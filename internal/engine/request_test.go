@@ -86,3 +86,24 @@ func isRefusalOf(err error, field string) bool {
 	var ie *validate.InputError
 	return errors.As(err, &ie) && ie.Field == field
 }
+
+// TestWarmSpec: what a warm pool keeps ready has the server's default
+// limits, for a language's default image.
+func TestWarmSpec(t *testing.T) {
+	e := tiersEngine(t, "absent")
+	cfg := e.Config()
+	spec, img, err := e.WarmSpec(t.Context(), runtime.TierContainer, "bash", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runtime.Limits{MemoryBytes: cfg.Default.MemoryMB << 20, CPUCores: cfg.Default.CPUCores, Pids: cfg.Pids, DiskBytes: cfg.Default.DiskMB << 20}
+	if spec.Limits != want || spec.Rootfs != img.Rootfs || img.Name == "" {
+		t.Errorf("spec %+v of image %+v; want limits %+v", spec, img, want)
+	}
+	if _, _, err := e.WarmSpec(t.Context(), runtime.TierGVisor, "bash", ""); err == nil {
+		t.Error("a warm spec on a tier this server lacks")
+	}
+	if _, _, err := e.WarmSpec(t.Context(), runtime.TierContainer, "cobol", ""); err == nil {
+		t.Error("a warm spec for an unknown language")
+	}
+}

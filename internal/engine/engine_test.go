@@ -17,8 +17,7 @@ import (
 // TestMain serves as the agent of the fake sandboxes the unit tests use
 // (testenv.FakeEngine); engine_sandbox_test.go runs real ones as root.
 func TestMain(m *testing.M) {
-	testenv.AgentMain()
-	testenv.Main(m)
+	testenv.FakeMain(m)
 }
 
 // TestValidation refuses bad requests with the field named.

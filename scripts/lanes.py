@@ -59,9 +59,7 @@ UNIT_WALL = 120
 
 # Packages whose root-only tests still sit among their unit tests: they run
 # whole in the root lane, and not in the unit lane, until they are split.
-UNSPLIT = {
-    "internal/engine",
-}
+UNSPLIT = set()
 
 # Root-only packages that run at a time of their own, not in the root lane.
 ELSEWHERE = {

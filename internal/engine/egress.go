@@ -121,7 +121,7 @@ func ProxyEnv() map[string]string { return maps.Clone(proxyEnv) }
 // than one execution's: a live sandbox's, whose processes reach the
 // network through it (with ProxyEnv). stop ends it.
 func (e *Engine) SandboxEgress(ctx context.Context, allow []string, sb runtime.Sandbox) (stop func(), err error) {
-	job := &Job{Egress: allow}
+	job := &Job{Placement: Placement{Egress: allow}}
 	g, err := e.startEgress(ctx, job, sb)
 	if err != nil || g == nil {
 		return func() {}, err

@@ -23,7 +23,7 @@ func TestEgressKeepsUmask(t *testing.T) {
 	defer syscall.Umask(old)
 
 	e := &Engine{cfg: DefaultConfig(), scratch: t.TempDir(), log: slog.New(slog.DiscardHandler)}
-	job := &Job{Egress: []string{"example.com"}}
+	job := &Job{Placement: Placement{Egress: []string{"example.com"}}}
 	port := t.TempDir() // a sandbox's egress port
 	dir := t.TempDir()
 	stop := make(chan struct{})

@@ -172,11 +172,10 @@ func NewID() string {
 
 // Job is a validated request, ready to run.
 type Job struct {
-	Req        sandbox.ExecuteRequest
-	Runner     lang.Runner
-	Tier       runtime.Tier
-	TierReason string
-	Image      images.Image
+	Req sandbox.ExecuteRequest
+	// Placement is where its sandbox runs and on what; the caller sets
+	// its Tenant after Prepare.
+	Placement
 
 	// What the caller adds after Prepare:
 
@@ -185,68 +184,47 @@ type Job struct {
 	Lease *fleet.Lease
 	// unlockImage ends the lock Acquire took on the image.
 	unlockImage func()
-	// Tenant owns the execution (pooled sandboxes serve one tenant).
-	Tenant string
 	// Artifacts, if set, receives the files under /workspace/output, each
 	// under ArtifactPrefix + its path.
 	Artifacts      ArtifactStore
 	ArtifactPrefix string
 	// Audit, if set, receives every egress attempt of the execution.
 	Audit func([]netpolicy.Attempt)
-
-	// Egress is the request's allowlist, narrowed by the server's policy;
-	// empty means no network.
-	Egress []string
 }
 
-// Prepare validates req, fills defaults and routes it. A *validate.InputError says
-// what to fix; a *TierPendingError (ErrTierPending) that the valid request
-// needs a tier still being installed.
+// Prepare validates req, fills defaults and routes it: its sandbox is
+// asked for as a SandboxRequest made from it, once. A *validate.InputError
+// says what to fix; a *TierPendingError (ErrTierPending) that the valid
+// request needs a tier still being installed.
 func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
-	runner, err := e.normalize(&req)
+	tierField, err := e.checkExecution(&req)
 	if err != nil {
 		return nil, err
+	}
+	p, err := e.PrepareSandbox(SandboxRequest{
+		Language:  req.Language,
+		Image:     req.Image,
+		Tier:      req.Tier,
+		Limits:    Limits{MemoryMB: req.Limits.MemoryMB, CPUCores: req.Limits.CPUCores, DiskMB: req.Limits.DiskMB},
+		Env:       req.Env,
+		Network:   req.Network,
+		Code:      req.Code,
+		TimeoutMS: req.Limits.TimeoutMS,
+		Untrusted: req.Untrusted,
+		Names:     Names{Tier: tierField},
+	})
+	if err != nil {
+		return nil, err
+	}
+	req.Language = p.Runner.Name()
+	req.Limits.MemoryMB, req.Limits.CPUCores = p.Limits.MemoryMB, p.Limits.CPUCores
+	if req.Tier == "" {
+		req.Tier = sandbox.TierAuto
 	}
 	if req.ExecutionID == "" {
 		req.ExecutionID = NewID()
 	}
-	job := &Job{Req: req, Runner: runner}
-	if req.Network != nil {
-		allow, i, err := e.cfg.Network.Narrow(req.Network.Allow)
-		if err != nil {
-			field := "network.allow"
-			if len(req.Network.Allow) > 0 {
-				field = fmt.Sprintf("network.allow[%d]", i)
-			}
-			return nil, validate.Refuse(field, "%v", err)
-		}
-		job.Egress = allow
-	}
-	// One instant's tiers for the whole decision: a build that ends
-	// meanwhile cannot turn an auto request into an invalid one.
-	ts := e.fleet.Snapshot()
-	// A tier being installed counts for routing: auto waits for gVisor
-	// rather than fall back to a weaker tier that is here now.
-	route := router.Route(e.cfg.Routing, req, runner, ts.Ready(runtime.TierGVisor) || ts.Pending(runtime.TierGVisor))
-	job.Tier, job.TierReason = route.Tier, route.Reason
-	ready := ts.Ready(job.Tier)
-	if !ready && !ts.Pending(job.Tier) {
-		return nil, validate.Refuse("tier", "the %s tier is not available on this server", job.Tier)
-	}
-	name := req.Image
-	if name == "" {
-		name = e.defaultImage(runner)
-	}
-	img, err := e.images.Resolve(name)
-	if err != nil {
-		return nil, validate.Refuse("image", "%v", err)
-	}
-	job.Image = img
-	if !ready {
-		// Last: what the caller must fix comes before what time fixes.
-		return nil, &TierPendingError{Tier: job.Tier, Reason: job.TierReason}
-	}
-	return job, nil
+	return &Job{Req: req, Placement: *p}, nil
 }
 
 // Run executes job and returns its record: in job.Lease's sandbox, or in a
@@ -264,7 +242,7 @@ func (e *Engine) Run(ctx context.Context, job *Job, sink Sink) sandbox.Result {
 	}
 	lease := job.Lease
 	res := newRecord(job) // after the image's hold: the image may have been re-resolved
-	if lease != nil && lease.Live && lease.Tier != "" {
+	if lease != nil && lease.Tier != "" {
 		// It runs where the live sandbox runs, whatever the request
 		// would have been routed to.
 		res.Tier, res.TierReason = string(lease.Tier), "runs in the session's live sandbox"
@@ -387,22 +365,21 @@ func (e *Engine) CompileDeadline(l sandbox.Limits) time.Duration {
 	return max(e.cfg.CompileTimeout, time.Duration(l.TimeoutMS)*time.Millisecond)
 }
 
-// execute does the sandbox work of Run in lease's sandbox; an error is
-// Corral's fault (or a cancellation), never the program's.
-func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out *capture, res *sandbox.Result) (_ collect.Facts, err error) {
-	req := job.Req
-	l := req.Limits
+// execute does the sandbox work of Run in lease's sandbox, treating the
+// sandbox as its fate says (uses); an error is Corral's fault (or a
+// cancellation), never the program's.
+func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out *capture, res *sandbox.Result) (collect.Facts, error) {
+	req, l := job.Req, job.Req.Limits
+	sb, use := lease.Sandbox, uses[lease.Fate]
 	facts := collect.Facts{TimeoutMS: l.TimeoutMS, MemoryMB: l.MemoryMB, DiskMB: l.DiskMB, Pids: e.cfg.Pids}
 	// Held by this execution until its lease is released; past twice its
 	// limits, the sweeper takes it as stuck.
-	e.fleet.Hold(lease.Sandbox, fleet.HolderExecution,
-		time.Now().Add(2*time.Duration(l.TimeoutMS)*time.Millisecond+e.CompileDeadline(l)+time.Minute))
+	e.fleet.Hold(sb, fleet.HolderExecution, time.Now().Add(2*time.Duration(l.TimeoutMS)*time.Millisecond+e.CompileDeadline(l)+time.Minute))
 	inputs, err := e.fetchInputs(ctx, req.Files)
 	defer inputs.remove()
 	if err != nil {
 		return facts, err
 	}
-	sb := lease.Sandbox
 	// A kept sandbox (a session's) carries its kernel counters from earlier
 	// executions; this execution's facts are what changed from here.
 	base, err := sb.Stats(ctx)
@@ -412,32 +389,82 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 	if o, ok := out.sink.(SandboxObserver); ok {
 		o.Sandbox(sb.ID())
 	}
-	client := sb.Agent()
-	if lease.Session && !lease.Live {
-		if err := client.Reset(ctx, agent.ResetRequest{Clear: []string{"/tmp"}}); err != nil {
-			return facts, fmt.Errorf("empty /tmp: %w", err)
-		}
+	env, stop, err := e.enter(ctx, job, lease, use)
+	defer stop()
+	if err != nil {
+		return facts, err
 	}
-	var g *egress
-	if !lease.Live {
-		// A live sandbox has its own proxy for its whole life (lease.Env
-		// points at it when it has one).
-		if g, err = e.startEgress(ctx, job, sb); err != nil {
-			return facts, err
-		}
-		defer g.stop(job)
-	}
-	if err := inputs.place(ctx, client); err != nil {
+	if err := inputs.place(ctx, sb.Agent()); err != nil {
 		return facts, err
 	}
 	plan := job.Runner.Plan(req.Code)
-	// The program's files go out now; the agent's answers are checked once
-	// the first step has started (see SendFile): one round trip fewer.
-	var placed []func(context.Context) error
-	for _, f := range plan.Files {
-		wait, err := client.SendFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content))
+	placed, err := sendFiles(ctx, sb.Agent(), plan.Files)
+	if err != nil {
+		return facts, err
+	}
+	if plan.Compile != nil {
+		limit := e.CompileDeadline(l)
+		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base, shared: use.shared}, env, nil, limit, out)
+		placed = nil
 		if err != nil {
-			return facts, fmt.Errorf("place %s: %w", f.Path, err)
+			return facts, err
+		}
+		if st.timedOut || !st.exited || st.code != 0 {
+			return e.finishFacts(ctx, sb, base, st.compileFacts(facts, limit), res)
+		}
+	}
+	if err := sb.ResetStats(ctx); err != nil {
+		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
+	}
+	run := stepRun{Step: plan.Run, placed: placed, base: base, shared: use.shared, via: forkVia(job, lease, plan.Run, env)}
+	st, err := e.step(ctx, sb, run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
+	if err != nil {
+		return facts, err
+	}
+	res.StartedAt, res.DurationMS = st.started.UTC(), st.duration.Milliseconds()
+	if facts, err = e.finishFacts(ctx, sb, base, st.runFacts(facts, out), res); err != nil {
+		return facts, err
+	}
+	res.Artifacts, res.ArtifactsSkipped = e.collectArtifacts(ctx, sb, job, use.onlyNew, st.started)
+	return facts, nil
+}
+
+// enter readies lease's sandbox for job as use says: /tmp emptied, the
+// execution's egress proxy started. It returns the environment the job's
+// programs start from, and stop, which ends the proxy (to be called even
+// after an error).
+func (e *Engine) enter(ctx context.Context, job *Job, lease *fleet.Lease, use use) (env map[string]string, stop func(), err error) {
+	sb := lease.Sandbox
+	stop = func() {}
+	if use.clearTmp {
+		if err := sb.Agent().Reset(ctx, agent.ResetRequest{Clear: []string{"/tmp"}}); err != nil {
+			return nil, stop, fmt.Errorf("empty /tmp: %w", err)
+		}
+	}
+	env = e.baseEnv(job.Image)
+	if use.egress {
+		g, err := e.startEgress(ctx, job, sb)
+		if err != nil {
+			return nil, stop, err
+		}
+		if g != nil {
+			stop = func() { g.stop(job) }
+			maps.Copy(env, proxyEnv)
+		}
+	}
+	maps.Copy(env, lease.Env)
+	return env, stop, nil
+}
+
+// sendFiles sends a program's files to the agent. Their answers are
+// checked once the first step has started (see SendFile): one round trip
+// fewer; each returned func waits for one.
+func sendFiles(ctx context.Context, c *agent.Client, files []lang.File) ([]func(context.Context) error, error) {
+	var placed []func(context.Context) error
+	for _, f := range files {
+		wait, err := c.SendFile(ctx, f.Path, f.Mode, bytes.NewReader(f.Content))
+		if err != nil {
+			return nil, fmt.Errorf("place %s: %w", f.Path, err)
 		}
 		path := f.Path
 		placed = append(placed, func(ctx context.Context) error {
@@ -447,58 +474,21 @@ func (e *Engine) execute(ctx context.Context, job *Job, lease *fleet.Lease, out 
 			return nil
 		})
 	}
-	env := e.baseEnv(job.Image)
-	if g != nil {
-		maps.Copy(env, proxyEnv)
-	}
-	maps.Copy(env, lease.Env)
+	return placed, nil
+}
 
-	if plan.Compile != nil {
-		limit := e.CompileDeadline(l)
-		st, err := e.step(ctx, sb, stepRun{Step: *plan.Compile, placed: placed, base: base, live: lease.Live}, env, nil, limit, out)
-		placed = nil
-		if err != nil {
-			return facts, err
-		}
-		if st.timedOut || !st.exited || st.code != 0 {
-			facts.CompileFailed = true
-			facts.TimedOut, facts.AgentKilled = st.timedOut, st.agentKilled
-			facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
-			if st.timedOut {
-				facts.TimeoutMS = limit.Milliseconds()
-			}
-			facts, err = e.finishFacts(ctx, sb, base, facts, res)
-			return facts, err
-		}
+// forkVia is the zygote of lease's sandbox that may fork job's step (run
+// in env), or 0: none runs there, or it cannot give the step what it
+// needs.
+func forkVia(job *Job, lease *fleet.Lease, step lang.Step, env map[string]string) uint32 {
+	z := lease.Zygote
+	if z == nil || z.Language != job.Runner.Name() {
+		return 0
 	}
-
-	if err := sb.ResetStats(ctx); err != nil {
-		e.log.Warn("reset sandbox stats", "sandbox", sb.ID(), "err", err)
+	if zr, ok := job.Runner.(lang.Zygoter); ok && zr.Forkable(step, z.Env, stepEnv(env, step.Env, job.Req.Env)) {
+		return z.ID
 	}
-	run := stepRun{Step: plan.Run, placed: placed, base: base, live: lease.Live}
-	if z := lease.Zygote; z != nil && z.Language == job.Runner.Name() {
-		if zr, ok := job.Runner.(lang.Zygoter); ok && zr.Forkable(plan.Run, z.Env, stepEnv(env, plan.Run.Env, req.Env)) {
-			run.via = z.ID
-		}
-	}
-	st, err := e.step(ctx, sb, run, env, req.Env, time.Duration(l.TimeoutMS)*time.Millisecond, out)
-	if err != nil {
-		return facts, err
-	}
-	res.StartedAt = st.started.UTC()
-	res.DurationMS = st.duration.Milliseconds()
-	facts.TimedOut, facts.AgentKilled = st.timedOut, st.agentKilled
-	if st.atLimit {
-		facts.PidsAtLimit, facts.PidsSeen, facts.Pids = true, st.pidsSeen, st.pidsLimit
-	}
-	facts.Exited, facts.ExitCode, facts.Signal = st.exited, st.code, st.signal
-	facts.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
-	facts, err = e.finishFacts(ctx, sb, base, facts, res)
-	if err != nil {
-		return facts, err
-	}
-	res.Artifacts, res.ArtifactsSkipped = e.collectArtifacts(ctx, sb, job, lease, st.started)
-	return facts, nil
+	return 0
 }
 
 // finishFacts adds the sandbox's kernel facts since base, read when the
@@ -601,10 +591,39 @@ type stepRun struct {
 	placed []func(context.Context) error
 	// base are the sandbox's counters before the execution.
 	base runtime.Stats
-	// live: the sandbox is a live sandbox's (fleet.Lease.Live). The step
-	// runs persistent, so its end reaps none of the sandbox's other
-	// processes, and at its deadline only its own process group is killed.
-	live bool
+	// shared: other processes run beside the step (use.shared). It runs
+	// persistent, so its end reaps none of them, and at its deadline only
+	// its own process group is killed.
+	shared bool
+}
+
+// facts adds what r says of the step's end to f.
+func (r stepResult) facts(f collect.Facts) collect.Facts {
+	f.TimedOut, f.AgentKilled = r.timedOut, r.agentKilled
+	f.Exited, f.ExitCode, f.Signal = r.exited, r.code, r.signal
+	return f
+}
+
+// compileFacts are f after a compile step that failed (r), with its own
+// time limit.
+func (r stepResult) compileFacts(f collect.Facts, limit time.Duration) collect.Facts {
+	f = r.facts(f)
+	f.CompileFailed = true
+	if r.timedOut {
+		f.TimeoutMS = limit.Milliseconds()
+	}
+	return f
+}
+
+// runFacts are f after the program's step (r), whose status it wrote to
+// out (a compile error an interpreter met).
+func (r stepResult) runFacts(f collect.Facts, out *capture) collect.Facts {
+	f = r.facts(f)
+	if r.atLimit {
+		f.PidsAtLimit, f.PidsSeen, f.Pids = true, r.pidsSeen, r.pidsLimit
+	}
+	f.CompileFailed = strings.TrimSpace(string(out.status)) == lang.StatusCompileError
+	return f
 }
 
 // step runs one process to its end, killing everything in the sandbox at
@@ -627,13 +646,13 @@ func (e *Engine) step(ctx context.Context, sb runtime.Sandbox, s stepRun, base m
 		Dir:        dir,
 		StatusFD:   s.StatusFD,
 		Via:        s.via,
-		Persistent: s.live,
+		Persistent: s.shared,
 	}, out)
 	if err != nil {
 		return stepResult{}, err
 	}
 	kill := func() { e.kill(sb) }
-	if s.live {
+	if s.shared {
 		kill = func() { e.killGroup(p) }
 	}
 	for _, wait := range s.placed {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/collect"
-	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
@@ -269,14 +268,15 @@ type ArtifactStore interface {
 
 // collectArtifacts streams the regular files under /workspace/output to
 // the artifact store (when the job has one), reading the sandbox's disk
-// from the host without following any link.
-func (e *Engine) collectArtifacts(ctx context.Context, sb runtime.Sandbox, job *Job, lease *fleet.Lease, started time.Time) ([]sandbox.Artifact, []sandbox.SkippedArtifact) {
+// from the host without following any link; onlyNew: only those written
+// since started (the workspace was there before the execution).
+func (e *Engine) collectArtifacts(ctx context.Context, sb runtime.Sandbox, job *Job, onlyNew bool, started time.Time) ([]sandbox.Artifact, []sandbox.SkippedArtifact) {
 	ws, ok := sb.(runtime.HostWorkspace)
 	if !ok || job.Artifacts == nil {
 		return nil, nil
 	}
 	lim := e.cfg.Files.Artifacts
-	if lease.Session {
+	if onlyNew {
 		lim.Since = started.Add(-time.Second)
 	}
 	var arts []sandbox.Artifact

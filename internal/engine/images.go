@@ -30,20 +30,20 @@ func (e *Engine) defaultImage(r lang.Runner) string {
 	return images.HostName
 }
 
-// lockImage marks the job's image in use until the returned func is
-// called, so no build or import evicts it while the execution needs it. An
-// image rebuilt or re-imported since Prepare is run as the name now
-// stands: job.Image says so.
-func (e *Engine) lockImage(job *Job) (func(), error) {
+// lockImage marks p's image in use until the returned func is called, so
+// no build or import evicts it while the execution needs it. An image
+// rebuilt or re-imported since Prepare is run as the name now stands:
+// p.Image says so.
+func (e *Engine) lockImage(p *Placement) (func(), error) {
 	h, ok := e.images.(ImageLocker)
 	if !ok {
 		return func() {}, nil
 	}
-	release, err := h.Lock(job.Image)
+	release, err := h.Lock(p.Image)
 	if errors.Is(err, images.ErrNotFound) {
-		if img, rerr := e.images.Resolve(job.Image.Name); rerr == nil && img.Digest != job.Image.Digest {
+		if img, rerr := e.images.Resolve(p.Image.Name); rerr == nil && img.Digest != p.Image.Digest {
 			if release, err = h.Lock(img); err == nil {
-				job.Image = img
+				p.Image = img
 			}
 		}
 	}

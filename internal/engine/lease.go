@@ -15,16 +15,16 @@ import (
 // or the fleet lends a sandbox for (then job.Lease). release unlocks the
 // image, once the execution is over.
 func (e *Engine) Claim(ctx context.Context, job *Job) (_ fleet.Claim, release func(), err error) {
-	release, err = e.lockImage(job)
+	release, err = e.lockImage(&job.Placement)
 	if err != nil {
 		return fleet.Claim{}, nil, err
 	}
-	spec, err := e.Spec(ctx, job)
+	spec, err := e.Spec(ctx, &job.Placement)
 	if err != nil {
 		release()
 		return fleet.Claim{}, nil, err
 	}
-	return fleet.Claim{Tier: job.Tier, Spec: spec, Tenant: job.Tenant, Image: job.Image}, release, nil
+	return job.Placement.Claim(spec), release, nil
 }
 
 // Acquire gets job its sandbox from acq (a warm pool, a session, the
@@ -45,21 +45,21 @@ func (e *Engine) Acquire(ctx context.Context, job *Job, acq fleet.Acquirer) erro
 	return nil
 }
 
-// Spec returns the sandbox spec a job needs, language caches included.
-func (e *Engine) Spec(ctx context.Context, job *Job) (runtime.Spec, error) {
-	overlays, err := e.cacheOverlay(ctx, job.Runner, job.Image)
+// Spec returns the sandbox spec p needs, language caches included.
+func (e *Engine) Spec(ctx context.Context, p *Placement) (runtime.Spec, error) {
+	overlays, err := e.cacheOverlay(ctx, p.Runner, p.Image)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
-	l := job.Req.Limits
+	l := p.Limits
 	return runtime.Spec{
-		Rootfs:   job.Image.Rootfs,
-		Mounts:   job.Image.Mounts,
+		Rootfs:   p.Image.Rootfs,
+		Mounts:   p.Image.Mounts,
 		Overlays: overlays,
 		Limits: runtime.Limits{
 			MemoryBytes: l.MemoryMB << 20,
 			CPUCores:    l.CPUCores,
-			Pids:        e.cfg.Pids,
+			Pids:        l.Pids,
 			DiskBytes:   l.DiskMB << 20,
 		},
 	}, nil
@@ -82,8 +82,32 @@ func (e *Engine) WarmSpec(ctx context.Context, tier runtime.Tier, language, imag
 	if err != nil {
 		return runtime.Spec{}, images.Image{}, err
 	}
-	job := &Job{Runner: r, Image: img, Tier: tier}
-	job.Req.Limits = e.cfg.Default
-	spec, err := e.Spec(ctx, job)
+	d := e.cfg.Default
+	spec, err := e.Spec(ctx, &Placement{Runner: r, Image: img, Tier: tier,
+		Limits: Limits{MemoryMB: d.MemoryMB, CPUCores: d.CPUCores, DiskMB: d.DiskMB, Pids: e.cfg.Pids}})
 	return spec, img, err
+}
+
+// use is how an execution treats the sandbox it is lent, which what
+// becomes of the sandbox after it decides (fleet.Fate): uses is the one
+// place that says so.
+type use struct {
+	// clearTmp: /tmp is emptied before the program runs; /workspace was
+	// there before the execution and stays after it.
+	clearTmp bool
+	// egress: the execution brings its own egress proxy. A held sandbox
+	// has one for its whole life (Lease.Env points at it).
+	egress bool
+	// shared: other processes run beside the execution (stepRun.shared).
+	shared bool
+	// onlyNew: /workspace was there before the execution, so its
+	// artifacts are only the files it wrote.
+	onlyNew bool
+}
+
+var uses = [...]use{
+	fleet.Destroyed: {egress: true},
+	fleet.Pooled:    {egress: true},
+	fleet.Kept:      {clearTmp: true, egress: true, onlyNew: true},
+	fleet.Held:      {shared: true, onlyNew: true},
 }

@@ -38,14 +38,18 @@ func (anyImage) Resolve(name string) (images.Image, error) {
 
 // tiersEngine is an engine with the container tier and gVisor in the given
 // state, without root: nothing runs.
-func tiersEngine(t *testing.T, gvisor string) *engine.Engine {
+func tiersEngine(t *testing.T, gvisor string, mutate ...func(*engine.Config)) *engine.Engine {
 	t.Helper()
 	rts := []runtime.Runtime{stubRuntime{runtime.TierContainer}}
 	if gvisor == "available" {
 		rts = append(rts, stubRuntime{runtime.TierGVisor})
 	}
 	fl := fleet.New(fleet.Config{}, rts, nil, nil)
-	e, err := engine.New(engine.DefaultConfig(), fl, anyImage{}, t.TempDir(), nil)
+	cfg := engine.DefaultConfig()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	e, err := engine.New(cfg, fl, anyImage{}, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,22 +26,39 @@ type Zygote struct {
 	Env      []string
 }
 
+// Fate is what becomes of a lent sandbox after its execution, as its
+// lender decides: it decides, too, how the execution treats the sandbox
+// (whether /workspace was there before it and outlives it, whether other
+// processes run beside it).
+type Fate uint8
+
+const (
+	// Destroyed: the sandbox is fresh, and destroyed after the execution.
+	Destroyed Fate = iota
+	// Pooled: the sandbox is a warm pool's, reset after a clean execution
+	// for the same tenant's next one, destroyed otherwise.
+	Pooled
+	// Kept: the sandbox is a session's, kept with its /workspace after a
+	// clean execution for the session's next one: the execution finds
+	// /tmp emptied and collects only the outputs it wrote.
+	Kept
+	// Held: the sandbox is a live sandbox's, held for the sandbox's life
+	// whatever the execution does, with other processes running beside
+	// it: the execution resets nothing, reaps nothing it did not start, at
+	// its deadline kills its own process group instead of the sandbox,
+	// and runs under the sandbox's limits and network (Lease.Env), on its
+	// tier and image (Lease.Tier, Lease.Image).
+	Held
+)
+
 // Lease lends a sandbox to one execution.
 type Lease struct {
 	Sandbox runtime.Sandbox
-	// Session is true when /workspace outlives the execution: the engine
-	// empties /tmp before the program runs and collects only outputs the
-	// execution wrote.
-	Session bool
+	// Fate is what becomes of the sandbox after the execution.
+	Fate Fate
 	// Zygote, if set, runs in the sandbox and can fork the execution's
 	// process (see lang.Zygoter).
 	Zygote *Zygote
-	// Live is true when the sandbox is a live sandbox's, where other
-	// processes run beside the execution: the execution resets nothing,
-	// reaps nothing it did not start, and at its deadline kills its own
-	// process group instead of the sandbox. The sandbox's limits and
-	// network are the sandbox's, not the execution's.
-	Live bool
 	// Env, if set, is added to the environment of the execution's
 	// processes, below the step's and the request's own variables (a live
 	// sandbox's variables and its egress proxy).
@@ -56,10 +73,10 @@ type Lease struct {
 	release func(clean bool)
 }
 
-// NewLease makes a lease; release is called once, when the execution is
-// done with the sandbox.
-func NewLease(sb runtime.Sandbox, session bool, z *Zygote, release func(clean bool)) *Lease {
-	return &Lease{Sandbox: sb, Session: session, Zygote: z, release: release}
+// NewLease makes a lease of sb, whose fate is fate; release is called
+// once, when the execution is done with the sandbox.
+func NewLease(sb runtime.Sandbox, fate Fate, z *Zygote, release func(clean bool)) *Lease {
+	return &Lease{Sandbox: sb, Fate: fate, Zygote: z, release: release}
 }
 
 // Release gives the sandbox back to whoever lent it.
@@ -86,7 +103,7 @@ func (f *Fleet) Fresh(ctx context.Context, c Claim) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewLease(sb, false, nil, func(bool) { f.Destroy(sb) }), nil
+	return NewLease(sb, Destroyed, nil, func(bool) { f.Destroy(sb) }), nil
 }
 
 // Holders the fleet's users record (Hold).

@@ -28,8 +28,8 @@ func TestFresh(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Session || l.Zygote != nil || l.Live {
-			t.Errorf("a fresh lease: session %v, zygote %v, live %v; want none", l.Session, l.Zygote, l.Live)
+		if l.Fate != fleet.Destroyed || l.Zygote != nil || l.Env != nil || l.Tier != "" {
+			t.Errorf("a fresh lease: fate %v, zygote %v, env %v, tier %q; want destroyed and nothing else", l.Fate, l.Zygote, l.Env, l.Tier)
 		}
 		if slices.Contains(seen, l.Sandbox.ID()) {
 			t.Errorf("lease %s served before", l.Sandbox.ID())

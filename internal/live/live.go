@@ -233,9 +233,9 @@ func checkMetadata(md map[string]string) error {
 	return nil
 }
 
-// prepare validates req, fills its defaults and routes it: the engine's
-// job for its sandbox.
-func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error) {
+// prepare validates tenant's req, fills its defaults and routes it: where
+// its sandbox runs and on what.
+func (m *Manager) prepare(tenant string, req *sandbox.CreateSandboxRequest) (*engine.Placement, error) {
 	if req.Language == "" {
 		req.Language = "bash"
 	}
@@ -251,30 +251,31 @@ func (m *Manager) prepare(req *sandbox.CreateSandboxRequest) (*engine.Job, error
 	if req.Limits.DiskMB < 16 || req.Limits.DiskMB > m.cfg.MaxDiskMB {
 		return nil, validate.Refuse("limits.disk_mb", "must be between 16 and %d", m.cfg.MaxDiskMB)
 	}
-	oldCPUs := req.Limits.CPUCores == 0 && req.Limits.CPUs != 0
-	if err := validate.Renamed("limits.cpu_cores", &req.Limits.CPUCores, "limits.cpus", &req.Limits.CPUs); err != nil {
+	cpuField, err := validate.Renamed("limits.cpu_cores", &req.Limits.CPUCores, "limits.cpus", &req.Limits.CPUs)
+	if err != nil {
 		return nil, err
 	}
-	// The engine's fields are the sandbox request's own (limits.cpu_cores,
-	// tier): its refusals name them, as the request spelled them.
-	job, err := m.engine.Prepare(sandbox.ExecuteRequest{Language: req.Language, Image: req.Image,
-		Limits:  sandbox.Limits{MemoryMB: req.Limits.MemoryMB, CPUCores: req.Limits.CPUCores},
-		Env:     req.Env,
-		Network: req.Network, Tier: req.Tier})
-	var ie *validate.InputError
-	if oldCPUs && errors.As(err, &ie) && ie.Field == "limits.cpu_cores" {
-		return nil, validate.Refuse("limits.cpus", "%s", ie.Message)
-	}
+	l := req.Limits
+	p, err := m.engine.PrepareSandbox(engine.SandboxRequest{
+		Tenant:   tenant,
+		Language: req.Language,
+		Image:    req.Image,
+		Tier:     req.Tier,
+		Limits:   engine.Limits{MemoryMB: l.MemoryMB, CPUCores: l.CPUCores, DiskMB: l.DiskMB, Pids: l.Pids},
+		Env:      req.Env,
+		Network:  req.Network,
+		Names:    engine.Names{CPUCores: cpuField},
+	})
 	if err != nil {
 		return nil, err
 	}
 	// The tier it was routed to, not "auto": a sandbox made again is
 	// made on the same tier.
-	req.Language, req.Tier = job.Req.Language, sandbox.Tier(job.Tier)
-	req.Limits.MemoryMB, req.Limits.CPUCores = job.Req.Limits.MemoryMB, job.Req.Limits.CPUCores
+	req.Language, req.Tier = p.Runner.Name(), sandbox.Tier(p.Tier)
+	req.Limits.MemoryMB, req.Limits.CPUCores = p.Limits.MemoryMB, p.Limits.CPUCores
 	// Answered under its old name too, for the release that accepts it.
 	req.Limits.CPUs = req.Limits.CPUCores
-	return job, nil
+	return p, nil
 }
 
 func (m *Manager) timeoutError() error {
@@ -299,7 +300,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, sandbox.Info{}, err
 	}
-	job, err := m.prepare(&req)
+	p, err := m.prepare(tenant, &req)
 	if err != nil {
 		return nil, sandbox.Info{}, err
 	}
@@ -316,7 +317,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 		return nil, sandbox.Info{}, err
 	}
 	now := m.table.Now().UTC()
-	spec := &Spec{Request: req, Tier: string(job.Tier), Image: job.Image.Name}
+	spec := &Spec{Request: req, Tier: string(p.Tier), Image: p.Image.Name}
 	s := m.newSandbox(nil, tenant, id, spec)
 	w, created, err := m.table.Put(workspace.Info{Tenant: tenant, Session: sandbox.Session{ID: id, DiskMB: req.Limits.DiskMB,
 		TTLSeconds: req.TimeoutSeconds, CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(timeout)}}, spec, nil)
@@ -340,7 +341,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 		}
 		return nil, sandbox.Info{}, err
 	}
-	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", job.Tier, "image", job.Image.Name)
+	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", p.Tier, "image", p.Image.Name)
 	info := s.Info()
 	m.publish(ctx, s, info)
 	return s, info, nil
@@ -460,37 +461,35 @@ func (s *Sandbox) startLocked(ctx context.Context, restore string) (runtime.Sand
 	m.mu.Lock()
 	req := s.spec.Request
 	m.mu.Unlock()
-	job, err := m.prepare(&req)
+	p, err := m.prepare(s.tenant, &req)
 	if err != nil {
 		return nil, fmt.Errorf("make sandbox %s again: %w", s.w.Key(), err)
 	}
-	spec, err := m.engine.Spec(ctx, job)
+	spec, err := m.engine.Spec(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	spec.Workspace = s.w.Disk()
-	spec.Limits.DiskBytes = req.Limits.DiskMB << 20
-	spec.Limits.Pids = req.Limits.Pids
 	var sb runtime.Sandbox
 	if restore != "" {
-		sb, err = m.fleet.Restore(ctx, job.Tier, spec, job.Image, restore, fleet.HolderSandbox)
+		sb, err = m.fleet.Restore(ctx, p.Tier, spec, p.Image, restore, fleet.HolderSandbox)
 	} else {
-		sb, err = s.makeSandbox(ctx, job, spec)
+		sb, err = s.makeSandbox(ctx, p, spec)
 	}
 	if err != nil {
 		return nil, err
 	}
-	env := m.engine.Env(job.Image)
+	env := m.engine.Env(p.Image)
 	maps.Copy(env, req.Env)
 	stop := func() {}
-	if len(job.Egress) > 0 {
-		if stop, err = m.engine.SandboxEgress(ctx, job.Egress, sb); err != nil {
+	if len(p.Egress) > 0 {
+		if stop, err = m.engine.SandboxEgress(ctx, p.Egress, sb); err != nil {
 			m.destroy(sb)
 			return nil, err
 		}
 		maps.Copy(env, engine.ProxyEnv())
 	}
-	s.sb, s.env, s.stop, s.img = sb, env, stop, job.Image
+	s.sb, s.env, s.stop, s.img = sb, env, stop, p.Image
 	if restore == "" || s.contexts == nil {
 		// A restored sandbox's contexts go on (Resume reattaches them).
 		s.contexts = kernel.New(sb.Agent(), kernel.Options{Env: sortedEnv(env)})
@@ -501,10 +500,10 @@ func (s *Sandbox) startLocked(ctx context.Context, restore string) (runtime.Sand
 // makeSandbox makes the running sandbox on its disk: the first one from
 // the warm pool when one matches and its disk can be kept as the sandbox's
 // own, else a new one.
-func (s *Sandbox) makeSandbox(ctx context.Context, job *engine.Job, spec runtime.Spec) (runtime.Sandbox, error) {
+func (s *Sandbox) makeSandbox(ctx context.Context, p *engine.Placement, spec runtime.Spec) (runtime.Sandbox, error) {
 	m := s.m
 	if _, err := os.Stat(spec.Workspace); m.pool != nil && errors.Is(err, os.ErrNotExist) {
-		sb, _, ok := m.pool.Take(ctx, fleet.Claim{Tier: job.Tier, Spec: spec, Tenant: s.tenant, Image: job.Image})
+		sb, _, ok := m.pool.Take(ctx, p.Claim(spec))
 		if ok {
 			k, can := sb.(runtime.DiskKeeper)
 			if can {
@@ -520,7 +519,7 @@ func (s *Sandbox) makeSandbox(ctx context.Context, job *engine.Job, spec runtime
 			m.destroy(sb)
 		}
 	}
-	return m.fleet.Create(ctx, job.Tier, spec, job.Image, fleet.HolderSandbox)
+	return m.fleet.Create(ctx, p.Tier, spec, p.Image, fleet.HolderSandbox)
 }
 
 // destroy tears sb down before returning, so its disk is free for the
@@ -629,7 +628,7 @@ func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
 	m.mu.Lock()
 	tier := runtime.Tier(s.spec.Tier)
 	m.mu.Unlock()
-	l := fleet.NewLease(sb, true, nil, func(bool) {
+	l := fleet.NewLease(sb, fleet.Held, nil, func(bool) {
 		// Held for the sandbox's life, not the execution's.
 		m.fleet.Hold(sb, fleet.HolderSandbox, time.Time{})
 		if _, err := m.table.Update(s.w, func(i *workspace.Info) {
@@ -640,7 +639,7 @@ func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
 		}
 		s.w.Unlock()
 	})
-	l.Live, l.Env, l.Tier, l.Image = true, env, tier, img
+	l.Env, l.Tier, l.Image = env, tier, img
 	return l, nil
 }
 

@@ -434,8 +434,11 @@ func TestExecutionInLiveSandbox(t *testing.T) {
 	if err := u.f.Acquire(t.Context(), job, u.m.Acquirer("t", "box")); err != nil {
 		t.Fatal(err)
 	}
-	if res := u.f.Run(t.Context(), job, nil); res.Error == nil || res.Error.Type != sandbox.ErrTimeout {
-		t.Errorf("a sleeping execution: %+v, want a timeout", res.Error)
+	if job.Lease.Fate != fleet.Held || job.Lease.Sandbox != held {
+		t.Errorf("lent %v as %v, want the held sandbox, held", job.Lease.Sandbox.ID(), job.Lease.Fate)
+	}
+	if res := u.f.Run(t.Context(), job, nil); res.Error == nil || res.Error.Type != sandbox.ErrTimeout || res.TierReason != "runs in the session's live sandbox" {
+		t.Errorf("a sleeping execution: %+v (tier %s, %q), want a timeout, in the live sandbox", res.Error, res.Tier, res.TierReason)
 	}
 	if got := u.heldSandbox("box"); got != held || !u.f.Alive(held.ID()) {
 		t.Errorf("the sandbox went with the execution's timeout")

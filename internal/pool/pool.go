@@ -321,7 +321,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 		}
 		p.log.Debug("pool hit", "sandbox", mb.sb.ID(), "tenant", cl.Tenant, "uses", mb.uses)
 		tenant := cl.Tenant
-		return fleet.NewLease(mb.sb, false, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
+		return fleet.NewLease(mb.sb, fleet.Pooled, mb.zygote, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 	}
 	// A claim too tight for any ready sandbox says nothing of demand:
 	// more of them would not have served it.
@@ -343,7 +343,7 @@ func (p *Pool) Acquire(ctx context.Context, cl fleet.Claim) (*fleet.Lease, error
 		return nil, err
 	}
 	tenant := cl.Tenant
-	return fleet.NewLease(mb.sb, false, nil, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
+	return fleet.NewLease(mb.sb, fleet.Pooled, nil, func(clean bool) { p.release(c, mb, tenant, clean) }), nil
 }
 
 // Take hands over, for good, a ready sandbox no execution has used that

@@ -247,8 +247,8 @@ func TestFillsAndServesWarm(t *testing.T) {
 	if !slices.Contains(fresh, l.Sandbox.ID()) {
 		t.Fatalf("the claim got sandbox %s, not one of the ready %v", l.Sandbox.ID(), fresh)
 	}
-	if l.Session || l.Zygote == nil || l.Zygote.Language != "python" {
-		t.Errorf("lease: session %v, zygote %+v; want a pooled sandbox with its python zygote", l.Session, l.Zygote)
+	if l.Fate != fleet.Pooled || l.Zygote == nil || l.Zygote.Language != "python" {
+		t.Errorf("lease: fate %v, zygote %+v; want a pooled sandbox with its python zygote", l.Fate, l.Zygote)
 	}
 	want := u.spec.Limits
 	want.MemoryBytes, want.CPUCores = 256<<20, 0.5

@@ -91,9 +91,15 @@ func TestAutoWithoutGVisor(t *testing.T) {
 	if job.Tier != runtime.TierContainer || job.TierReason != want {
 		t.Errorf("routed to %s (%q), want container (%q)", job.Tier, job.TierReason, want)
 	}
-	_, err = e.Prepare(sandbox.ExecuteRequest{Language: "python", Code: "print(1)", Tier: sandbox.TierGVisor})
-	var ie *validate.InputError
-	if !errors.As(err, &ie) || ie.Field != "isolation" {
-		t.Errorf("explicit gvisor without the tier: %v, want an input error on isolation", err)
+	// Refused under the name the request gave the tier.
+	for field, req := range map[string]sandbox.ExecuteRequest{
+		"tier":      {Language: "python", Code: "print(1)", Tier: sandbox.TierGVisor},
+		"isolation": {Language: "python", Code: "print(1)", Isolation: sandbox.TierGVisor},
+	} {
+		_, err = e.Prepare(req)
+		var ie *validate.InputError
+		if !errors.As(err, &ie) || ie.Field != field {
+			t.Errorf("explicit gvisor without the tier: %v, want an input error on %s", err, field)
+		}
 	}
 }

@@ -1,8 +1,9 @@
-// Package router decides which isolation tier runs an execution. A request
-// may name its tier; with isolation "auto" the router sends it to gVisor
-// when it is marked untrusted, may run longer than a threshold, or its
-// code has constructs its language's RiskScanner calls risky, and to the
-// container tier otherwise. The scan is a hint for placing work, never a
+// Package router decides which isolation tier runs a sandbox's work (an
+// execution, or a live sandbox, which has no code yet). A request may name
+// its tier; with tier "auto" the router sends it to gVisor when it is
+// marked untrusted, may run longer than a threshold, or its code has
+// constructs its language's RiskScanner calls risky, and to the container
+// tier otherwise. The scan is a hint for placing work, never a
 // defence: both tiers enforce the full sandbox policy on whatever the scan
 // misses.
 package router
@@ -47,14 +48,25 @@ type Decision struct {
 	Reason string
 }
 
+// Request is what the router weighs: the tier asked for (auto, or a tier
+// obeyed as asked) and, for auto, the work the sandbox is for: an
+// execution's code, its timeout (filled in by then) and whether its caller
+// marked it untrusted. A live sandbox asks with no code: it has none when
+// it is made, and no timeout of an execution.
+type Request struct {
+	Tier      sandbox.Tier
+	Code      string
+	TimeoutMS int64
+	Untrusted bool
+}
+
 // Route decides where req runs. runner is req's language and gvisor says
 // whether this server has the gVisor tier, or will have it (its runtime is
 // being installed: the caller then refuses work routed there as
 // retryable, rather than run it on a weaker tier). An explicit tier
 // is obeyed as asked (the caller refuses a tier it lacks); auto never
-// picks a missing tier, and its reason says when it fell back. req must be
-// normalised: its timeout filled in.
-func Route(cfg Config, req sandbox.ExecuteRequest, runner lang.Runner, gvisor bool) Decision {
+// picks a missing tier, and its reason says when it fell back.
+func Route(cfg Config, req Request, runner lang.Runner, gvisor bool) Decision {
 	switch req.Tier {
 	case sandbox.TierGVisor:
 		return Decision{Tier: runtime.TierGVisor, Reason: "requested"}
@@ -74,12 +86,12 @@ func Route(cfg Config, req sandbox.ExecuteRequest, runner lang.Runner, gvisor bo
 
 // assess says why auto should (risky) or need not pick gVisor, checking
 // the cheap rules first.
-func assess(cfg Config, req sandbox.ExecuteRequest, runner lang.Runner) (why string, risky bool) {
+func assess(cfg Config, req Request, runner lang.Runner) (why string, risky bool) {
 	if req.Untrusted {
 		return "untrusted", true
 	}
-	if limit := cfg.gvisorTimeout(); limit > 0 && time.Duration(req.Limits.TimeoutMS)*time.Millisecond > limit {
-		return fmt.Sprintf("timeout_ms %d > %d", req.Limits.TimeoutMS, limit.Milliseconds()), true
+	if limit := cfg.gvisorTimeout(); limit > 0 && time.Duration(req.TimeoutMS)*time.Millisecond > limit {
+		return fmt.Sprintf("timeout_ms %d > %d", req.TimeoutMS, limit.Milliseconds()), true
 	}
 	sc, ok := runner.(lang.RiskScanner)
 	if !ok {

@@ -23,43 +23,43 @@ func TestRoute(t *testing.T) {
 	cases := []struct {
 		name   string
 		cfg    Config
-		req    sandbox.ExecuteRequest
+		req    Request
 		runner lang.Runner
 		noGV   bool // the server has no gVisor tier
 		tier   runtime.Tier
 		reason string
 	}{
-		{name: "gvisor requested", req: sandbox.ExecuteRequest{Tier: sandbox.TierGVisor, Code: "print(1)"},
+		{name: "gvisor requested", req: Request{Tier: sandbox.TierGVisor, Code: "print(1)"},
 			tier: runtime.TierGVisor, reason: "requested"},
-		{name: "gvisor requested but missing", req: sandbox.ExecuteRequest{Tier: sandbox.TierGVisor}, noGV: true,
+		{name: "gvisor requested but missing", req: Request{Tier: sandbox.TierGVisor}, noGV: true,
 			tier: runtime.TierGVisor, reason: "requested"},
-		{name: "container requested", req: sandbox.ExecuteRequest{Tier: sandbox.TierContainer, Code: subprocess, Untrusted: true},
+		{name: "container requested", req: Request{Tier: sandbox.TierContainer, Code: subprocess, Untrusted: true},
 			tier: runtime.TierContainer, reason: "requested"},
-		{name: "arithmetic", req: sandbox.ExecuteRequest{Code: "print(sum(range(100)))"},
+		{name: "arithmetic", req: Request{Code: "print(sum(range(100)))"},
 			tier: runtime.TierContainer, reason: "auto: no risky constructs"},
-		{name: "subprocess", req: sandbox.ExecuteRequest{Code: subprocess},
+		{name: "subprocess", req: Request{Code: subprocess},
 			tier: runtime.TierGVisor, reason: "auto: python uses subprocess (line 3)"},
-		{name: "untrusted", req: sandbox.ExecuteRequest{Code: "print(1)", Untrusted: true},
+		{name: "untrusted", req: Request{Code: "print(1)", Untrusted: true},
 			tier: runtime.TierGVisor, reason: "auto: untrusted"},
-		{name: "long timeout", req: sandbox.ExecuteRequest{Code: "print(1)", Limits: sandbox.Limits{TimeoutMS: 60000}},
+		{name: "long timeout", req: Request{Code: "print(1)", TimeoutMS: 60000},
 			tier: runtime.TierGVisor, reason: "auto: timeout_ms 60000 > 30000"},
-		{name: "timeout at the threshold", req: sandbox.ExecuteRequest{Code: "print(1)", Limits: sandbox.Limits{TimeoutMS: 30000}},
+		{name: "timeout at the threshold", req: Request{Code: "print(1)", TimeoutMS: 30000},
 			tier: runtime.TierContainer, reason: "auto: no risky constructs"},
-		{name: "own threshold", cfg: Config{GVisorTimeout: 10 * time.Second}, req: sandbox.ExecuteRequest{Code: "print(1)", Limits: sandbox.Limits{TimeoutMS: 15000}},
+		{name: "own threshold", cfg: Config{GVisorTimeout: 10 * time.Second}, req: Request{Code: "print(1)", TimeoutMS: 15000},
 			tier: runtime.TierGVisor, reason: "auto: timeout_ms 15000 > 10000"},
-		{name: "threshold off", cfg: Config{GVisorTimeout: -1}, req: sandbox.ExecuteRequest{Code: "print(1)", Limits: sandbox.Limits{TimeoutMS: 900000}},
+		{name: "threshold off", cfg: Config{GVisorTimeout: -1}, req: Request{Code: "print(1)", TimeoutMS: 900000},
 			tier: runtime.TierContainer, reason: "auto: no risky constructs"},
-		{name: "untrusted before timeout", req: sandbox.ExecuteRequest{Code: subprocess, Untrusted: true, Limits: sandbox.Limits{TimeoutMS: 60000}},
+		{name: "untrusted before timeout", req: Request{Code: subprocess, Untrusted: true, TimeoutMS: 60000},
 			tier: runtime.TierGVisor, reason: "auto: untrusted"},
-		{name: "many risks", runner: bash, req: sandbox.ExecuteRequest{Code: "curl x &\nwget y\nnc z 1\neval w\n"},
+		{name: "many risks", runner: bash, req: Request{Code: "curl x &\nwget y\nnc z 1\neval w\n"},
 			tier: runtime.TierGVisor, reason: "auto: bash uses background job (&) (line 1), curl (line 1), wget (line 2) and 2 more"},
-		{name: "code too large to scan", req: sandbox.ExecuteRequest{Code: strings.Repeat("#", MaxScanBytes+1)},
+		{name: "code too large to scan", req: Request{Code: strings.Repeat("#", MaxScanBytes+1)},
 			tier: runtime.TierGVisor, reason: "auto: code is 262145 bytes, more than the 262144 a scan reads"},
-		{name: "no scanner", runner: unscanned{}, req: sandbox.ExecuteRequest{Code: "DISPLAY 'HI'."},
+		{name: "no scanner", runner: unscanned{}, req: Request{Code: "DISPLAY 'HI'."},
 			tier: runtime.TierGVisor, reason: "auto: cobol has no risk scan"},
-		{name: "fallback", noGV: true, req: sandbox.ExecuteRequest{Code: subprocess},
+		{name: "fallback", noGV: true, req: Request{Code: subprocess},
 			tier: runtime.TierContainer, reason: "auto: python uses subprocess (line 3); the gvisor tier is unavailable here, so container"},
-		{name: "no fallback needed", noGV: true, req: sandbox.ExecuteRequest{Code: "print(1)"},
+		{name: "no fallback needed", noGV: true, req: Request{Code: "print(1)"},
 			tier: runtime.TierContainer, reason: "auto: no risky constructs"},
 	}
 	for _, c := range cases {
@@ -72,8 +72,8 @@ func TestRoute(t *testing.T) {
 			if req.Tier == "" {
 				req.Tier = sandbox.TierAuto
 			}
-			if req.Limits.TimeoutMS == 0 {
-				req.Limits.TimeoutMS = 30000 // as normalised by the engine
+			if req.TimeoutMS == 0 {
+				req.TimeoutMS = 30000 // as normalised by the engine
 			}
 			got := Route(c.cfg, req, runner, !c.noGV)
 			if got.Tier != c.tier || got.Reason != c.reason {

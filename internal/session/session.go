@@ -236,7 +236,7 @@ func (a Acquirer) Acquire(ctx context.Context, c fleet.Claim) (*fleet.Lease, err
 		return nil, err
 	}
 	m := a.m
-	return fleet.NewLease(sb, true, nil, func(clean bool) {
+	return fleet.NewLease(sb, fleet.Kept, nil, func(clean bool) {
 		m.release(w, sb, c, clean)
 		if _, err := m.table.Update(w, func(i *Info) {
 			i.Executions++
@@ -404,16 +404,17 @@ func (m *Manager) withSandbox(ctx context.Context, tenant, id string, f func(c *
 
 // fileSpec is the sandbox file operations get when no sandbox is kept.
 func (m *Manager) fileSpec(ctx context.Context) (fleet.Claim, error) {
-	job, err := m.engine.Prepare(sandbox.ExecuteRequest{Language: "bash"})
+	p, err := m.engine.PrepareSandbox(engine.SandboxRequest{Language: "bash"})
 	if err != nil {
 		return fleet.Claim{}, err
 	}
-	spec, err := m.engine.Spec(ctx, job)
+	spec, err := m.engine.Spec(ctx, p)
 	if err != nil {
 		return fleet.Claim{}, err
 	}
+	// Its limits are the session's configuration, not a request's.
 	spec.Limits = m.cfg.FileLimits
-	return fleet.Claim{Tier: job.Tier, Spec: spec, Image: job.Image}, nil
+	return p.Claim(spec), nil
 }
 
 // workspacePath maps a session file path to the sandbox's.

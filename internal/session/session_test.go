@@ -465,8 +465,8 @@ func TestOneExecutionAtATime(t *testing.T) {
 	if again == nil {
 		return
 	}
-	if again.Sandbox.ID() != l.Sandbox.ID() || !again.Session {
-		t.Errorf("the second claim got %s (session %v), not the kept %s", again.Sandbox.ID(), again.Session, l.Sandbox.ID())
+	if again.Sandbox.ID() != l.Sandbox.ID() || again.Fate != fleet.Kept {
+		t.Errorf("the second claim got %s (fate %v), not the kept %s", again.Sandbox.ID(), again.Fate, l.Sandbox.ID())
 	}
 	again.Release(true)
 }

@@ -113,17 +113,20 @@ func TestInputErrorFault(t *testing.T) {
 
 func TestRenamed(t *testing.T) {
 	for _, c := range []struct {
-		v, old, want string
-		refused      bool
+		v, old, want, spelled string
+		refused               bool
 	}{
-		{"", "", "", false},
-		{"gvisor", "", "gvisor", false},
-		{"", "gvisor", "gvisor", false},
-		{"gvisor", "gvisor", "gvisor", false},
-		{"container", "gvisor", "container", true},
+		{"", "", "", "tier", false},
+		{"gvisor", "", "gvisor", "tier", false},
+		{"", "gvisor", "gvisor", "isolation", false},
+		{"gvisor", "gvisor", "gvisor", "tier", false},
+		{"container", "gvisor", "container", "isolation", true},
 	} {
 		v, old := c.v, c.old
-		err := Renamed("tier", &v, "isolation", &old)
+		spelled, err := Renamed("tier", &v, "isolation", &old)
+		if spelled != c.spelled {
+			t.Errorf("%+v: spelled %q, want %q", c, spelled, c.spelled)
+		}
 		var ie *InputError
 		if c.refused {
 			if !errors.As(err, &ie) || ie.Field != "isolation" {

@@ -596,6 +596,7 @@ print(json.dumps({
     'session_leader': os.getsid(0) == os.getpid(), 'fds': sorted(os.listdir('/proc/self/fd')),
     'handlers': handlers, 'blocked': sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
     'modules': sorted(sys.modules), 'main_names': sorted(vars(sys.modules['__main__'])),
+    'meta_path': [getattr(f, '__qualname__', type(f).__qualname__) for f in sys.meta_path],
 }, sort_keys=True))
 `
 

@@ -53,7 +53,8 @@ MAX_PENDING_TEXT = 1 << 16
 # flushed, this marker (with the cell's id) goes to the process's raw stdout
 # and stderr: the host waits for it, so that what subprocesses wrote during
 # the cell arrives before the cell's end, although it travels on other
-# pipes than the events.
+# pipes than the events. The host finds it by its start (internal/kernel's
+# rawEndMark; TestPythonRawEndMark checks that it finds this one).
 RAW_END_MARK = b'\x00corral-end:%d\x00'
 
 # Cells are compiled under this name, with their number, so that
@@ -82,7 +83,7 @@ BINARY_MIME = ('image/png', 'image/jpeg', 'application/pdf')
 CANARY_ATTRIBUTE = '_ipython_canary_method_should_not_exist_'
 
 # matplotlib finds our backend by this name (MPLBACKEND=module://NAME, set
-# by the host): a module made on import (BackendFinder), whose show() sends
+# by the host: internal/lang's ContextEnv, TestPythonSharedWithGo): a module made on import (BackendFinder), whose show() sends
 # each open figure as image/png and closes it.
 MPL_BACKEND_MODULE = 'corral_inline'
 MPL_BACKEND = 'module://' + MPL_BACKEND_MODULE

@@ -93,7 +93,8 @@ NOT_COPIED_AHEAD = ('[stack]', '[vvar]', '[vsyscall]')
 
 # The probe's request: Corral's own program, one printed line, run through
 # the wrapper like an execution's (from a pipe rather than a file), with an
-# execution's environment.
+# execution's environment (the Run step's variables among them,
+# internal/lang/python.go: TestPythonSharedWithGo checks).
 PROBE_PROGRAM = b'print(0)\n'
 PROBE_PROGRAM_PATH = '/dev/stdin'
 PROBE_ENV = ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/workspace', 'LANG=C.UTF-8',

@@ -24,9 +24,8 @@ import (
 	"github.com/corralhq/corral/internal/testenv"
 )
 
-// hostPython runs the zygote in these tests, outside any sandbox: the host
-// image's interpreter, which the pool's sandboxes run too.
-const hostPython = "/usr/bin/python3"
+// hostPython runs the zygote in these tests, outside any sandbox.
+const hostPython = testenv.HostPython
 
 // zygoteTimeout bounds every wait on the zygote or a process it forked, so
 // that a broken zygote fails the test instead of hanging it.
@@ -34,8 +33,7 @@ const zygoteTimeout = 30 * time.Second
 
 func needPython(t testing.TB) {
 	t.Helper()
-	_, err := os.Stat(hostPython)
-	testenv.Need(t, err == nil, hostPython+" (the python zygote's tests run it outside a sandbox)")
+	testenv.NeedPython(t)
 }
 
 // zygoteSource returns the zygote script and the python wrapper it compiles,

@@ -394,7 +394,8 @@ func (s *sink) take() []sandbox.ContextEvent {
 
 // rawEndMark starts the marker a context writes to its raw stdout and
 // stderr at the end of each cell: the prefix, the cell's id in decimal, a
-// NUL.
+// NUL. The runners write it themselves (python_context.py's RAW_END_MARK,
+// which TestPythonRawEndMark checks, and javascript_context.js's).
 var rawEndMark = []byte("\x00corral-end:")
 
 // maxRawEndMark is the longest marker (a uint64 in decimal).

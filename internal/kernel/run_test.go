@@ -1,10 +1,15 @@
 package kernel
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/corralhq/corral/internal/lang"
+	"github.com/corralhq/corral/internal/testenv"
 )
 
 // splitAll feeds in to a rawStream in chunks of size n and returns the
@@ -36,6 +41,30 @@ func TestRawStream(t *testing.T) {
 		for _, n := range []int{1, 2, 3, 5, 1000} {
 			if got := splitAll(c.in, n); got != c.want {
 				t.Errorf("%q in chunks of %d: %q, want %q", c.in, n, got, c.want)
+			}
+		}
+	}
+}
+
+// TestPythonRawEndMark: the marker python's context runner writes at a
+// cell's end (python_context.py's RAW_END_MARK, as Go delivers the runner)
+// is one rawStream finds, for the largest cell id too.
+func TestPythonRawEndMark(t *testing.T) {
+	r, _ := lang.Get("python")
+	program := r.(lang.Contexter).ContextStep().Argv[2]
+	for _, cell := range []uint64{7, math.MaxUint64} {
+		var mark string
+		expr := fmt.Sprintf("(RAW_END_MARK %% %d).decode('ascii')", cell)
+		if err := json.Unmarshal(testenv.PythonEval(t, program, expr), &mark); err != nil {
+			t.Fatal(err)
+		}
+		if len(mark) > maxRawEndMark {
+			t.Errorf("python's marker %q is longer than maxRawEndMark (%d)", mark, maxRawEndMark)
+		}
+		want := fmt.Sprintf("a<%d>b", cell)
+		for _, n := range []int{1, 1000} {
+			if got := splitAll("a"+mark+"b", n); got != want {
+				t.Errorf("python's marker %q in chunks of %d: %q, want %q", mark, n, got, want)
 			}
 		}
 	}

@@ -31,11 +31,10 @@ type Contexter interface {
 }
 
 //go:embed python_context.py
-var pythonContextBody string
+var pythonContextScript string
 
-// pythonContext is the context runner with the forking helpers it shares
-// with the zygote.
-var pythonContext = pythonFork + pythonContextBody
+// pythonContext is the context runner with the module it imports.
+var pythonContext = pythonProgram(pythonContextScript, corralProtoModule)
 
 // ContextStep runs the context runner as `python3 -c RUNNER root`.
 func (python) ContextStep() Step {

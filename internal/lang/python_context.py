@@ -28,22 +28,20 @@
 #   {"type": "end_of_execution"}                              last
 # Binary MIME data (image/png, image/jpeg, application/pdf) is base64.
 import sys, os, io, gc, json, socket, signal, ast, builtins, binascii, linecache, traceback, select, _thread
+# The zygote protocol, beside this file or delivered with it by Go
+# (internal/lang/python_modules.go): the root's control socket is its
+# CONTROL_FD, a child that cannot become a context exits EXIT_SETUP_FAILED.
+from corral_proto import (CONTROL_FD, MAX_MESSAGE, MAX_FDS, EXIT_SETUP_FAILED, KEY_ID, KEY_ENV, KEY_DIR, KEY_PING,
+                          KEY_PONG, KEY_READY, KEY_ERROR, KEY_ZYGOTE, close_fds, fork_through)
 
-# The root's control socket (the fd after stdio, as the agent starts zygotes).
-ROOT_CONTROL_FD = 3
 # A fork request's fds: stdin (requests), stdout, stderr, status (events),
 # control socket.
 FORK_FD_COUNT = 5
 FORK_STDIN, FORK_STDOUT, FORK_STDERR, FORK_STATUS, FORK_CONTROL = range(FORK_FD_COUNT)
 STDIN_FD, STDOUT_FD, STDERR_FD = 0, 1, 2
 
-# One control message carries at most this many bytes and fds; a request
-# stream is read in chunks of READ_SIZE.
-MAX_MESSAGE = 1 << 20
-MAX_FDS = 8
+# A request stream is read in chunks of this size.
 READ_SIZE = 1 << 16
-# Exit status of a child that could not become a context (EX_SOFTWARE).
-EXIT_SETUP_FAILED = 70
 
 # Text written to sys.stdout or sys.stderr is sent a line at a time: up to
 # the last newline of each write, the rest when a newline follows, when the
@@ -55,7 +53,8 @@ MAX_PENDING_TEXT = 1 << 16
 # flushed, this marker (with the cell's id) goes to the process's raw stdout
 # and stderr: the host waits for it, so that what subprocesses wrote during
 # the cell arrives before the cell's end, although it travels on other
-# pipes than the events.
+# pipes than the events. The host finds it by its start (internal/kernel's
+# rawEndMark; TestPythonRawEndMark checks that it finds this one).
 RAW_END_MARK = b'\x00corral-end:%d\x00'
 
 # Cells are compiled under this name, with their number, so that
@@ -84,7 +83,7 @@ BINARY_MIME = ('image/png', 'image/jpeg', 'application/pdf')
 CANARY_ATTRIBUTE = '_ipython_canary_method_should_not_exist_'
 
 # matplotlib finds our backend by this name (MPLBACKEND=module://NAME, set
-# by the host): a module made on import (BackendFinder), whose show() sends
+# by the host: internal/lang's ContextEnv, TestPythonSharedWithGo): a module made on import (BackendFinder), whose show() sends
 # each open figure as image/png and closes it.
 MPL_BACKEND_MODULE = 'corral_inline'
 MPL_BACKEND = 'module://' + MPL_BACKEND_MODULE
@@ -617,8 +616,8 @@ def load_root():
 # Serve fork requests on the root's control socket: each makes a fresh
 # context.
 def serve_root(state):
-    state.ctl = socket.socket(fileno=ROOT_CONTROL_FD)
-    send_control(state, {'ready': {'python': sys.version.split()[0], 'pid': os.getpid()}})
+    state.ctl = socket.socket(fileno=CONTROL_FD)
+    send_control(state, {KEY_READY: {'python': sys.version.split()[0], 'pid': os.getpid()}})
     while True:
         if not serve_control(state, fresh=True):
             os._exit(0)
@@ -639,8 +638,8 @@ def serve_control(state, fresh):
     if not msg:
         return False
     m = json.loads(msg)
-    if 'ping' in m:
-        send_control(state, {'pong': m['ping']})
+    if KEY_PING in m:
+        send_control(state, {KEY_PONG: m[KEY_PING]})
     else:
         fork_context(state, m, fds, fresh)
     return True
@@ -650,10 +649,10 @@ def serve_control(state, fresh):
 # that its parent is the agent, which reaps it; the intermediate reports its
 # pid. fresh: a new context from the root; else a copy of this one.
 def fork_context(state, m, fds, fresh):
-    rid = m.get('id')
-    if not m.get('zygote') or len(fds) != FORK_FD_COUNT:
+    rid = m.get(KEY_ID)
+    if not m.get(KEY_ZYGOTE) or len(fds) != FORK_FD_COUNT:
         close_fds(fds)
-        send_control(state, {'id': rid, 'error': 'not a context request'})
+        send_control(state, {KEY_ID: rid, KEY_ERROR: 'not a context request'})
         return
     flush_raw_streams()
     fork_through(rid, fds, lambda msg: send_control(state, msg), lambda: become_context(state, m, fds, fresh))
@@ -684,7 +683,7 @@ def become_context(state, m, fds, fresh):
             os.setsid()
             error = enter(m)
             if error:
-                send_control(state, {'ready': {'error': error}})
+                send_control(state, {KEY_READY: {'error': error}})
                 os._exit(EXIT_SETUP_FAILED)
             start_context(state)
         else:
@@ -693,7 +692,7 @@ def become_context(state, m, fds, fresh):
             os.setsid()
             # A thread of the cells (not in the copy) may have held it.
             state.lock = _thread.allocate_lock()
-        send_control(state, {'ready': {'pid': os.getpid(), 'execution_count': state.execution_count}})
+        send_control(state, {KEY_READY: {'pid': os.getpid(), 'execution_count': state.execution_count}})
         serve_context(state)
     finally:
         os._exit(EXIT_SETUP_FAILED)
@@ -743,11 +742,11 @@ def close_quietly(f):
 # message, or None.
 def enter(m):
     os.environ.clear()
-    for kv in m.get('env') or []:
+    for kv in m.get(KEY_ENV) or []:
         k, _, v = kv.partition('=')
         os.environ[k] = v
     try:
-        os.chdir(m.get('dir') or '/')
+        os.chdir(m.get(KEY_DIR) or '/')
     except OSError as e:
         return 'chdir: %s' % e.strerror
     # The root read PYTHONPATH when it started; the context's comes first.

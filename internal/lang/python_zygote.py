@@ -35,12 +35,15 @@ import sys, os, io
 # What a fresh interpreter has loaded. The zygote's own imports, next, are
 # unloaded again in each child unless PRELOAD imported them too.
 FRESH_MODULES = set(sys.modules)
-import signal, socket, json, resource, ctypes, gc, select
+# corral_proto (the zygote protocol) sits beside this file, or Go delivers it
+# with it (internal/lang/python_modules.go). It is imported by name too, as
+# the others are, so that a child unloading it does not free it (which
+# would write to pages a child otherwise leaves alone).
+import signal, socket, json, resource, ctypes, gc, select, corral_proto
+from corral_proto import (CONTROL_FD, MAX_MESSAGE, MAX_FDS, EXIT_SETUP_FAILED, KEY_ID, KEY_ARGV, KEY_ENV, KEY_DIR,
+                          KEY_PID, KEY_PING, KEY_PONG, KEY_READY, KEY_SPARE, KEY_ERROR, KEY_EXITED, KEY_STATUS,
+                          KEY_REAPS, close_fds, fork_through, reap)
 OWN_MODULES = set(sys.modules) - FRESH_MODULES
-
-# The zygote's end of the control socket (the agent's start, in
-# internal/agent/agent.go, passes it as the fd after stdio).
-CONTROL_FD = 3
 
 # A request runs `python3 -c CODE ARGS...` (the Run step's argv): argv[1]
 # is the flag, argv[2] CODE, argv[3:] its arguments, which become sys.argv
@@ -54,22 +57,18 @@ ARGV_ARGS = 3
 REQUEST_FD_COUNTS = (3, 4)
 STDERR_FD = 2
 
-# One message on a socket carries at most this many bytes and fds.
-MAX_MESSAGE = 1 << 20
-MAX_FDS = 8
 # The intermediate's report of a spare's pid, in decimal, fits in this.
 MAX_PID_MESSAGE = 64
 
-# Exit statuses: a program that ended with an uncaught exception (or a
-# SystemExit that is not a number), as in the interpreter; a child that
-# could not become the program (EX_SOFTWARE, sysexits.h); a program that
-# succeeded but whose standard streams would not flush at exit (the
+# Exit statuses (besides corral_proto's EXIT_SETUP_FAILED, a child that
+# could not become the program): a program that ended with an uncaught
+# exception (or a SystemExit that is not a number), as in the interpreter; a
+# program that succeeded but whose standard streams would not flush at exit (the
 # interpreter's status when finalizing fails, Py_RunMain in
 # Python/pylifecycle.c, which it uses whatever the program's status). A
 # SystemExit's number becomes the status the way exit(3) truncates it, to
 # its low 8 bits.
 EXIT_ERROR = 1
-EXIT_SETUP_FAILED = 70
 EXIT_FLUSH_FAILED = 120
 EXIT_STATUS_MASK = 0xff
 
@@ -94,7 +93,8 @@ NOT_COPIED_AHEAD = ('[stack]', '[vvar]', '[vsyscall]')
 
 # The probe's request: Corral's own program, one printed line, run through
 # the wrapper like an execution's (from a pipe rather than a file), with an
-# execution's environment.
+# execution's environment (the Run step's variables among them,
+# internal/lang/python.go: TestPythonSharedWithGo checks).
 PROBE_PROGRAM = b'print(0)\n'
 PROBE_PROGRAM_PATH = '/dev/stdin'
 PROBE_ENV = ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/workspace', 'LANG=C.UTF-8',
@@ -223,7 +223,7 @@ def has_pidfds():
 # Whether a request is one the zygote serves: `python3 -c CODE ARGS` with
 # stdin, stdout, stderr and perhaps a status fd.
 def servable(m, fds):
-    argv = m.get('argv') or []
+    argv = m.get(KEY_ARGV) or []
     return len(argv) >= ARGV_ARGS and argv[ARGV_FLAG] == '-c' and len(fds) in REQUEST_FD_COUNTS
 
 
@@ -315,7 +315,7 @@ def become(z, m, fds, report=None):
     report = install_fds(fds, report)
     enter(z, m)
     main = type(sys)('__main__')
-    code = run(z, m['argv'], main)
+    code = run(z, m[KEY_ARGV], main)
     join_threads()
     run_atexit_handlers()
     code = flush_standard_streams(code)
@@ -356,10 +356,10 @@ def enter(z, m):
     try:
         set_dumpable(z.libc, 1)
         os.environ.clear()
-        for kv in m.get('env') or []:
+        for kv in m.get(KEY_ENV) or []:
             k, _, v = kv.partition('=')
             os.environ[k] = v
-        os.chdir(m.get('dir') or '/')
+        os.chdir(m.get(KEY_DIR) or '/')
         os.umask(z.umask)
     except BaseException as e:
         setup_failed(e)
@@ -583,7 +583,7 @@ def make_spare(z):
     theirs.close()
     if pid > 0:
         try:
-            socket.send_fds(z.ctl, [json.dumps({'spare': pid}).encode()], [mine.fileno()])
+            socket.send_fds(z.ctl, [json.dumps({KEY_SPARE: pid}).encode()], [mine.fileno()])
         except OSError:
             pass
     mine.close()
@@ -667,7 +667,7 @@ def reap_children(z, ready):
             _, status = os.waitpid(pid, 0)
         except ChildProcessError:
             continue
-        z.send({'exited': pid, 'status': status})
+        z.send({KEY_EXITED: pid, KEY_STATUS: status})
 
 
 # Serve a made-up request in a spare that copies nothing ahead, and return
@@ -702,7 +702,7 @@ def probe(z):
     data = b''
     try:
         if pid > 0:
-            req = {'argv': ['python3', '-c', z.run_src, PROBE_PROGRAM_PATH], 'dir': '/', 'env': PROBE_ENV}
+            req = {KEY_ARGV: ['python3', '-c', z.run_src, PROBE_PROGRAM_PATH], KEY_DIR: '/', KEY_ENV: PROBE_ENV}
             socket.send_fds(mine, [json.dumps(req).encode()], [src_r, null, null, null])
             data = read_report(r)
     except OSError:
@@ -736,8 +736,8 @@ def parse_report(data):
 
 # The message that says the zygote is ready.
 def ready(z):
-    return {'ready': {'python': sys.version.split()[0], 'modules': sorted(z.preloaded), 'failed': z.failed},
-            'reaps': z.pidfds}
+    return {KEY_READY: {'python': sys.version.split()[0], 'modules': sorted(z.preloaded), 'failed': z.failed},
+            KEY_REAPS: z.pidfds}
 
 
 # Answer the agent until it closes the control socket: pings, and requests
@@ -756,8 +756,8 @@ def serve(z):
         if not msg:
             os._exit(0)
         m = json.loads(msg)
-        if 'ping' in m:
-            z.send(pong(z, m['ping']))
+        if KEY_PING in m:
+            z.send(pong(z, m[KEY_PING]))
         else:
             fork_child(z, m, fds)
 
@@ -766,10 +766,10 @@ def serve(z):
 # zygote passes on; else a new spare is made first (nothing of the last
 # execution runs any more, so it has seen none of it).
 def pong(z, tag):
-    r = {'pong': tag}
+    r = {KEY_PONG: tag}
     now = inherited_limits()
     if now != z.baseline:
-        r['error'] = 'inherited limits changed: %r, was %r' % (now, z.baseline)
+        r[KEY_ERROR] = 'inherited limits changed: %r, was %r' % (now, z.baseline)
     else:
         make_spare(z)
     return r
@@ -778,15 +778,15 @@ def pong(z, tag):
 # Fork a child for the request m (fork_child_process) and say its pid, or
 # why there is none.
 def fork_child(z, m, fds):
-    rid = m.get('id')
+    rid = m.get(KEY_ID)
     if not servable(m, fds):
         close_fds(fds)
-        z.send({'id': rid, 'error': 'bad request'})
+        z.send({KEY_ID: rid, KEY_ERROR: 'bad request'})
         return
-    failed = lambda e: z.send({'id': rid, 'error': e})
+    failed = lambda e: z.send({KEY_ID: rid, KEY_ERROR: e})
     pid = fork_child_process(z, lambda: start_child(z, m, fds), fds, failed, rid)
     if pid > 0:
-        z.send({'id': rid, 'pid': pid})
+        z.send({KEY_ID: rid, KEY_PID: pid})
 
 
 # In the new process: become the request's program (never returns).

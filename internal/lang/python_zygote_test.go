@@ -3,7 +3,6 @@
 package lang_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,9 +24,8 @@ import (
 	"github.com/corralhq/corral/internal/testenv"
 )
 
-// hostPython runs the zygote in these tests, outside any sandbox: the host
-// image's interpreter, which the pool's sandboxes run too.
-const hostPython = "/usr/bin/python3"
+// hostPython runs the zygote in these tests, outside any sandbox.
+const hostPython = testenv.HostPython
 
 // zygoteTimeout bounds every wait on the zygote or a process it forked, so
 // that a broken zygote fails the test instead of hanging it.
@@ -35,8 +33,7 @@ const zygoteTimeout = 30 * time.Second
 
 func needPython(t testing.TB) {
 	t.Helper()
-	_, err := os.Stat(hostPython)
-	testenv.Need(t, err == nil, hostPython+" (the python zygote's tests run it outside a sandbox)")
+	testenv.NeedPython(t)
 }
 
 // zygoteSource returns the zygote script and the python wrapper it compiles,
@@ -53,81 +50,6 @@ func zygoteSource(t testing.TB) (zygote, wrapper string) {
 	}
 	step := z.ZygoteStep(nil)
 	return step.Argv[2], step.Argv[3]
-}
-
-// TestPythonZygoteParts checks the zygote's functions that need no process
-// of their own: the script is loaded as a module (its entry point runs only
-// as __main__) and each expression is evaluated in it.
-func TestPythonZygoteParts(t *testing.T) {
-	needPython(t)
-	src, _ := zygoteSource(t)
-	maps := strings.Join([]string{
-		"55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]",
-		"7f0000000000-7f0000004000 rw-p 00000000 00:00 0 ",
-		"7f0000004000-7f0000005000 r--p 00000000 08:01 123                        /usr/lib/libc.so.6",
-		"7f0000005000-7f0000006000 rw-s 00000000 00:05 9                          /dev/zero (deleted)",
-		"7f0000010000-7f0010011000 rw-p 00000000 00:00 0 ", // more than MAX_MAPPING_IN_USE
-		"7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]",
-		"7ffc00100000-7ffc00102000 rw-p 00000000 00:00 0                          [vvar]",
-		"",
-	}, "\n")
-	const present, exclusive = 1 << 63, 1 << 56
-	entries, _ := json.Marshal([]uint64{present | exclusive, present | exclusive, present, 0, exclusive, present | exclusive})
-	for _, c := range []struct{ expr, want string }{
-		{`servable({'argv': ['python3', '-c', 'x']}, [0, 1, 2])`, `true`},
-		{`servable({'argv': ['python3', '-c', 'x', 'a', 'b']}, [0, 1, 2, 3])`, `true`},
-		{`servable({'argv': ['python3', '-c', 'x']}, [0, 1])`, `false`},
-		{`servable({'argv': ['python3', '-c', 'x']}, [0, 1, 2, 3, 4])`, `false`},
-		{`servable({'argv': ['python3', '-c']}, [0, 1, 2])`, `false`},
-		{`servable({'argv': ['python3', '-m', 'x']}, [0, 1, 2])`, `false`},
-		{`servable({}, [0, 1, 2])`, `false`},
-		{`[system_exit_status(c) for c in (None, 0, 3, 256 + 7, -1, True)]`, `[0, 0, 3, 7, 255, 1]`},
-		{`clearing_order({'b': 1, '_a': 2, '__doc__': 3, '__builtins__': 4, 'c': 5, '_z': 6, 7: 7})`,
-			`["_a", "_z", "b", "__doc__", "c", 7]`},
-		{`in_use_mappings(` + pyString(maps) + `.splitlines())`,
-			fmt.Sprintf(`[[%d, %d], [%d, %d]]`, 0x55d0c0a00000, 0x55d0c0a21000, 0x7f0000000000, 0x7f0000004000)},
-		{`exclusive_runs(` + string(entries) + `, 0x10000, 0x16000)`,
-			fmt.Sprintf(`[[%d, %d], [%d, %d]]`, 0x10000, 0x12000, 0x15000, 0x16000)},
-		{`parse_report(b'[[4096, 8192], [16384, 20480]]')`, `[[4096, 8192], [16384, 20480]]`},
-		{`[parse_report(b) for b in (b'', b'not json', b'null', b'[[1]]', b'[["a", 2]]')]`, `[[], [], [], [], []]`},
-	} {
-		got := evalZygote(t, src, c.expr)
-		var g, w any
-		if err := json.Unmarshal(got, &g); err != nil {
-			t.Fatalf("%s: %s: %v", c.expr, got, err)
-		}
-		if err := json.Unmarshal([]byte(c.want), &w); err != nil {
-			t.Fatalf("%s: want %s: %v", c.expr, c.want, err)
-		}
-		if d := cmp.Diff(w, g); d != "" {
-			t.Errorf("%s (-want +got):\n%s", c.expr, d)
-		}
-	}
-}
-
-// pyString quotes s as a python string literal (JSON's is one).
-func pyString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
-
-// evalZygote evaluates expr in the zygote script loaded as a module and
-// returns its value as JSON.
-func evalZygote(t *testing.T, src, expr string) []byte {
-	t.Helper()
-	const driver = `import json, sys
-ns = {'__name__': 'corral_zygote_test'}
-exec(compile(sys.argv[1], 'python_zygote.py', 'exec'), ns)
-json.dump(eval(sys.argv[2], ns), sys.stdout)
-`
-	cmd := exec.Command(hostPython, "-c", driver, src, expr)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", expr, err, stderr.Bytes())
-	}
-	return out
 }
 
 // zygoteProc is a zygote started as the agent starts one (a control socket
@@ -596,6 +518,7 @@ print(json.dumps({
     'session_leader': os.getsid(0) == os.getpid(), 'fds': sorted(os.listdir('/proc/self/fd')),
     'handlers': handlers, 'blocked': sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
     'modules': sorted(sys.modules), 'main_names': sorted(vars(sys.modules['__main__'])),
+    'meta_path': [getattr(f, '__qualname__', type(f).__qualname__) for f in sys.meta_path],
 }, sort_keys=True))
 `
 

@@ -19,14 +19,10 @@ type Zygoter interface {
 }
 
 //go:embed python_zygote.py
-var pythonZygoteBody string
+var pythonZygoteScript string
 
-//go:embed python_fork.py
-var pythonFork string
-
-// pythonZygote is the zygote with the forking helpers it shares with the
-// context runner.
-var pythonZygote = pythonFork + pythonZygoteBody
+// pythonZygote is the zygote with the module it imports.
+var pythonZygote = pythonProgram(pythonZygoteScript, corralProtoModule)
 
 // ZygoteStep starts python3 with the zygote script; the child of each
 // request runs `python3 -c CODE ARGS` (the Run step's argv) in-process. The

@@ -7,7 +7,7 @@ BIN := bin/corral
 # The agent inside every sandbox is this same binary: it must be static.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps run test test-unit test-root test-go test-sdk leakcheck lint bench clean image test-image test-helm
+.PHONY: all build deps run test test-unit test-root test-go test-sdk sweep leakcheck lint bench clean image test-image test-helm
 
 all: build
 
@@ -33,7 +33,7 @@ run:
 # sandboxes, and timing checks such as "a 1 s timeout is answered within
 # 1.5 s" need the cores. The five slowest packages are printed at the end;
 # bin/test-timings.txt lists them all.
-test: deps build lint test-unit test-root test-sdk test-helm test-image leakcheck
+test: deps build sweep lint test-unit test-root test-sdk test-helm test-image leakcheck
 	@/usr/bin/python3 scripts/lanes.py report
 
 # Every package with a test outside its *_sandbox_test.go files, as the
@@ -60,10 +60,17 @@ test-sdk:
 test-helm: build
 	cd deploy/helm/test && $(GO) vet ./... && CORRAL_BIN=$(CURDIR)/bin/corral $(GO) test -count=1 ./...
 
+# Before everything: remove what an earlier run, killed half-way, left of
+# its sandboxes (it prints each), so that the leak check after this run
+# sees only this run's. Not while another suite runs on the machine.
+sweep:
+	$(GO) run ./test/leakcheck/sweep
+
 # After everything: no sandbox, cgroup, mount, loop device or process of
-# the suite may remain.
+# the suite may remain (TestNothingLeft); then TestSweep checks that make
+# sweep finds and removes each kind of leftover.
 leakcheck:
-	CORRAL_TEST_STRICT=1 CORRAL_LEAKCHECK=1 $(GO) test -count=1 -run TestNothingLeft ./test/leakcheck
+	CORRAL_TEST_STRICT=1 CORRAL_LEAKCHECK=1 $(GO) test -count=1 -v -run 'TestNothingLeft|TestSweep' ./test/leakcheck
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,29 +1,30 @@
-// Package leakcheck runs after the whole suite (make test) and fails if any
-// test left a sandbox behind: a cgroup, a process, a mount, a loop device
-// or a runtime's state.
 package leakcheck
 
 import (
-	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/runtime/cgroup"
 	"github.com/corralhq/corral/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
+// TestNothingLeft: after the whole suite, no test left anything behind.
 func TestNothingLeft(t *testing.T) {
 	if os.Getenv("CORRAL_LEAKCHECK") != "1" {
 		t.Skip("runs after the whole suite: make leakcheck (CORRAL_LEAKCHECK=1)")
 	}
 	// Dead sandbox inits are reparented to the host's init, which may reap
 	// them a moment later; everything else must already be gone.
-	var left []string
+	var left []Leftover
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		left = leftovers()
+		left = Find()
 		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -33,47 +34,86 @@ func TestNothingLeft(t *testing.T) {
 	}
 }
 
-func leftovers() []string {
-	var left []string
-	for _, child := range cgroup.Children("/" + testenv.CgroupParent) {
-		left = append(left, "cgroup /"+testenv.CgroupParent+"/"+child)
+// TestSweep: what a killed run leaves of a sandbox (a process in its
+// cgroup, a disk mounted twice over, a loop device, a test directory) is
+// found, and make sweep removes all of it. It runs after TestNothingLeft,
+// whose check it would otherwise spoil.
+func TestSweep(t *testing.T) {
+	if os.Getenv("CORRAL_LEAKCHECK") != "1" {
+		t.Skip("takes whatever a test left on the host: make leakcheck (CORRAL_LEAKCHECK=1)")
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		cg, err := os.ReadFile(filepath.Join(p, "cgroup"))
-		if err != nil || !bytes.Contains(cg, []byte("/"+testenv.CgroupParent+"/")) {
-			continue
-		}
-		stat, _ := os.ReadFile(filepath.Join(p, "stat"))
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-		left = append(left, "process "+filepath.Base(p)+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+	testenv.RequireRoot(t)
+	sb := filepath.Join(t.TempDir(), "sandboxes", "runc", "sb-sweep")
+	mnt := filepath.Join(sb, "disk")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	tmp := os.TempDir()
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := f[4]
-		if strings.HasPrefix(mp, tmp+"/") && (strings.Contains(mp, "/sandboxes/") || strings.HasSuffix(mp, "/null-netns")) {
-			left = append(left, "mount "+mp)
+	for range 2 {
+		if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
 		}
 	}
-	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, l := range loops {
-		b, _ := os.ReadFile(l)
-		if s := strings.TrimSpace(string(b)); strings.HasPrefix(s, tmp+"/") && strings.Contains(s, "/sandboxes/") {
-			left = append(left, "loop device "+strings.Split(l, "/")[3]+" backed by "+s)
-		}
+	img := filepath.Join(sb, "disk.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	// Test binaries and throwaway PostgreSQL and Redis servers.
-	dirs, _ := filepath.Glob(filepath.Join(tmp, "corral-test-*"))
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup: %v: %s", err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	bin, err := os.MkdirTemp("", "corral-test-sweep-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := "/" + testenv.CgroupParent + "/sb-sweep"
+	sleep := exec.Command("sleep", "600")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = sleep.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = sleep.Process.Kill() })
+	dirs := []string{filepath.Join(cgroup.Root, "pids", cg), filepath.Join(cgroup.Root, "memory", cg)}
+	if cgroup.Unified() {
+		dirs = []string{filepath.Join(cgroup.Root, cg)}
+	}
 	for _, d := range dirs {
-		left = append(left, "test directory "+d)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return left
+
+	want := []Leftover{
+		{Kind: Cgroup, Path: cg},
+		{Kind: Process, Path: strconv.Itoa(sleep.Process.Pid), Detail: "sleep 600 "},
+		{Kind: Mount, Path: mnt},
+		{Kind: Loop, Path: loop, Detail: "backed by " + img},
+		{Kind: Dir, Path: bin},
+	}
+	found := Find()
+	for _, w := range want {
+		if !slices.Contains(found, w) {
+			t.Errorf("Find did not list %s; it listed %v", w, found)
+		}
+	}
+	if _, err := Sweep(); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if left := Find(); len(left) != 0 {
+		t.Errorf("left after the sweep: %v", left)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Error("the process in the cgroup still runs after the sweep")
+	}
+	for _, p := range []string{mnt, bin} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s still there after the sweep", p)
+		}
+	}
 }

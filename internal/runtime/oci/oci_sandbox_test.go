@@ -58,7 +58,8 @@ func newFixture(t testing.TB, tier runtime.Tier, dataDir string) fixture {
 		t.Fatal(err)
 	}
 	return fixture{rt: rt, env: runtimetest.Env{
-		Image:         img,
+		Rootfs:        img.Rootfs,
+		Mounts:        img.Mounts,
 		PidsAccounted: tier == runtime.TierContainer,
 		NoLeftovers:   func(id string) []string { return leftovers(rt, id) },
 	}}
@@ -116,7 +117,7 @@ func TestRefusedUpdateChangesNothing(t *testing.T) {
 		t.Run(string(tier), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, tier, t.TempDir())
-			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Rootfs, Mounts: f.env.Mounts,
 				Limits: runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128, DiskBytes: 64 << 20}})
 			if err != nil {
 				t.Fatal(err)
@@ -232,7 +233,7 @@ func TestDestroyKillsWhatTheRuntimeDidNotSay(t *testing.T) {
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
 			f := newFixture(t, tier, t.TempDir())
-			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Rootfs, Mounts: f.env.Mounts,
 				Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 64, DiskBytes: 64 << 20}})
 			if err != nil {
 				t.Fatal(err)
@@ -276,7 +277,7 @@ func TestStateDirKnowsSandbox(t *testing.T) {
 		t.Run(string(tier), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, tier, t.TempDir())
-			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+			sb, err := f.rt.Create(t.Context(), runtime.Spec{Rootfs: f.env.Rootfs, Mounts: f.env.Mounts,
 				Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 128, DiskBytes: 32 << 20}})
 			if err != nil {
 				t.Fatal(err)

@@ -63,7 +63,7 @@ func TestPauseFailureRunsOn(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	sb, err := f.rt.Create(ctx, runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+	sb, err := f.rt.Create(ctx, runtime.Spec{Rootfs: f.env.Rootfs, Mounts: f.env.Mounts,
 		Limits:    runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 64, DiskBytes: 64 << 20},
 		Workspace: filepath.Join(dir, "disk.img")})
 	if err != nil {
@@ -109,7 +109,7 @@ func TestRestoreInAnotherRuntime(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	spec := runtime.Spec{Rootfs: f1.env.Image.Rootfs, Mounts: f1.env.Image.Mounts,
+	spec := runtime.Spec{Rootfs: f1.env.Rootfs, Mounts: f1.env.Mounts,
 		Limits:    runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 64, DiskBytes: 64 << 20},
 		Workspace: filepath.Join(dir, "disk.img")}
 	sb, err := f1.rt.Create(ctx, spec)
@@ -167,7 +167,7 @@ func BenchmarkPauseRestore(b *testing.B) {
 	f := newFixture(b, runtime.TierGVisor, b.TempDir())
 	dir := b.TempDir()
 	ctx := context.Background()
-	spec := runtime.Spec{Rootfs: f.env.Image.Rootfs, Mounts: f.env.Image.Mounts,
+	spec := runtime.Spec{Rootfs: f.env.Rootfs, Mounts: f.env.Mounts,
 		Limits:    runtime.Limits{MemoryBytes: 512 << 20, CPUCores: 1, Pids: 128, DiskBytes: 256 << 20},
 		Workspace: filepath.Join(dir, "disk.img")}
 	sb, err := f.rt.Create(ctx, spec)

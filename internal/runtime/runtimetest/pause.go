@@ -58,7 +58,7 @@ func (o *lines) await(t *testing.T, p *agent.Process, want string) {
 // up the process again. Nothing of either sandbox is left after.
 func Pause(t *testing.T, rt runtime.Runtime, env Env) {
 	dir := t.TempDir()
-	spec := runtime.Spec{Rootfs: env.Image.Rootfs, Mounts: env.Image.Mounts, Limits: defaultLimits,
+	spec := runtime.Spec{Rootfs: env.Rootfs, Mounts: env.Mounts, Limits: defaultLimits,
 		Workspace: filepath.Join(dir, "disk.img")}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -18,13 +18,14 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
-	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 )
 
 // Env is what the suite needs besides the runtime.
 type Env struct {
-	Image images.Image
+	// Rootfs and Mounts are the image sandboxes run on (an images.Image's).
+	Rootfs string
+	Mounts []runtime.Mount
 	// NoLeftovers reports what of the sandbox with this id is still on the
 	// host (mounts, cgroups, processes, directories); empty means nothing.
 	NoLeftovers func(id string) []string
@@ -55,7 +56,7 @@ func create(t *testing.T, rt runtime.Runtime, env Env, l runtime.Limits) runtime
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	sb, err := rt.Create(ctx, runtime.Spec{Rootfs: env.Image.Rootfs, Mounts: env.Image.Mounts, Limits: l})
+	sb, err := rt.Create(ctx, runtime.Spec{Rootfs: env.Rootfs, Mounts: env.Mounts, Limits: l})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -348,7 +349,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 
 	t.Run("DestroyLeavesNothing", func(t *testing.T) {
 		t.Parallel()
-		sb, err := rt.Create(t.Context(), runtime.Spec{Rootfs: env.Image.Rootfs, Mounts: env.Image.Mounts, Limits: defaultLimits})
+		sb, err := rt.Create(t.Context(), runtime.Spec{Rootfs: env.Rootfs, Mounts: env.Mounts, Limits: defaultLimits})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -449,7 +450,7 @@ func (h *Holder) Wait(t *testing.T, d time.Duration) (agent.ExitStatus, error) {
 // HangingChild is the body of a helper process for ReapAfterCrash: it
 // creates a sandbox, prints its id and waits to be killed.
 func HangingChild(rt runtime.Runtime, env Env) {
-	sb, err := rt.Create(context.Background(), runtime.Spec{Rootfs: env.Image.Rootfs, Mounts: env.Image.Mounts, Limits: defaultLimits})
+	sb, err := rt.Create(context.Background(), runtime.Spec{Rootfs: env.Rootfs, Mounts: env.Mounts, Limits: defaultLimits})
 	if err != nil {
 		os.Stdout.WriteString("error " + err.Error() + "\n")
 		os.Exit(1)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,13 +74,7 @@ func Find() []Leftover {
 		left = append(left, Leftover{Kind: Process, Path: filepath.Base(p), Detail: strings.ReplaceAll(string(cmd), "\x00", " ")})
 	}
 	tmp := os.TempDir()
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := f[4]
+	for _, mp := range mountPoints() {
 		if strings.HasPrefix(mp, tmp+"/") && (strings.Contains(mp, "/sandboxes/") || strings.HasSuffix(mp, "/null-netns")) {
 			left = append(left, Leftover{Kind: Mount, Path: mp})
 		}
@@ -141,7 +136,7 @@ func Sweep() ([]Leftover, error) {
 				errs = append(errs, err)
 				break
 			}
-			if !mounted(l.Path) {
+			if !slices.Contains(mountPoints(), l.Path) {
 				break
 			}
 		}
@@ -175,14 +170,17 @@ func Sweep() ([]Leftover, error) {
 	return left, errors.Join(errs...)
 }
 
-func mounted(mp string) bool {
+// mountPoints lists this mount namespace's mount points, one per mount
+// (a point mounted over twice is listed twice).
+func mountPoints() []string {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
 	for _, line := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(line); len(f) >= 5 && f[4] == mp {
-			return true
+		if f := strings.Fields(line); len(f) >= 5 {
+			out = append(out, f[4])
 		}
 	}
-	return false
+	return out
 }
 
 // detachLoop detaches a loop device that still has a backing file once its

@@ -44,8 +44,8 @@ var refusals = map[Kind]refusal{
 	KindLimit: {fault.ResourceExhausted, "", false, "the sandbox's agent has as many of these as it may; end one first"},
 }
 
-// aliases are kinds answered as another.
-// ENXIO is what opening a socket answers.
+// aliases are kinds answered as another (ENXIO: what opening a socket
+// answers).
 var aliases = map[Kind]Kind{"EDQUOT": "ENOSPC", "EPERM": "EACCES", "ENFILE": "EMFILE", "ENXIO": KindNotRegular}
 
 // Fault is the fault e is, by its kind alone: the agent's message comes

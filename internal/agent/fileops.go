@@ -364,12 +364,11 @@ func (a *Agent) mkdir(req mkdirRequest) error {
 	}
 	defer unix.Close(dir)
 	name := comps[len(comps)-1]
-	err = unix.Mkdirat(dir, name, 0o755)
-	if err == nil || !errors.Is(err, unix.EEXIST) || !req.Parents {
-		if err != nil {
-			return fmt.Errorf("mkdir %s: %w", req.Path, err)
-		}
+	switch err := unix.Mkdirat(dir, name, 0o755); {
+	case err == nil:
 		return nil
+	case !errors.Is(err, unix.EEXIST) || !req.Parents:
+		return fmt.Errorf("mkdir %s: %w", req.Path, err)
 	}
 	// There already: no error if it is a directory, not a link to one.
 	fd, err := stepDir(dir, name, req.Path, unix.O_PATH)

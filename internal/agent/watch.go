@@ -176,7 +176,7 @@ func (a *Agent) addDir(w *watch, fd int, p string, emit bool) error {
 	if errors.Is(err, unix.ENOSPC) {
 		// The user's inotify watches are used up (programs can use them
 		// all): a limit, not a full disk.
-		err = refuse(KindLimit, "watch %s: the sandbox's user has as many inotify watches as it may", p)
+		err = refuse(KindLimit, "the sandbox's user has as many inotify watches as it may")
 	}
 	if err != nil {
 		err = fmt.Errorf("watch %s: %w", p, err)

@@ -183,24 +183,12 @@ func (a *Agent) onFileRead(f frame) {
 	}
 }
 
+// onList lists one directory: a listing to depth 1, streamed (at most
+// MaxListEntries entries do not fit in one frame).
 func (a *Agent) onList(f frame) {
-	p, ok := a.pathFrame(f)
-	if !ok {
-		return
+	if p, ok := a.pathFrame(f); ok {
+		go a.listDepth(f.id, listRequest{Path: p, Depth: 1})
 	}
-	entries, err := a.list(p)
-	if err != nil {
-		a.fail(f.id, err)
-		return
-	}
-	// Streamed: MaxListEntries entries do not fit in one frame.
-	l := a.newLister(f.id)
-	for _, e := range entries {
-		if err = l.add(e); err != nil {
-			break
-		}
-	}
-	l.done(err)
 }
 
 func (a *Agent) onRemove(f frame) {

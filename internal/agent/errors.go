@@ -25,9 +25,9 @@ const (
 	// KindNotRegular: a file to read is not a regular file (a directory,
 	// a FIFO, a device).
 	KindNotRegular Kind = "not_regular"
-	// KindSymlink: a file to write is a symbolic link, which the agent
-	// does not write through; or a path for a live file operation (stat,
-	// listing to a depth, mkdir, move, watch) passes through one.
+	// KindSymlink: a path passes through a symbolic link, or a file to
+	// read, write, list or watch is one: the agent never goes through a
+	// link (fileops.go).
 	KindSymlink Kind = "symlink_refused"
 	// KindZygote: the zygote a request needs is gone, did not answer in
 	// time, or could not fork.

@@ -27,7 +27,8 @@ var refusals = map[Kind]refusal{
 	"ENOTDIR":      {fault.InvalidArgument, "", true, "a directory named in the path is a file"},
 	"EISDIR":       {fault.InvalidArgument, "", true, "the path is a directory; name a file"},
 	KindNotRegular: {fault.InvalidArgument, "", true, "the path is neither a regular file nor a directory"},
-	KindSymlink:    {fault.InvalidArgument, "", true, "the path is a symbolic link; files are not written through links"},
+	KindSymlink: {fault.InvalidArgument, "", true,
+		"the path is or passes through a symbolic link; file calls never follow links (stat the link to see where it points)"},
 	"ELOOP":        {fault.InvalidArgument, "", true, "the path passes through too many symbolic links"},
 	"ENAMETOOLONG": {fault.InvalidArgument, "", true, "the path is too long for the sandbox's file system"},
 	KindInvalid:    {fault.InvalidArgument, "", true, "the path is not valid in the sandbox"},
@@ -43,8 +44,9 @@ var refusals = map[Kind]refusal{
 	KindLimit: {fault.ResourceExhausted, "", false, "the sandbox's agent has as many of these as it may; end one first"},
 }
 
-// aliases are kinds answered as another.
-var aliases = map[Kind]Kind{"EDQUOT": "ENOSPC", "EPERM": "EACCES", "ENFILE": "EMFILE"}
+// aliases are kinds answered as another (ENXIO: what opening a socket
+// answers).
+var aliases = map[Kind]Kind{"EDQUOT": "ENOSPC", "EPERM": "EACCES", "ENFILE": "EMFILE", "ENXIO": KindNotRegular}
 
 // Fault is the fault e is, by its kind alone: the agent's message comes
 // from inside the sandbox and is never sent.

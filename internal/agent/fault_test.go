@@ -43,6 +43,13 @@ func TestRefusalFault(t *testing.T) {
 		{"EPERM", fault.PermissionDenied},
 		{"EDQUOT", fault.ResourceExhausted},
 		{KindSymlink, fault.InvalidArgument},
+		// What a hostile path provokes (issue 26): a client's error.
+		{"EROFS", fault.InvalidArgument},
+		{"ENAMETOOLONG", fault.InvalidArgument},
+		{"ELOOP", fault.InvalidArgument},
+		{"ENOTDIR", fault.InvalidArgument},
+		{"EXDEV", fault.InvalidArgument},
+		{"ENXIO", fault.InvalidArgument}, // a socket opened
 		{"EIO", fault.Internal},
 		{KindZygote, fault.Internal},
 	} {

@@ -14,23 +14,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The live file operations (stat, listing to a depth, mkdir, move, and the
-// directories a watch follows) reach a path one component at a time from
-// its root, /workspace or /tmp, opening each directory from the one before
-// with O_NOFOLLOW. A symbolic link on the way is refused (KindSymlink)
-// wherever it points, and the last component is never followed: a link
-// there is described, moved or refused, never gone through. That is the
-// rule the host applies to artifacts (openat2 with RESOLVE_NO_SYMLINKS),
-// made of system calls that gVisor and every kernel have (every step is an
-// O_PATH open: see stepDir). As for every file operation, the agent acts as
-// the sandbox's user.
+// Every file operation (stat, listings, mkdir, move, the directories a
+// watch follows, and the uploads, reads and removes of files.go) reaches a
+// path one component at a time from its root, /workspace or /tmp, opening
+// each directory from the one before with O_NOFOLLOW. A symbolic link on
+// the way is refused (KindSymlink) wherever it points, and the last
+// component is never followed: a link there is described, moved, removed
+// or refused, never gone through. That is the rule the host applies to
+// artifacts (openat2 with RESOLVE_NO_SYMLINKS), made of system calls that
+// gVisor and every kernel have (every step is an O_PATH open: see
+// stepDir), where openat2 would do only the opens: a removal, a rename and
+// a mkdir still act by name in a directory held open. As for every file
+// operation, the agent acts as the sandbox's user.
 
 // confine splits p, an absolute and clean path, into the writable root it
 // lies under and its components below that root. rootOK admits the root
 // itself (no components).
 func confine(p string, rootOK bool) (string, []string, error) {
-	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsRune(p, 0) {
 		return "", nil, refuse(KindInvalid, "path %q is not absolute and clean", p)
+	}
+	if len(p) >= unix.PathMax {
+		// What the kernel answers for a path this long, though the walk
+		// never hands it the whole path.
+		return "", nil, fmt.Errorf("path of %d bytes: %w", len(p), unix.ENAMETOOLONG)
 	}
 	for _, root := range writableRoots {
 		if p == root && rootOK {
@@ -98,6 +105,36 @@ func (a *Agent) walkDir(root string, comps []string, flags int) (int, error) {
 			step = flags
 		}
 		next, err := stepDir(fd, c, p, step)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// walkMaking is walkDir with flags O_PATH, making the directories on the
+// way that are missing (mode 0755); a link on the way is KindSymlink, as a
+// step of walkDir.
+func (a *Agent) walkMaking(root string, comps []string) (int, error) {
+	fd, err := a.walkDir(root, nil, unix.O_PATH)
+	if err != nil {
+		return -1, err
+	}
+	p := root
+	for _, c := range comps {
+		p += "/" + c
+		next, err := stepDir(fd, c, p, unix.O_PATH)
+		if errors.Is(err, unix.ENOENT) {
+			// Made here, or meanwhile by a program: either is the
+			// directory to go on from.
+			if err := unix.Mkdirat(fd, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				unix.Close(fd)
+				return -1, fmt.Errorf("mkdir %s: %w", p, err)
+			}
+			next, err = stepDir(fd, c, p, unix.O_PATH)
+		}
 		unix.Close(fd)
 		if err != nil {
 			return -1, err
@@ -316,34 +353,30 @@ func (a *Agent) mkdir(req mkdirRequest) error {
 	if err != nil {
 		return err
 	}
-	fd, err := a.walkDir(root, nil, unix.O_PATH)
+	var dir int
+	if req.Parents {
+		dir, err = a.walkMaking(root, comps[:len(comps)-1])
+	} else {
+		dir, err = a.walkDir(root, comps[:len(comps)-1], unix.O_PATH)
+	}
 	if err != nil {
 		return err
 	}
-	p := root
-	for i, c := range comps {
-		p += "/" + c
-		last := i == len(comps)-1
-		if last || req.Parents {
-			err := unix.Mkdirat(fd, c, 0o755)
-			if err == nil && last {
-				unix.Close(fd)
-				return nil
-			}
-			if err != nil && (!errors.Is(err, unix.EEXIST) || last && !req.Parents) {
-				unix.Close(fd)
-				return fmt.Errorf("mkdir %s: %w", p, err)
-			}
-		}
-		next, err := stepDir(fd, c, p, unix.O_PATH)
-		unix.Close(fd)
-		if last && errors.Is(err, unix.ENOTDIR) {
-			return fmt.Errorf("mkdir %s: %w", p, unix.EEXIST)
-		}
-		if err != nil {
-			return err
-		}
-		fd = next
+	defer unix.Close(dir)
+	name := comps[len(comps)-1]
+	switch err := unix.Mkdirat(dir, name, 0o755); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, unix.EEXIST) || !req.Parents:
+		return fmt.Errorf("mkdir %s: %w", req.Path, err)
+	}
+	// There already: no error if it is a directory, not a link to one.
+	fd, err := stepDir(dir, name, req.Path, unix.O_PATH)
+	if errors.Is(err, unix.ENOTDIR) {
+		return fmt.Errorf("mkdir %s: %w", req.Path, unix.EEXIST)
+	}
+	if err != nil {
+		return err
 	}
 	unix.Close(fd)
 	return nil

@@ -12,12 +12,19 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The agent places, reads, lists and removes files for the host as the
-// sandbox's user, in the sandbox's own view of the file system: a link a
-// program planted resolves where the program could have gone anyway, never
-// to the host.
+// sandbox's user, in the sandbox's own view of the file system, and never
+// through a symbolic link: every path is walked from its writable root one
+// component at a time (fileops.go), and the last component is acted on by
+// name in the directory reached. A link on the way is refused wherever it
+// points; a link at the end is removed as itself, and refused for a read,
+// a write or a listing. Reads too: the agent is not the program. It is the
+// sandbox's PID 1 and may read what the program may not (its own /proc/1,
+// non-dumpable), so a link a program planted could lead a read there.
 
 // writableRoots are where the host may place files.
 var writableRoots = []string{"/workspace", "/tmp"}
@@ -39,50 +46,69 @@ func checkPath(p string) error {
 // abandoned upload leaves nothing (a disk filled by half a file, or a
 // file cut short that looks whole) and a reader never sees half of it.
 type upload struct {
-	f          *os.File
-	tmp, path  string
-	sandboxDst string // the path as the sandbox names it, for errors
+	f *os.File
+	// dir is the directory it is placed in, open with O_PATH: the hidden
+	// file is made, renamed and removed there by name, so that no link
+	// put in the way meanwhile is gone through.
+	dir       int
+	tmp, name string
+	// sandboxDst is the path as the sandbox names it, for errors.
+	sandboxDst string
 }
 
 // discardUpload is the payload of a msgFileEnd that abandons the upload.
 const discardUpload = "discard"
 
+// createFile begins the upload h names, making the directories on its way
+// (mode 0755).
 func (a *Agent) createFile(h fileHeader) (*upload, error) {
-	if err := checkPath(h.Path); err != nil {
+	root, comps, err := confine(h.Path, false)
+	if err != nil {
 		return nil, err
 	}
-	path := a.hostPath(h.Path)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", filepath.Dir(h.Path), err)
+	dir, err := a.walkMaking(root, comps[:len(comps)-1])
+	if err != nil {
+		return nil, err
 	}
+	u, err := startUpload(dir, comps[len(comps)-1], h)
+	if err != nil {
+		unix.Close(dir)
+		return nil, err
+	}
+	return u, nil
+}
+
+// startUpload makes the hidden file of the upload of name in dir.
+func startUpload(dir int, name string, h fileHeader) (*upload, error) {
 	// What the path is now decides before any byte comes: a link is not
 	// written through, a directory not replaced, a name too long refused.
-	switch st, err := os.Lstat(path); {
-	case err == nil && st.Mode()&os.ModeSymlink != 0:
+	var st unix.Stat_t
+	switch err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		return nil, refuse(KindSymlink, "create %s: a symbolic link, not written through", h.Path)
-	case err == nil && st.IsDir():
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return nil, fmt.Errorf("create %s: %w", h.Path, syscall.EISDIR)
-	case err != nil && !errors.Is(err, os.ErrNotExist):
+	case err != nil && !errors.Is(err, unix.ENOENT):
 		return nil, fmt.Errorf("create %s: %w", h.Path, err)
 	}
-	mode := os.FileMode(h.Mode & 0o777)
+	mode := h.Mode & 0o777
 	if mode == 0 {
 		mode = 0o644
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(filepath.Dir(path), ".corral-upload-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+	tmp := ".corral-upload-" + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", h.Path, err)
 	}
 	// The umask may have taken bits of mode away.
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		os.Remove(tmp)
+	if err := unix.Fchmod(fd, mode); err != nil {
+		unix.Close(fd)
+		unix.Unlinkat(dir, tmp, 0)
 		return nil, fmt.Errorf("create %s: %w", h.Path, err)
 	}
-	return &upload{f: f, tmp: tmp, path: path, sandboxDst: h.Path}, nil
+	return &upload{f: os.NewFile(uintptr(fd), h.Path), dir: dir, tmp: tmp, name: name, sandboxDst: h.Path}, nil
 }
 
 // write adds p to the upload; on error the upload is gone.
@@ -94,14 +120,17 @@ func (u *upload) write(p []byte) error {
 	return nil
 }
 
-// place closes the upload and renames it into place; on error it is gone.
+// place closes the upload and renames it into place (a link there now is
+// replaced, as rename(2) replaces it, not gone through); on error it is
+// gone.
 func (u *upload) place() error {
+	defer unix.Close(u.dir)
 	if err := u.f.Close(); err != nil {
-		os.Remove(u.tmp)
+		unix.Unlinkat(u.dir, u.tmp, 0)
 		return fmt.Errorf("close %s: %w", u.sandboxDst, err)
 	}
-	if err := os.Rename(u.tmp, u.path); err != nil {
-		os.Remove(u.tmp)
+	if err := unix.Renameat(u.dir, u.tmp, u.dir, u.name); err != nil {
+		unix.Unlinkat(u.dir, u.tmp, 0)
 		return fmt.Errorf("place %s: %w", u.sandboxDst, err)
 	}
 	return nil
@@ -110,26 +139,49 @@ func (u *upload) place() error {
 // discard drops the upload.
 func (u *upload) discard() {
 	u.f.Close()
-	os.Remove(u.tmp)
+	unix.Unlinkat(u.dir, u.tmp, 0)
+	unix.Close(u.dir)
+}
+
+// openFile opens the regular file at p for reading; a link there is
+// KindSymlink, anything else that is not a regular file KindNotRegular.
+func (a *Agent) openFile(p string) (*os.File, error) {
+	dir, name, err := a.openParent(p)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	// Without O_DIRECTORY, gVisor honours O_NOFOLLOW as Linux does (see
+	// stepDir). O_NONBLOCK: a FIFO must not wait for a writer.
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		var st unix.Stat_t
+		if errors.Is(err, unix.ELOOP) && unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil, refuse(KindSymlink, "%s is a symbolic link, not read through", p)
+		}
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", p, err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, refuse(KindNotRegular, "%s is not a regular file", p)
+	}
+	return f, nil
 }
 
 // readFile streams a regular file to the host.
 func (a *Agent) readFile(id uint32, p string) {
-	f, err := os.OpenFile(a.hostPath(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := a.openFile(p)
 	if err != nil {
-		a.fail(id, fmt.Errorf("open: %w", err))
+		a.fail(id, err)
 		return
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		a.fail(id, fmt.Errorf("stat: %w", err))
-		return
-	}
-	if !st.Mode().IsRegular() {
-		a.fail(id, refuse(KindNotRegular, "%s is not a regular file", p))
-		return
-	}
 	buf := make([]byte, 256<<10)
 	for {
 		n, err := f.Read(buf)
@@ -149,40 +201,79 @@ func (a *Agent) readFile(id uint32, p string) {
 	}
 }
 
-// list lists a directory, at most MaxListEntries of it. Anything else is
-// ENOTDIR at once: opening a FIFO a program made without O_NONBLOCK would
-// wait for a writer, and stall every frame behind this one.
-func (a *Agent) list(dir string) ([]Entry, error) {
-	d, err := os.OpenFile(a.hostPath(dir), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+// remove removes the file, link or directory tree at p; nothing there is
+// no error.
+func (a *Agent) remove(p string) error {
+	dir, name, err := a.openParent(p)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("open: %w", err)
+		return err
 	}
-	defer d.Close()
-	infos, err := d.Readdir(MaxListEntries)
-	if err != nil && err != io.EOF {
-		return nil, fmt.Errorf("list: %w", err)
-	}
-	out := make([]Entry, 0, len(infos))
-	for _, fi := range infos {
-		e := Entry{Name: fi.Name(), Path: dir + "/" + fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UTC(), Type: "other"}
-		switch {
-		case fi.IsDir():
-			e.Type, e.Dir = "dir", true
-		case fi.Mode()&os.ModeSymlink != 0:
-			e.Type = "symlink"
-			e.SymlinkTarget, _ = os.Readlink(a.hostPath(e.Path))
-		case fi.Mode().IsRegular():
-			e.Type = "file"
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	defer unix.Close(dir)
+	return removeAt(dir, name, p)
 }
 
-// remove removes a file or directory tree.
-func (a *Agent) remove(p string) error {
-	if err := os.RemoveAll(a.hostPath(p)); err != nil {
-		return fmt.Errorf("remove: %w", err)
+// removeBatch is how many names of a directory removeAt reads at once.
+const removeBatch = 1024
+
+// removeAt removes name in the directory dir (p is its path): a link as
+// itself, a directory with what is in it, each entry by name in a
+// directory opened without following a link. What went meanwhile is no
+// error.
+func removeAt(dir int, name, p string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := unix.Unlinkat(dir, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove %s: %w", p, err)
+		}
+		return nil
+	}
+	// A directory: removed at once when empty (even one its user may not
+	// read); else emptied a batch of names at a time (each batch read
+	// again from its start, as removing shifts what is left), then
+	// removed. Each batch removes every name it read or fails, so this
+	// ends.
+	switch err := unix.Unlinkat(dir, name, unix.AT_REMOVEDIR); {
+	case err == nil || errors.Is(err, unix.ENOENT):
+		return nil
+	case !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	for {
+		fd, err := stepDir(dir, name, p, unix.O_RDONLY)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		names, err := readNames(fd, removeBatch)
+		if err != nil {
+			err = fmt.Errorf("remove %s: %w", p, err)
+		}
+		for _, n := range names {
+			if err == nil {
+				err = removeAt(fd, n, p+"/"+n)
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		if len(names) < removeBatch {
+			break
+		}
+	}
+	if err := unix.Unlinkat(dir, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove %s: %w", p, err)
 	}
 	return nil
 }

@@ -173,6 +173,11 @@ func (a *Agent) addDir(w *watch, fd int, p string, emit bool) error {
 		return nil
 	}
 	wd, err := unix.InotifyAddWatch(s.fd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
+	if errors.Is(err, unix.ENOSPC) {
+		// The user's inotify watches are used up (programs can use them
+		// all): a limit, not a full disk.
+		err = refuse(KindLimit, "the sandbox's user has as many inotify watches as it may")
+	}
 	if err != nil {
 		err = fmt.Errorf("watch %s: %w", p, err)
 		if p != w.root {

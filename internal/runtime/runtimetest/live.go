@@ -3,6 +3,7 @@ package runtimetest
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -131,6 +132,7 @@ func live(t *testing.T, rt runtime.Runtime, env Env) {
 				t.Errorf("mkdir under %s: %v", p, err)
 			}
 		}
+		linksPlanted(t, sb)
 	})
 
 	t.Run("Watch", func(t *testing.T) {
@@ -177,6 +179,52 @@ func live(t *testing.T, rt runtime.Runtime, env Env) {
 		}
 		flat.waitFor(t, agent.WatchEvent{Path: "/tmp/t", Op: agent.OpCreate})
 	})
+}
+
+// linksPlanted: a write, read, listing or removal never goes through a
+// link a program planted, first in the path, in its middle or last, to /,
+// to /tmp (out of /workspace) or inside: each is KindSymlink, and nothing
+// is written or removed where the link leads.
+func linksPlanted(t *testing.T, sb runtime.Sandbox) {
+	ctx := t.Context()
+	c := sb.Agent()
+	if st, out := Exec(t, sb, "sh", "-c", "mkdir -p lk/sub && ln -s / root && ln -s /tmp tl && ln -s /tmp lk/mid && "+
+		"ln -s /tmp/keep lk/last && ln -s sub lk/in && echo keep > /tmp/keep && mkdir /tmp/kd && echo keep > /tmp/kd/f"); st.Code != 0 {
+		t.Fatalf("plant links: %+v %s", st, out.ErrString())
+	}
+	write := func(p string) error { return c.WriteFile(ctx, p, 0o644, strings.NewReader("written")) }
+	ops := map[string]func(string) error{
+		"write":  write,
+		"read":   func(p string) error { return c.ReadFile(ctx, p, io.Discard) },
+		"list":   func(p string) error { _, err := c.List(ctx, p); return err },
+		"remove": func(p string) error { return c.Remove(ctx, p) },
+	}
+	for _, p := range []string{"/workspace/root/tmp/new", "/workspace/root/tmp/keep", "/workspace/root/etc/passwd",
+		"/workspace/root/tmp/kd", "/workspace/tl/new", "/workspace/tl/kd/f", "/workspace/lk/mid/keep", "/workspace/lk/mid/new/x",
+		"/workspace/lk/in/x"} {
+		for name, op := range ops {
+			if err := op(p); !errors.Is(err, agent.KindSymlink) {
+				t.Errorf("%s %s: %v, want %v", name, p, err, agent.KindSymlink)
+			}
+		}
+	}
+	for _, p := range []string{"/workspace/root", "/workspace/lk/last", "/workspace/lk/in"} {
+		for _, name := range []string{"write", "read", "list"} {
+			if err := ops[name](p); !errors.Is(err, agent.KindSymlink) {
+				t.Errorf("%s %s: %v, want %v", name, p, err, agent.KindSymlink)
+			}
+		}
+	}
+	// A link at the end is removed as itself.
+	if err := c.Remove(ctx, "/workspace/lk"); err != nil {
+		t.Errorf("remove a tree of links: %v", err)
+	}
+	if err := c.Remove(ctx, "/workspace/root"); err != nil {
+		t.Errorf("remove a link to /: %v", err)
+	}
+	if st, out := Exec(t, sb, "sh", "-c", "cat /tmp/keep /tmp/kd/f && test ! -e /tmp/new && test ! -e /workspace/lk && test ! -e /workspace/root"); st.Code != 0 || out.String() != "keep\nkeep\n" {
+		t.Errorf("after the calls through links, /tmp holds %q (%+v %s)", out.String(), st, out.ErrString())
+	}
 }
 
 // liveOutput collects a process's output and tells waiters when more came.

@@ -158,7 +158,7 @@ func timeoutOf(w http.ResponseWriter, t *int64) (time.Duration, bool) {
 		refuse(w, fault.InvalidArgument, "timeout is a number of seconds, 0 or more")
 		return 0, false
 	}
-	return time.Duration(*t) * time.Second, true
+	return validate.Duration(*t, time.Second), true
 }
 
 // readTimeout reads a {"timeout": seconds} body (timeout, connect,

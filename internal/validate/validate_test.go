@@ -2,8 +2,10 @@ package validate
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/fault"
@@ -136,6 +138,30 @@ func TestRenamed(t *testing.T) {
 		}
 		if err != nil || v != c.want || old != "" {
 			t.Errorf("%+v: %v, tier %q, isolation %q", c, err, v, old)
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		unit time.Duration
+		want time.Duration
+	}{
+		{0, time.Second, 0},
+		{300, time.Second, 300 * time.Second},
+		{-1, time.Second, -time.Second},
+		{math.MinInt64, time.Second, math.MinInt64},
+		{math.MaxInt64, time.Second, math.MaxInt64},
+		{math.MaxInt64 / int64(time.Second), time.Second, time.Duration(math.MaxInt64/int64(time.Second)) * time.Second},
+		{math.MaxInt64/int64(time.Second) + 1, time.Second, math.MaxInt64},
+		{math.MinInt64/int64(time.Second) - 1, time.Second, math.MinInt64},
+		{math.MinInt64, time.Nanosecond, math.MinInt64},
+		{-9223372036854, time.Millisecond, -9223372036854 * time.Millisecond},
+		{-9223372036855, time.Millisecond, math.MinInt64},
+	} {
+		if got := Duration(c.n, c.unit); got != c.want {
+			t.Errorf("Duration(%d, %v) = %d, want %d", c.n, c.unit, got, c.want)
 		}
 	}
 }

@@ -5,10 +5,14 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"testing"
 
+	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -68,7 +72,7 @@ func TestBodyCutShort(t *testing.T) {
 			if rt.json {
 				h.Set("Content-Type", "application/json")
 			}
-			res := testenv.CutShort(t, s.url, rt.method, rt.path, h)
+			res := testenv.CutShort(t, s.url, rt.method, rt.path, h, "")
 			if res == nil {
 				return // closed without an answer
 			}
@@ -125,5 +129,53 @@ func TestBodyIntegerRanges(t *testing.T) {
 	}
 	for _, body := range []string{`{"limits":{"cpu_cores":1e308}}`, `{"limits":{"cpu_cores":-1e308}}`, `{"limits":{"memory_mb":1e30}}`} {
 		s.fail(keyAlpha, "POST", "/v1/sandboxes", body, http.StatusBadRequest, "invalid_request")
+	}
+}
+
+// TestFieldBounds: a working directory or a path over PATH_MAX (5,000
+// bytes, 1 MB) or NAME_MAX, and a cell's code over 1 MiB, are refused 400
+// naming the field and the bound, in the words E2B's code interpreter
+// answers them with (internal/e2b/interp), before the sandbox is asked;
+// the sandbox lives on.
+func TestFieldBounds(t *testing.T) {
+	s, _, cid := bodyStack(t)
+	for _, cwd := range []string{
+		"/" + strings.Repeat("a", 5000),
+		"/" + strings.Repeat("a", 1<<20),
+		"/workspace/" + strings.Repeat("n", validate.MaxName+1),
+		"/work\x00space",
+	} {
+		want := validate.CheckAbsPath(cwd).Error()
+		for _, c := range []struct{ path, field, body string }{
+			{"/v1/sandboxes/box/contexts", "cwd", jsonOf(t, sandbox.ContextRequest{Language: "python", Cwd: cwd})},
+			{"/v1/sandboxes/box/processes", "cwd", jsonOf(t, sandbox.StartProcessRequest{Shell: "true", Cwd: cwd})},
+			{"/v1/sandboxes/box/files/mkdir", "path", jsonOf(t, map[string]string{"path": cwd})},
+		} {
+			e, _ := s.fail(keyAlpha, "POST", c.path, c.body, http.StatusBadRequest, "invalid_request")
+			if e.Field != c.field || !strings.Contains(e.Message, want) {
+				t.Errorf("POST %s, %d bytes: %+v; want field %s saying %q", c.path, len(cwd), e, c.field, want)
+			}
+		}
+		if len(cwd) < 8000 {
+			e, _ := s.fail(keyAlpha, "PUT", "/v1/sandboxes/box/files?path="+url.QueryEscape(cwd), "x", http.StatusBadRequest, "invalid_request")
+			if e.Field != "path" || !strings.Contains(e.Message, want) {
+				t.Errorf("PUT a file, %d bytes: %+v; want field path saying %q", len(cwd), e, want)
+			}
+		}
+	}
+	code := strings.Repeat("#", kernel.MaxCodeSize+1)
+	e, _ := s.fail(keyAlpha, "POST", "/v1/sandboxes/box/contexts/"+cid+"/run", jsonOf(t, sandbox.RunCodeRequest{Code: code}),
+		http.StatusBadRequest, "invalid_request")
+	if e.Field != "code" {
+		t.Errorf("code over 1 MiB: %+v", e)
+	}
+	e, _ = s.fail(keyAlpha, "POST", "/v1/sandboxes/box/contexts", `{"env":{"PATH":"/x"}}`, http.StatusBadRequest, "invalid_request")
+	if e.Field != "env.PATH" {
+		t.Errorf("a context's env of PATH: %+v", e)
+	}
+	var info sandbox.Info
+	s.call(keyAlpha, "GET", "/v1/sandboxes/box", "", http.StatusOK, &info)
+	if info.State != "running" || info.Restarts != 0 {
+		t.Errorf("after the refusals: %+v", info)
 	}
 }

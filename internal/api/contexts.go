@@ -45,6 +45,10 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !s.decode(w, r, &req) {
 		return
 	}
+	if err := validate.CheckEnv(req.Env); err != nil {
+		s.fail(w, err)
+		return
+	}
 	o := kernel.ContextOptions{Language: req.Language, Cwd: req.Cwd}
 	if o.Language == "" {
 		o.Language = "python"
@@ -168,6 +172,10 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	var req sandbox.RunCodeRequest
 	if !s.decode(w, r, &req) {
+		return
+	}
+	if err := kernel.CheckCode(req.Code); err != nil {
+		s.fail(w, err)
 		return
 	}
 	timeout := validate.Duration(req.TimeoutSeconds, time.Second)

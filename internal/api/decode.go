@@ -8,19 +8,15 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-// maxBody caps the JSON body of every /v1 call but a submission (whose
-// cap is Config.MaxBodyBytes).
-const maxBody = 256 << 10
-
 // rules are /v1's: unknown fields are refused (a misspelt "limit"
 // silently ignored would run with the defaults).
 var rules = httpbody.Rules{KnownFields: true}
 
-// decode reads a call's JSON body (httpbody: at most maxBody, one value,
-// unknown fields refused) into v and answers a bad one; it reports
-// whether v was read. An empty body leaves v as it is.
+// decode reads a call's JSON body (httpbody: at most httpbody.MaxJSON,
+// one value, unknown fields refused) into v and answers a bad one; it
+// reports whether v was read. An empty body leaves v as it is.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	if err := httpbody.ReadJSON(w, r, maxBody, v, rules); err != nil {
+	if err := httpbody.ReadJSON(w, r, httpbody.MaxJSON, v, rules); err != nil {
 		s.fail(w, err)
 		return false
 	}

@@ -72,7 +72,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !s.sandboxesOn(w) {
 		return
 	}
-	raw, err := httpbody.Read(w, r, maxBody)
+	raw, err := httpbody.Read(w, r, httpbody.MaxJSON)
 	var req sandbox.CreateSandboxRequest
 	if err == nil {
 		err = httpbody.Decode(raw, &req, rules)
@@ -354,7 +354,7 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, t *Tenant)
 	p, err := s.proc(t, id, pid)
 	var n int64
 	if err == nil {
-		n, err = p.WriteStdin(r.Context(), httpbody.Reader(w, r, maxUpload))
+		n, err = p.WriteStdin(r.Context(), httpbody.Reader(w, r, httpbody.MaxFile))
 	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
@@ -499,7 +499,7 @@ func (s *Server) writeSandboxFile(w http.ResponseWriter, r *http.Request, t *Ten
 	sb, err := s.box(t, id)
 	var f sandbox.SandboxFile
 	if err == nil {
-		f, err = sb.WriteFile(r.Context(), p, httpbody.Reader(w, r, maxUpload))
+		f, err = sb.WriteFile(r.Context(), p, httpbody.Reader(w, r, httpbody.MaxFile))
 	}
 	s.reply(w, http.StatusOK, f, err)
 }

@@ -15,10 +15,6 @@ import (
 	"github.com/corralhq/corral/internal/validate"
 )
 
-// maxUpload caps one uploaded file, of a session or a sandbox (its disk
-// caps it further), and one write to a process's stdin.
-const maxUpload = 1 << 30
-
 // sessionBody is the optional body of PUT /v1/sessions/{id}.
 type sessionBody struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
@@ -231,7 +227,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !s.route(w, r, t, id, claimSession) {
 		return
 	}
-	err := s.sessions.Upload(r.Context(), t.Name, id, r.PathValue("path"), httpbody.Reader(w, r, maxUpload))
+	err := s.sessions.Upload(r.Context(), t.Name, id, r.PathValue("path"), httpbody.Reader(w, r, httpbody.MaxFile))
 	s.reply(w, http.StatusNoContent, nil, err)
 }
 

@@ -18,6 +18,11 @@ import (
 	"github.com/corralhq/corral/internal/fault"
 )
 
+// MaxFile caps one file a client uploads, and one write to a process's
+// stdin, on every wire (/v1's session and sandbox files, envd's /files):
+// the sandbox's disk caps it further.
+const MaxFile = 1 << 30
+
 var (
 	// ErrIncomplete: the body could not be read to its end. The client
 	// sent less than it declared, or closed the connection, or its

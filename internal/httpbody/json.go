@@ -25,6 +25,13 @@ type Rules struct {
 	Required bool
 }
 
+// MaxJSON caps a JSON body on every wire (/v1's calls but a submission,
+// whose cap is max_body_bytes; E2B's REST API and code interpreter): a
+// cell's code (1 MiB, internal/kernel) JSON-escaped, and room for the
+// rest. Every field has a bound of its own, far below it, checked as the
+// call is decoded; this cap only stops a body too large to read.
+const MaxJSON = 2<<20 + 64<<10
+
 // ErrJSON: the body is not the JSON value the call takes. Its code,
 // invalid_json, is /v1's; the other wires answer its kind.
 var ErrJSON = &fault.Error{Kind: fault.InvalidArgument, Code: "invalid_json",

@@ -14,11 +14,12 @@ import (
 )
 
 // CutShort sends method target (a path and query) to the server at base
-// with a body that declares 100000 bytes (Content-Length) but holds five,
-// then half-closes the connection: a client gone mid-body. It returns
-// the answer, or nil when the server closed the connection without one
-// (which is a fine answer too). header are more header lines.
-func CutShort(t testing.TB, base, method, target string, header http.Header) *http.Response {
+// with a body that declares 100000 bytes (Content-Length) but holds only
+// sent ("hello" if empty), then half-closes the connection: a client gone
+// mid-body. It returns the answer, or nil when the server closed the
+// connection without one (a fine answer too); no answer within 20 s
+// fails t. header are more header lines.
+func CutShort(t testing.TB, base, method, target string, header http.Header, sent string) *http.Response {
 	t.Helper()
 	u, err := url.Parse(base)
 	if err != nil {
@@ -36,7 +37,10 @@ func CutShort(t testing.TB, base, method, target string, header http.Header) *ht
 			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
 		}
 	}
-	req.WriteString("\r\nhello")
+	if sent == "" {
+		sent = "hello"
+	}
+	req.WriteString("\r\n" + sent)
 	if _, err := io.WriteString(c, req.String()); err != nil {
 		t.Fatal(err)
 	}

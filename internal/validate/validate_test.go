@@ -165,3 +165,38 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckAbsPath(t *testing.T) {
+	name := strings.Repeat("n", MaxName)
+	long := "/" + strings.Repeat(name+"/", MaxPath/(MaxName+1)+1)
+	long = long[:MaxPath]
+	for _, c := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/", true},
+		{"/workspace", true},
+		{"/workspace/" + name, true},
+		{"/workspace/" + name + "n", false},
+		{long, true},
+		{long + "x", false},
+		{"/" + strings.Repeat("a", 5000), false},
+		{"/" + strings.Repeat("a", 1<<20), false},
+		{"", false},
+		{"workspace", false},
+		{"/workspace/", false},
+		{"/workspace/../etc", false},
+		{"/workspace/./a", false},
+		{"/workspace//a", false},
+		{"/work\x00space", false},
+		{"/ünï/ß", true},
+	} {
+		err := CheckAbsPath(c.path)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckAbsPath(%.40q… %d bytes) = %v, want ok %v", c.path, len(c.path), err, c.ok)
+		}
+		if err != nil && len(err.Error()) > 200 {
+			t.Errorf("a refusal quotes the path: %.80s…", err)
+		}
+	}
+}

@@ -255,11 +255,14 @@ test('a wrong or missing access token is refused', async () => {
   const h = { 'Content-Type': 'application/json' }
   const missing = await sandboxFetch('/execute', 49999, undefined, { method: 'POST', body, headers: h })
   assert.equal(missing.status, 401)
+  // A token that does not open the sandbox finds it gone (502), as one
+  // for a sandbox that is not there: the answer tells nobody which ids
+  // exist.
   const wrong = await sandboxFetch('/execute', 49999, `${sbx.envdAccessToken}x`, { method: 'POST', body, headers: h })
-  assert.equal(wrong.status, 401)
+  assert.equal(wrong.status, 502)
   const tenant = sbx.envdAccessToken.split('.')[0]
   const envd = await sandboxFetch('/files?path=/etc/hostname', 49983, `${tenant}.${'0'.repeat(64)}`)
-  assert.equal(envd.status, 401)
+  assert.equal(envd.status, 502)
   // A sandbox the token's tenant does not have is gone, as E2B's proxy
   // answers (502), whoever else may have one of that id.
   const nosuch = await fetch(`${sandboxURL}/execute`, {

@@ -179,3 +179,31 @@ func TestFieldBounds(t *testing.T) {
 		t.Errorf("after the refusals: %+v", info)
 	}
 }
+
+// TestBodyCutShortForwarded: a body cut short on its way through another
+// node to the sandbox's owner is the client's 400 (or the connection
+// closed), not a 503 saying the owner is not answering, and never an
+// empty 200.
+func TestBodyCutShortForwarded(t *testing.T) {
+	w := newWorld(t)
+	a := w.stack(func(o *options) { o.id = "node-a"; o.idle = true })
+	b := w.stack(func(o *options) { o.id = "node-b"; o.idle = true })
+	a.createBox(keyAlpha, "box", nil)
+	p := a.start(keyAlpha, "box", sandbox.StartProcessRequest{Shell: "sleep 600", Stdin: true})
+	for _, rt := range []struct{ method, path string }{
+		{"POST", fmt.Sprintf("/v1/sandboxes/box/processes/%d/stdin", p.PID)},
+		{"POST", "/v1/sandboxes/box/processes"},
+		{"PUT", "/v1/sandboxes/box/files?path=/workspace/a.txt"},
+	} {
+		for range 3 { // the client's leaving and its body's end race on node b
+			res := testenv.CutShort(t, b.url, rt.method, rt.path, http.Header{"Authorization": {"Bearer " + keyAlpha}}, "")
+			if res == nil {
+				continue
+			}
+			body, _ := io.ReadAll(res.Body)
+			checkError(t, rt.method+" "+rt.path+" through node b", reply{status: res.StatusCode, header: res.Header, body: body},
+				http.StatusBadRequest, "invalid_request")
+		}
+	}
+	b.call(keyAlpha, "GET", "/v1/sandboxes/box", "", http.StatusOK, nil)
+}

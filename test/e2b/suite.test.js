@@ -119,6 +119,21 @@ test('code contexts: apart, restarted, removed', async () => {
   assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
 })
 
+test('a context whose cwd is over PATH_MAX or NAME_MAX is refused (400); the sandbox lives on', async () => {
+  await sbx.runCode('z = 7')
+  const h = { 'Content-Type': 'application/json' }
+  for (const cwd of ['/' + 'a'.repeat(5000), '/' + 'a'.repeat(1 << 20), '/workspace/' + 'n'.repeat(256)]) {
+    const res = await sandboxFetch('/contexts', 49999, sbx.envdAccessToken, {
+      method: 'POST', headers: h, body: JSON.stringify({ language: 'python', cwd }),
+    })
+    assert.equal(res.status, 400, `cwd of ${cwd.length} bytes: ${res.status}`)
+    const e = await res.json()
+    assert.equal(e.code, 400)
+    assert.match(e.message, /cwd/)
+  }
+  assert.equal((await sbx.runCode('z + 1')).text, '8', 'the default context kept its state')
+})
+
 test('runCode in bash; javascript needs an image with node', async () => {
   const sh = await sbx.runCode('cd /tmp && v=7', { language: 'bash' })
   assert.equal(sh.error, undefined)

@@ -19,6 +19,12 @@ import (
 var ErrLost = &fault.Error{Kind: fault.Unavailable, Code: "sandbox_restarting", RetryAfter: time.Second,
 	Message: "the sandbox ended during the call; it is made again at the next call (what ran in it is lost); retry"}
 
+// ErrTooLarge: a request too large for one message to the agent
+// (MaxPayload once encoded: an argv, environment and working directory
+// together). Nothing was sent: the sandbox and its connection are whole.
+var ErrTooLarge = fault.New(fault.InvalidArgument,
+	"the request is too large for the sandbox's agent (1 MiB a message once encoded: arguments, environment and paths together); send less")
+
 // Output receives a process's output as it arrives. Calls come from one
 // goroutine, in order; they should not block for long, since that stalls the
 // process writing.
@@ -112,6 +118,11 @@ func (c *Client) lostErr() error {
 }
 
 func (c *Client) send(typ byte, id uint32, payload []byte) error {
+	// Refused before the write: writeFrame's refusal would be taken for
+	// a broken stream (ErrLost), and the sandbox made again for nothing.
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("a message of %d bytes: %w", len(payload), ErrTooLarge)
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.suspended {

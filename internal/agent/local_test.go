@@ -180,6 +180,9 @@ func TestLocalStartErrors(t *testing.T) {
 		{StartRequest{}, KindInvalid},
 		{StartRequest{Argv: []string{"x"}, Via: 99}, KindZygote},
 		{StartRequest{Argv: []string{"x"}, Via: 99, Zygote: true}, KindZygote}, // no zygote 99 (a zygote through a zygote is allowed: zygote_via.go),
+		// Too large for a message: refused before it is sent, not taken
+		// for a broken stream.
+		{StartRequest{Argv: []string{"/bin/true"}, Dir: "/" + strings.Repeat("a", MaxPayload)}, ErrTooLarge},
 	} {
 		_, err := l.Start(t.Context(), c.req, nil)
 		if !errors.Is(err, c.kind) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/stream"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -41,7 +42,11 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 		return
 	}
 	var req sandbox.ContextRequest
-	if !decode(w, r, &req) {
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if err := validate.CheckEnv(req.Env); err != nil {
+		s.fail(w, err)
 		return
 	}
 	o := kernel.ContextOptions{Language: req.Language, Cwd: req.Cwd}
@@ -166,11 +171,15 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	var req sandbox.RunCodeRequest
-	if !decode(w, r, &req) {
+	if !s.decode(w, r, &req) {
 		return
 	}
-	timeout := time.Duration(req.TimeoutSeconds) * time.Second
-	if req.TimeoutSeconds < 0 || timeout > maxRunTimeout {
+	if err := kernel.CheckCode(req.Code); err != nil {
+		s.fail(w, err)
+		return
+	}
+	timeout := validate.Duration(req.TimeoutSeconds, time.Second)
+	if timeout < 0 || timeout > maxRunTimeout {
 		writeError(w, refuse("timeout_seconds", "must be between 0 (none) and 86400"))
 		return
 	}

@@ -1,10 +1,29 @@
 package api
 
 import (
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/corralhq/corral/internal/httpbody"
+	"github.com/corralhq/corral/sandbox"
 )
+
+// decodeExecuteRequest is a submission's decoding as submit does it: the
+// body read (at most max bytes), then parsed; a refusal as /v1 answers it.
+func decodeExecuteRequest(r io.Reader, max int64) (sandbox.ExecuteRequest, *Error) {
+	body, err := io.ReadAll(httpbody.Limit(r, max))
+	var req sandbox.ExecuteRequest
+	if err == nil {
+		req, err = parseExecuteRequest(body)
+	}
+	if err != nil {
+		return req, asError(err, slog.New(slog.DiscardHandler))
+	}
+	return req, nil
+}
 
 func TestDecodeExecuteRequest(t *testing.T) {
 	cases := []struct {
@@ -20,6 +39,8 @@ func TestDecodeExecuteRequest(t *testing.T) {
 		{`[]`, 400, ""},
 		{`null`, 0, ""}, // decodes to the zero request; the engine then names the missing language
 		{`{"language":"python"} {"language":"python"}`, 400, ""},
+		{`{"language":"python"} x`, 400, ""},
+		{`{"language":"python"} }`, 400, ""},
 		{`{"language":"python","limit":{"timeout_ms":5}}`, 400, "limit"},
 		{`{"language":5}`, 400, "language"},
 		{`{"language":"python","limits":{"timeout_ms":"soon"}}`, 400, "limits.timeout_ms"},

@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -92,17 +91,6 @@ func refuse(field, msg string) *Error { return answer(fault.Invalid(field, "%s",
 
 // notFound answers that what the call names is not here.
 func notFound(msg string) *Error { return answer(fault.New(fault.NotFound, msg)) }
-
-// badJSON answers a body that is not the one JSON object expected.
-func badJSON(msg string) *Error {
-	return answer(&fault.Error{Kind: fault.InvalidArgument, Code: "invalid_json", Message: msg})
-}
-
-// tooLarge answers a body above max bytes.
-func tooLarge(max int64) *Error {
-	return answer(&fault.Error{Kind: fault.ResourceExhausted, Code: "payload_too_large",
-		Message: fmt.Sprintf("the request body is larger than %d bytes", max)})
-}
 
 // notReady answers /readyz on a node that should not get traffic.
 func notReady(msg string) *Error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/node"
@@ -145,7 +147,9 @@ func TestTable(t *testing.T) {
 		{(&cluster.OwnerError{ID: "b1", Node: "n2", Lost: true}).FaultAs("sandbox"), 410, "sandbox_lost", "sandbox_id", 0},
 		{live.ErrExists, 409, "conflict", "sandbox_id", 0},
 		{context.Canceled, 499, "canceled", "", 0},
-		{tooLarge(10), 413, "payload_too_large", "", 0},
+		{httpbody.TooLarge(10), 413, "payload_too_large", "", 0},
+		{fmt.Errorf("write stdin: %w: %w", httpbody.ErrIncomplete, io.ErrUnexpectedEOF), 400, "invalid_request", "", 0},
+		{httpbody.ErrJSON, 400, "invalid_json", "", 0},
 	} {
 		e := asError(c.err, log)
 		if e.Status != c.status || e.Code != c.code || e.Field != c.field || e.RetryAfter != c.retryAfter || e.Message == "" {

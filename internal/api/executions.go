@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
@@ -21,14 +22,13 @@ type submitted struct {
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
-	body, derr := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), s.cfg.MaxBodyBytes)
-	if derr != nil {
-		writeError(w, derr)
-		return
+	body, err := httpbody.Read(w, r, s.cfg.MaxBodyBytes)
+	var req sandbox.ExecuteRequest
+	if err == nil {
+		req, err = parseExecuteRequest(body)
 	}
-	req, derr := parseExecuteRequest(body)
-	if derr != nil {
-		writeError(w, derr)
+	if err != nil {
+		s.fail(w, err)
 		return
 	}
 	if req.SessionID != "" && validate.ValidID(req.SessionID) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,9 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/stream"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -45,39 +46,6 @@ func (s *Server) contexts(r *http.Request, t *Tenant, id string) (*kernel.Contex
 	return sb.Contexts(r.Context())
 }
 
-// maxSandboxBody caps the JSON body of a sandbox call.
-const maxSandboxBody = 256 << 10
-
-// decode reads a JSON body (unknown fields refused, at most
-// maxSandboxBody) into v and answers a bad one; it reports whether v was
-// read. An empty body leaves v as it is.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	if e := decodeBody(r, v); e != nil {
-		writeError(w, e)
-		return false
-	}
-	return true
-}
-
-func decodeBody(r *http.Request, v any) *Error {
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
-	if err != nil {
-		return refuse("", "the request body could not be read")
-	}
-	if len(raw) > maxSandboxBody {
-		return tooLarge(maxSandboxBody)
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	return nil
-}
-
 func (s *Server) sandboxesOn(w http.ResponseWriter) bool {
 	if s.live == nil {
 		writeError(w, notFound("sandboxes are not enabled on this server"))
@@ -104,18 +72,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	if !s.sandboxesOn(w) {
 		return
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSandboxBody+1))
-	if err != nil {
-		writeError(w, refuse("", "the request body could not be read"))
-		return
-	}
-	if len(raw) > maxSandboxBody {
-		writeError(w, tooLarge(maxSandboxBody))
-		return
-	}
+	raw, err := httpbody.Read(w, r, httpbody.MaxJSON)
 	var req sandbox.CreateSandboxRequest
-	r.Body = io.NopCloser(bytes.NewReader(raw))
-	if !decode(w, r, &req) {
+	if err == nil {
+		err = httpbody.Decode(raw, &req, rules)
+	}
+	if err != nil {
+		s.fail(w, err)
 		return
 	}
 	if req.SandboxID != "" {
@@ -247,13 +210,13 @@ func (s *Server) setSandboxTimeout(w http.ResponseWriter, r *http.Request, t *Te
 	var body struct {
 		TimeoutSeconds int64 `json:"timeout_seconds"`
 	}
-	if !decode(w, r, &body) {
+	if !s.decode(w, r, &body) {
 		return
 	}
 	sb, err := s.box(t, id)
 	var info sandbox.Info
 	if err == nil {
-		info, err = sb.SetTimeout(r.Context(), time.Duration(body.TimeoutSeconds)*time.Second)
+		info, err = sb.SetTimeout(r.Context(), validate.Duration(body.TimeoutSeconds, time.Second))
 	}
 	s.reply(w, http.StatusOK, info, err)
 }
@@ -305,7 +268,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant)
 		return
 	}
 	var req sandbox.StartProcessRequest
-	if !decode(w, r, &req) {
+	if !s.decode(w, r, &req) {
 		return
 	}
 	sb, err := s.box(t, id)
@@ -391,7 +354,7 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, t *Tenant)
 	p, err := s.proc(t, id, pid)
 	var n int64
 	if err == nil {
-		n, err = p.WriteStdin(r.Context(), r.Body)
+		n, err = p.WriteStdin(r.Context(), httpbody.Reader(w, r, httpbody.MaxFile))
 	}
 	if err != nil {
 		writeError(w, asError(err, s.log))
@@ -420,7 +383,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 	var body struct {
 		Signal json.RawMessage `json:"signal"`
 	}
-	if !decode(w, r, &body) {
+	if !s.decode(w, r, &body) {
 		return
 	}
 	name := strings.Trim(string(body.Signal), `"`)
@@ -445,7 +408,7 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request, t *Tenant
 		return
 	}
 	var size sandbox.PTYSize
-	if !decode(w, r, &size) {
+	if !s.decode(w, r, &size) {
 		return
 	}
 	p, err := s.proc(t, id, pid)
@@ -533,22 +496,12 @@ func (s *Server) writeSandboxFile(w http.ResponseWriter, r *http.Request, t *Ten
 	if !ok {
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, maxUpload)
 	sb, err := s.box(t, id)
 	var f sandbox.SandboxFile
 	if err == nil {
-		f, err = sb.WriteFile(r.Context(), p, body)
+		f, err = sb.WriteFile(r.Context(), p, httpbody.Reader(w, r, httpbody.MaxFile))
 	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, tooLarge(maxUpload))
-			return
-		}
-		writeError(w, asError(err, s.log))
-		return
-	}
-	writeJSON(w, http.StatusOK, f)
+	s.reply(w, http.StatusOK, f, err)
 }
 
 func (s *Server) removeSandboxFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
@@ -615,7 +568,7 @@ func (s *Server) makeSandboxDir(w http.ResponseWriter, r *http.Request, t *Tenan
 		Path    string `json:"path"`
 		Parents bool   `json:"parents"`
 	}
-	if !decode(w, r, &body) {
+	if !s.decode(w, r, &body) {
 		return
 	}
 	sb, err := s.box(t, id)
@@ -635,7 +588,7 @@ func (s *Server) moveSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 		From string `json:"from"`
 		To   string `json:"to"`
 	}
-	if !decode(w, r, &body) {
+	if !s.decode(w, r, &body) {
 		return
 	}
 	sb, err := s.box(t, id)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -140,7 +141,7 @@ func TestSandboxRefusals(t *testing.T) {
 	}{
 		{"an unknown field", `{"langauge": "bash"}`, 400, "invalid_request", "langauge"},
 		{"malformed", `{"language": `, 400, "invalid_json", ""},
-		{"over the cap", `{"env": {"A": "` + strings.Repeat("a", maxSandboxBody) + `"}}`, 413, "payload_too_large", ""},
+		{"over the cap", `{"env": {"A": "` + strings.Repeat("a", httpbody.MaxJSON) + `"}}`, 413, "payload_too_large", ""},
 		{"an unknown language", `{"language": "cobol"}`, 400, "invalid_request", "language"},
 		{"an id in use", `{"sandbox_id": "taken"}`, 409, "conflict", "sandbox_id"},
 		{"too many metadata pairs", jsonOf(t, sandbox.CreateSandboxRequest{Metadata: manyPairs(33)}), 400, "invalid_request", ""},

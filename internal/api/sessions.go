@@ -1,9 +1,7 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -11,14 +9,11 @@ import (
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/validate"
 )
-
-// maxUpload caps one uploaded session file (the session's disk caps it
-// further).
-const maxUpload = 1 << 30
 
 // sessionBody is the optional body of PUT /v1/sessions/{id}.
 type sessionBody struct {
@@ -120,16 +115,11 @@ func (s *Server) touchSession(w http.ResponseWriter, r *http.Request, t *Tenant)
 		return
 	}
 	var body sessionBody
-	if r.ContentLength != 0 {
-		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-			writeError(w, jsonError(err))
-			return
-		}
+	if !s.decode(w, r, &body) {
+		return
 	}
 	info, created, err := s.sessions.Touch(r.Context(), t.Name, id, session.Options{
-		TTL: time.Duration(body.TTLSeconds) * time.Second, DiskMB: body.DiskMB})
+		TTL: validate.Duration(body.TTLSeconds, time.Second), DiskMB: body.DiskMB})
 	if err != nil {
 		writeError(w, asError(err, s.log))
 		return
@@ -237,17 +227,8 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !s.route(w, r, t, id, claimSession) {
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, maxUpload)
-	if err := s.sessions.Upload(r.Context(), t.Name, id, r.PathValue("path"), body); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, tooLarge(maxUpload))
-			return
-		}
-		writeError(w, asError(err, s.log))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	err := s.sessions.Upload(r.Context(), t.Name, id, r.PathValue("path"), httpbody.Reader(w, r, httpbody.MaxFile))
+	s.reply(w, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, t *Tenant) {

@@ -3,11 +3,15 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"time"
+
+	"github.com/corralhq/corral/internal/fault"
+	"github.com/corralhq/corral/internal/httpbody"
 )
 
 // ForwardedHeader marks a request one node forwarded to another, naming
@@ -42,16 +46,35 @@ func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id str
 			pr.SetURL(target)
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(ForwardedHeader, c.cfg.ID)
+			if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
+				// The caller's body cut short is the caller's fault,
+				// not a sign that the owner is not answering.
+				pr.Out.Body = callerBody{Reader: httpbody.Limit(pr.Out.Body, -1), Closer: pr.Out.Body}
+			}
 		},
 		Transport:     forwardTransport,
 		FlushInterval: -1, // stream downloads as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-				return // the caller left
+			var f fault.Faulter
+			switch {
+			case errors.As(err, &f):
+				fail(w, err) // the caller's body could not be read (httpbody)
+				return
+			case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+				// The caller left: no answer at all, rather than the
+				// empty 200 a handler that writes nothing is sent as.
+				panic(http.ErrAbortHandler)
 			}
 			c.log.Warn("forward to the owner", "id", id, "node", owner.Node.ID, "err", err)
 			fail(w, &OwnerError{Tenant: tenant, ID: id, Node: owner.Node.ID})
 		},
 	}
 	p.ServeHTTP(w, r)
+}
+
+// callerBody is a forwarded request's body, read through httpbody so that
+// an error reading it is told apart from the owner's.
+type callerBody struct {
+	io.Reader
+	io.Closer
 }

@@ -28,6 +28,16 @@ import (
 // SandboxNotFoundError from a command).
 const gone = http.StatusBadGateway
 
+// closed answers in-sandbox traffic whose token does not open sandbox id,
+// whatever the reason: a wrong token, another tenant's, one for an id that
+// is not (or no longer) there, a sandbox that has no token. One answer, to
+// the byte, so that it tells nobody which ids exist: a sandbox gone, as a
+// genuine token of a killed sandbox must get it (its token went with it,
+// so a forged token and a stale one cannot be told apart).
+func closed(w http.ResponseWriter, id string) {
+	target.WriteError(w, gone, fmt.Sprintf("sandbox '%s' not found", id))
+}
+
 // Traffic reports whether r is in-sandbox traffic rather than a
 // control-plane call.
 func (s *Server) Traffic(r *http.Request) bool {
@@ -85,7 +95,6 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	notFound := func() { target.WriteError(w, gone, fmt.Sprintf("sandbox '%s' not found", id)) }
 	token := r.Header.Get("X-Access-Token")
 	if token == "" {
 		// The code interpreter's context calls send only this one.
@@ -101,7 +110,7 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !validate.ValidID(id) {
-		notFound()
+		closed(w, id)
 		return
 	}
 	if !s.cfg.Node.RouteSandbox(w, r, tenant, id, false, s.fail) {
@@ -113,14 +122,11 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		want, err = sb.AccessToken()
 	}
 	switch {
-	case errors.Is(err, live.ErrNotFound):
-		notFound()
+	case errors.Is(err, live.ErrNotFound), err == nil && !tokenMatches(token, want):
+		closed(w, id)
 		return
 	case err != nil:
 		s.fail(w, err)
-		return
-	case !tokenMatches(token, want):
-		refuse(w, fault.Unauthenticated, "the access token is not this sandbox's")
 		return
 	}
 	var h http.Handler

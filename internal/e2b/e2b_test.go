@@ -425,9 +425,10 @@ func TestList(t *testing.T) {
 
 // TestTraffic: in-sandbox traffic, by header or host, reaches the service
 // of its port with its Target once its access token matched; a missing
-// token is 401; a wrong one, another tenant's, or one for a sandbox that
-// is gone, 404; other ports 502. A sandbox made through /v1 has no token
-// until connect mints one.
+// token, or one of no tenant's shape, is 401; a wrong one, another
+// tenant's, or one for a sandbox that is gone, 502 as a sandbox gone (one
+// answer: TestTokensTellNothing); other ports 502. A sandbox made through
+// /v1 has no token until connect mints one.
 func TestTraffic(t *testing.T) {
 	u := newUnit(t, "sb.example.test")
 	a := u.create(keyA, `{"templateID":"base"}`)
@@ -468,7 +469,7 @@ func TestTraffic(t *testing.T) {
 	check("interp by the traffic token", code, body, "interp", a.SandboxID, "alpha")
 	code, body, _ = u.do("POST", "/process.Process/Start", `{}`, "E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", "49999",
 		"E2B-Traffic-Access-Token", "alpha."+strings.Repeat("1", 64))
-	e2bError(t, "a wrong traffic token", code, body, http.StatusUnauthorized)
+	e2bError(t, "a wrong traffic token", code, body, http.StatusBadGateway)
 	// The host form, an API key beside it changing nothing.
 	code, body, _ = u.do("POST", "/process.Process/Start", `{}`, "Host", "49999-"+a.SandboxID+".sb.example.test:443",
 		"X-Access-Token", a.EnvdAccessToken)
@@ -477,13 +478,13 @@ func TestTraffic(t *testing.T) {
 	code, body = send(a.SandboxID, "49983", "")
 	e2bError(t, "no token", code, body, http.StatusUnauthorized)
 	wrong := "alpha." + strings.Repeat("0", 64)
-	// A wrong token is refused; a sandbox the token's tenant does not have
-	// is gone (502, as E2B's proxy answers), whoever else has it.
+	// A token that does not open the sandbox finds it gone (502, as E2B's
+	// proxy answers), whoever has it; one of no tenant's shape is refused.
 	for _, c := range []struct {
 		what, id, token string
 		want            int
 	}{
-		{"a wrong token", a.SandboxID, wrong, http.StatusUnauthorized},
+		{"a wrong token", a.SandboxID, wrong, http.StatusBadGateway},
 		{"a token of no tenant's shape", a.SandboxID, "nodot", http.StatusUnauthorized},
 		{"beta's token for alpha's sandbox", a.SandboxID, b.EnvdAccessToken, http.StatusBadGateway},
 		{"alpha's token for beta's sandbox", b.SandboxID, a.EnvdAccessToken, http.StatusBadGateway},
@@ -509,7 +510,7 @@ func TestTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, body = send(v1.SandboxID, "49983", wrong)
-	e2bError(t, "a /v1 sandbox before connect", code, body, http.StatusUnauthorized)
+	e2bError(t, "a /v1 sandbox before connect", code, body, http.StatusBadGateway)
 	var c1, c2 created
 	u.call(keyA, "POST", "/v2/sandboxes/"+v1.SandboxID+"/connect", `{}`, http.StatusOK, &c1)
 	u.call(keyA, "POST", "/v2/sandboxes/"+v1.SandboxID+"/connect", `{}`, http.StatusOK, &c2)

@@ -1,12 +1,10 @@
 package e2b
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -16,13 +14,11 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/fault"
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
-
-// maxBody caps a control-plane request body.
-const maxBody = 256 << 10
 
 // clientID is answered as every sandbox's clientID (E2B's legacy field).
 const clientID = "corral"
@@ -128,22 +124,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// decode reads a JSON body into v; an empty body leaves v as it is.
-// Unknown fields are ignored: the SDKs send more than Corral uses.
+// decode reads a JSON body into v (httpbody: at most httpbody.MaxJSON, as
+// every wire's, one value and nothing after it) and answers a bad one; an
+// empty body leaves v as it is. Unknown fields are ignored: the SDKs send
+// more than Corral uses.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	switch {
-	case err != nil:
-		refuse(w, fault.InvalidArgument, "the request body could not be read")
-		return false
-	case len(raw) > maxBody:
-		answer(w, &fault.Error{Kind: fault.ResourceExhausted, Code: "payload_too_large", Message: fmt.Sprintf("the request body is over %d bytes", maxBody)})
-		return false
-	case len(bytes.TrimSpace(raw)) == 0:
-		return true
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		refuse(w, fault.InvalidArgument, "the request body is not the JSON object expected")
+	if err := httpbody.ReadJSON(w, r, httpbody.MaxJSON, v, httpbody.Rules{}); err != nil {
+		answer(w, fault.Of(err))
 		return false
 	}
 	return true
@@ -158,7 +145,7 @@ func timeoutOf(w http.ResponseWriter, t *int64) (time.Duration, bool) {
 		refuse(w, fault.InvalidArgument, "timeout is a number of seconds, 0 or more")
 		return 0, false
 	}
-	return time.Duration(*t) * time.Second, true
+	return validate.Duration(*t, time.Second), true
 }
 
 // readTimeout reads a {"timeout": seconds} body (timeout, connect,

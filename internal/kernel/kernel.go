@@ -38,7 +38,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +47,7 @@ import (
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/lang"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -72,6 +72,16 @@ var (
 
 // MaxCodeSize bounds one cell's code.
 const MaxCodeSize = 1 << 20
+
+// CheckCode refuses a cell's code over MaxCodeSize, naming the field
+// "code" (it is ErrInvalid too): what Run checks, for the wires to check
+// as they decode a cell, before anything else is done for it.
+func CheckCode(code string) error {
+	if len(code) > MaxCodeSize {
+		return fmt.Errorf("%w: %w", validate.Refuse("code", "is %d bytes; the limit is %d (1 MiB)", len(code), MaxCodeSize), ErrInvalid)
+	}
+	return nil
+}
 
 // DefaultGrace is how long an interrupted cell that ran past its timeout
 // may take to stop before its context is restarted.
@@ -192,8 +202,8 @@ func (k *Contexts) Create(ctx context.Context, o ContextOptions) (sandbox.CodeCo
 	if cwd == "" {
 		cwd = k.o.Cwd
 	}
-	if !path.IsAbs(cwd) || path.Clean(cwd) != cwd || strings.ContainsRune(cwd, 0) {
-		return sandbox.CodeContext{}, fmt.Errorf("working directory %q: not an absolute, clean path: %w", cwd, ErrInvalid)
+	if err := validate.CheckAbsPath(cwd); err != nil {
+		return sandbox.CodeContext{}, fmt.Errorf("%w: %w", validate.Refuse("cwd", "%v", err), ErrInvalid)
 	}
 	for _, kv := range o.Env {
 		if key, _, ok := strings.Cut(kv, "="); !ok || key == "" || strings.ContainsRune(kv, 0) {

@@ -49,8 +49,8 @@ type wireEvent struct {
 // period, its context is restarted (its state is lost) and the error says
 // so.
 func (k *Contexts) Run(ctx context.Context, id, code string, timeout time.Duration, emit func(sandbox.ContextEvent)) error {
-	if len(code) > MaxCodeSize {
-		return fmt.Errorf("code of %d bytes, more than %d: %w", len(code), MaxCodeSize, ErrInvalid)
+	if err := CheckCode(code); err != nil {
+		return err
 	}
 	c, err := k.get(id)
 	if err != nil {

@@ -31,8 +31,8 @@ func SandboxPath(p string) (string, error) {
 		}
 		return "/workspace/" + p, nil
 	}
-	if len(p) > 4096 || strings.ContainsRune(p, 0) || path.Clean(p) != p {
-		return "", workspace.Invalid("path: give an absolute, clean path (no .., no trailing /)")
+	if err := validate.CheckAbsPath(p); err != nil {
+		return "", ErrInvalid.With("path", "path: %v", err)
 	}
 	for _, root := range []string{"/workspace", "/tmp"} {
 		if p == root || strings.HasPrefix(p, root+"/") {

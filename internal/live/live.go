@@ -289,7 +289,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	} else if !validate.ValidID(req.SandboxID) {
 		return nil, sandbox.Info{}, validate.Refuse("sandbox_id", validate.IDRule)
 	}
-	timeout := time.Duration(req.TimeoutSeconds) * time.Second
+	timeout := validate.Duration(req.TimeoutSeconds, time.Second)
 	if timeout == 0 {
 		timeout = m.cfg.DefaultTimeout
 	}

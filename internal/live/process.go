@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -214,8 +213,8 @@ func checkProcess(req *sandbox.StartProcessRequest) error {
 	if req.Cwd == "" {
 		req.Cwd = "/workspace"
 	}
-	if !path.IsAbs(req.Cwd) || path.Clean(req.Cwd) != req.Cwd || len(req.Cwd) > 1024 || strings.ContainsRune(req.Cwd, 0) {
-		return bad("cwd", "must be an absolute, clean path")
+	if err := validate.CheckAbsPath(req.Cwd); err != nil {
+		return bad("cwd", err.Error())
 	}
 	if err := validate.CheckEnv(req.Env); err != nil {
 		return err

@@ -2,6 +2,8 @@ package validate
 
 import (
 	"errors"
+	"fmt"
+	"path"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -42,6 +44,40 @@ func CheckInputPath(p string) error {
 			return errors.New("the path leaves its directory (..)")
 		case len(c) > 255:
 			return errors.New("a path component is longer than 255 bytes")
+		}
+	}
+	return nil
+}
+
+const (
+	// MaxPath bounds a path in a sandbox: PATH_MAX (4096) less the NUL
+	// that ends it; the kernel refuses a longer one (ENAMETOOLONG).
+	MaxPath = 4095
+	// MaxName bounds each component of a path: NAME_MAX.
+	MaxName = 255
+)
+
+// CheckAbsPath validates an absolute, clean path in a sandbox (a working
+// directory, a file under /workspace or /tmp): at most MaxPath bytes and
+// MaxName bytes a component, no NUL, no "..", "." or empty component and
+// no trailing slash. The error says what is wrong, for the caller; the
+// caller names the field.
+func CheckAbsPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("the path is empty")
+	case len(p) > MaxPath:
+		return fmt.Errorf("the path is %d bytes; the limit is %d (PATH_MAX)", len(p), MaxPath)
+	case p[0] != '/':
+		return errors.New("give an absolute path")
+	case strings.IndexByte(p, 0) >= 0:
+		return errors.New("the path contains a NUL byte")
+	case path.Clean(p) != p:
+		return errors.New("give a clean path (no .., no . or empty components, no trailing /)")
+	}
+	for c := range strings.SplitSeq(p[1:], "/") {
+		if len(c) > MaxName {
+			return fmt.Errorf("a component of the path is %d bytes; the limit is %d (NAME_MAX)", len(c), MaxName)
 		}
 	}
 	return nil

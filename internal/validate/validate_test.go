@@ -2,8 +2,10 @@ package validate
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/fault"
@@ -136,6 +138,65 @@ func TestRenamed(t *testing.T) {
 		}
 		if err != nil || v != c.want || old != "" {
 			t.Errorf("%+v: %v, tier %q, isolation %q", c, err, v, old)
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		unit time.Duration
+		want time.Duration
+	}{
+		{0, time.Second, 0},
+		{300, time.Second, 300 * time.Second},
+		{-1, time.Second, -time.Second},
+		{math.MinInt64, time.Second, math.MinInt64},
+		{math.MaxInt64, time.Second, math.MaxInt64},
+		{math.MaxInt64 / int64(time.Second), time.Second, time.Duration(math.MaxInt64/int64(time.Second)) * time.Second},
+		{math.MaxInt64/int64(time.Second) + 1, time.Second, math.MaxInt64},
+		{math.MinInt64/int64(time.Second) - 1, time.Second, math.MinInt64},
+		{math.MinInt64, time.Nanosecond, math.MinInt64},
+		{-9223372036854, time.Millisecond, -9223372036854 * time.Millisecond},
+		{-9223372036855, time.Millisecond, math.MinInt64},
+	} {
+		if got := Duration(c.n, c.unit); got != c.want {
+			t.Errorf("Duration(%d, %v) = %d, want %d", c.n, c.unit, got, c.want)
+		}
+	}
+}
+
+func TestCheckAbsPath(t *testing.T) {
+	name := strings.Repeat("n", MaxName)
+	long := "/" + strings.Repeat(name+"/", MaxPath/(MaxName+1)+1)
+	long = long[:MaxPath]
+	for _, c := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/", true},
+		{"/workspace", true},
+		{"/workspace/" + name, true},
+		{"/workspace/" + name + "n", false},
+		{long, true},
+		{long + "x", false},
+		{"/" + strings.Repeat("a", 5000), false},
+		{"/" + strings.Repeat("a", 1<<20), false},
+		{"", false},
+		{"workspace", false},
+		{"/workspace/", false},
+		{"/workspace/../etc", false},
+		{"/workspace/./a", false},
+		{"/workspace//a", false},
+		{"/work\x00space", false},
+		{"/ünï/ß", true},
+	} {
+		err := CheckAbsPath(c.path)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckAbsPath(%.40q… %d bytes) = %v, want ok %v", c.path, len(c.path), err, c.ok)
+		}
+		if err != nil && len(err.Error()) > 200 {
+			t.Errorf("a refusal quotes the path: %.80s…", err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -89,15 +90,17 @@ func TestE2BAcrossNodes(t *testing.T) {
 
 	// Through B to A: with its token the call passes the check on A and
 	// reaches the port (which no service serves: 502); B alone would not
-	// know the sandbox, and A refuses a wrong token (401).
+	// know the sandbox, and A answers a wrong token as a sandbox gone
+	// (502), the same answer as once the sandbox is killed.
 	traffic := func(token string) []string {
 		return []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-Access-Token", token}
 	}
 	if code, body := e2bCall(t, b, "GET", "/", "", traffic(sb.EnvdAccessToken)...); code != http.StatusBadGateway {
 		t.Errorf("traffic through B with the token: %d %s, want the owner's 502 for an unserved port", code, body)
 	}
-	if code, body := e2bCall(t, b, "GET", "/", "", traffic("alpha."+strings.Repeat("0", 64))...); code != http.StatusUnauthorized {
-		t.Errorf("traffic through B with a wrong token: %d %s", code, body)
+	wrongCode, wrongBody := e2bCall(t, b, "GET", "/", "", traffic("alpha."+strings.Repeat("0", 64))...)
+	if wrongCode != http.StatusBadGateway {
+		t.Errorf("traffic through B with a wrong token: %d %s", wrongCode, wrongBody)
 	}
 
 	if code, body := e2bCall(t, c, "DELETE", "/sandboxes/"+sb.SandboxID, "", alpha...); code != http.StatusNoContent {
@@ -107,5 +110,8 @@ func TestE2BAcrossNodes(t *testing.T) {
 		if code, body := e2bCall(t, n, "GET", "/sandboxes/"+sb.SandboxID, "", alpha...); code != http.StatusNotFound {
 			t.Errorf("after the kill, get on %s: %d %s", n.URL, code, body)
 		}
+	}
+	if code, body := e2bCall(t, b, "GET", "/", "", traffic("alpha."+strings.Repeat("0", 64))...); code != wrongCode || !bytes.Equal(body, wrongBody) {
+		t.Errorf("a wrong token through B: %d %s while the sandbox ran, %d %s once killed", wrongCode, wrongBody, code, body)
 	}
 }

@@ -119,6 +119,21 @@ test('code contexts: apart, restarted, removed', async () => {
   assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
 })
 
+test('a context whose cwd is over PATH_MAX or NAME_MAX is refused (400); the sandbox lives on', async () => {
+  await sbx.runCode('z = 7')
+  const h = { 'Content-Type': 'application/json' }
+  for (const cwd of ['/' + 'a'.repeat(5000), '/' + 'a'.repeat(1 << 20), '/workspace/' + 'n'.repeat(256)]) {
+    const res = await sandboxFetch('/contexts', 49999, sbx.envdAccessToken, {
+      method: 'POST', headers: h, body: JSON.stringify({ language: 'python', cwd }),
+    })
+    assert.equal(res.status, 400, `cwd of ${cwd.length} bytes: ${res.status}`)
+    const e = await res.json()
+    assert.equal(e.code, 400)
+    assert.match(e.message, /cwd/)
+  }
+  assert.equal((await sbx.runCode('z + 1')).text, '8', 'the default context kept its state')
+})
+
 test('runCode in bash; javascript needs an image with node', async () => {
   const sh = await sbx.runCode('cd /tmp && v=7', { language: 'bash' })
   assert.equal(sh.error, undefined)
@@ -255,11 +270,14 @@ test('a wrong or missing access token is refused', async () => {
   const h = { 'Content-Type': 'application/json' }
   const missing = await sandboxFetch('/execute', 49999, undefined, { method: 'POST', body, headers: h })
   assert.equal(missing.status, 401)
+  // A token that does not open the sandbox finds it gone (502), as one
+  // for a sandbox that is not there: the answer tells nobody which ids
+  // exist.
   const wrong = await sandboxFetch('/execute', 49999, `${sbx.envdAccessToken}x`, { method: 'POST', body, headers: h })
-  assert.equal(wrong.status, 401)
+  assert.equal(wrong.status, 502)
   const tenant = sbx.envdAccessToken.split('.')[0]
   const envd = await sandboxFetch('/files?path=/etc/hostname', 49983, `${tenant}.${'0'.repeat(64)}`)
-  assert.equal(envd.status, 401)
+  assert.equal(envd.status, 502)
   // A sandbox the token's tenant does not have is gone, as E2B's proxy
   // answers (502), whoever else may have one of that id.
   const nosuch = await fetch(`${sandboxURL}/execute`, {

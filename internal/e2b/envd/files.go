@@ -13,6 +13,7 @@ import (
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/fault"
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -99,7 +100,7 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 	case ct == "multipart/form-data":
 		out, err = s.uploadParts(r, query, params["boundary"])
 	case ct == "application/octet-stream":
-		out, err = s.uploadRaw(r, query)
+		out, err = s.uploadRaw(w, r, query)
 	default:
 		target.WriteError(w, http.StatusUnsupportedMediaType, "Content-Type: give multipart/form-data or application/octet-stream")
 		return
@@ -120,21 +121,23 @@ func (b badUpload) Error() string { return b.msg }
 // Fault is b as an invalid argument.
 func (b badUpload) Fault() *fault.Error { return fault.New(fault.InvalidArgument, b.msg) }
 
-func (s *service) uploadRaw(r *http.Request, p string) ([]writeInfo, error) {
+// uploadRaw writes the body, one file of at most httpbody.MaxFile bytes
+// (decompressed: a small gzip body can hold a huge file).
+func (s *service) uploadRaw(w http.ResponseWriter, r *http.Request, p string) ([]writeInfo, error) {
 	t := tgt(r.Context())
 	if p == "" {
 		return nil, badUpload{"path: name the file to write"}
 	}
-	var body io.Reader = r.Body
+	body := httpbody.Reader(w, r, httpbody.MaxFile)
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip":
-		zr, err := gzip.NewReader(r.Body)
+		zr, err := gzip.NewReader(body)
 		if err != nil {
 			return nil, badUpload{"the body is not gzip, as Content-Encoding says"}
 		}
 		defer zr.Close()
-		body = zr
+		body = httpbody.Limit(zr, httpbody.MaxFile)
 	default:
 		return nil, badUpload{fmt.Sprintf("Content-Encoding %q: give gzip or none", enc)}
 	}
@@ -150,12 +153,16 @@ func (s *service) uploadParts(r *http.Request, query, boundary string) ([]writeI
 	if boundary == "" {
 		return nil, badUpload{"Content-Type: the multipart boundary is missing"}
 	}
-	mr := multipart.NewReader(r.Body, boundary)
+	mr := multipart.NewReader(httpbody.Limit(r.Body, -1), boundary)
 	out := []writeInfo{}
 	for n := 0; ; n++ {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
+		}
+		var fe fault.Faulter
+		if errors.As(err, &fe) {
+			return nil, err // the body, cut short
 		}
 		if err != nil {
 			return nil, badUpload{"the multipart body is malformed"}
@@ -176,7 +183,11 @@ func (s *service) uploadParts(r *http.Request, query, boundary string) ([]writeI
 		if p == "" {
 			return nil, badUpload{"path: name the file to write (in the query, or as the part's file name)"}
 		}
-		f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.WriteFile(r.Context(), p, part) })
+		// Each file at most httpbody.MaxFile; a part cut short (no
+		// closing boundary) is the client's, as a body cut short is.
+		f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) {
+			return sb.WriteFile(r.Context(), p, httpbody.Limit(part, httpbody.MaxFile))
+		})
 		if err != nil {
 			return nil, err
 		}

@@ -60,8 +60,8 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, t target.Targe
 		refuse(w, fault.InvalidArgument, "env_vars per cell are not supported: create a context (or set the sandbox's envs) instead")
 		return
 	}
-	if len(req.Code) > kernel.MaxCodeSize {
-		refuse(w, fault.InvalidArgument, "the code is larger than 1 MiB")
+	if err := kernel.CheckCode(req.Code); err != nil {
+		h.writeError(w, err)
 		return
 	}
 	language := ""

@@ -11,7 +11,6 @@
 package interp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/fault"
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/internal/live"
@@ -48,10 +48,6 @@ func (h *handler) contexts(ctx context.Context, t target.Target) (*kernel.Contex
 // keepalive line (and how long a cell waiting for its context's turn waits
 // before the answer's header goes out).
 const defaultKeepAlive = 5 * time.Second
-
-// maxBody bounds a request body: a cell's code (kernel.MaxCodeSize) and
-// its environment variables, in JSON.
-const maxBody = 2*kernel.MaxCodeSize + 64<<10
 
 // defaultLanguage is the language of a cell that names neither a context
 // nor a language, as in E2B.
@@ -257,31 +253,16 @@ func (h *handler) sweepLocked() {
 	}
 }
 
+// decode reads a JSON body into v (httpbody: at most httpbody.MaxJSON, as
+// every wire's, one value and nothing after it) and answers a bad one; an
+// empty body leaves v as it is. Unknown fields are ignored, as by E2B's
+// code interpreter.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, err := readBody(w, r)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			answer(w, &fault.Error{Kind: fault.ResourceExhausted, Code: "payload_too_large", Message: "the request body is larger than the code interpreter accepts"})
-			return false
-		}
-		refuse(w, fault.InvalidArgument, "the request body could not be read")
-		return false
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return true
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		refuse(w, fault.InvalidArgument, "the request body is not the JSON object expected")
+	if err := httpbody.ReadJSON(w, r, httpbody.MaxJSON, v, httpbody.Rules{}); err != nil {
+		answer(w, fault.Of(err))
 		return false
 	}
 	return true
-}
-
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	var buf bytes.Buffer
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
-	return buf.Bytes(), err
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -17,6 +17,7 @@ import (
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
@@ -376,7 +377,7 @@ func TestBadRequests(t *testing.T) {
 		{"env_vars", "POST", "/execute", code("1", `,"env_vars":{"A":"1"}`), 400},
 		{"not JSON", "POST", "/execute", `{"code":`, 400},
 		{"code too large", "POST", "/execute", code(strings.Repeat("#", 1<<20+1)), 400},
-		{"body too large", "POST", "/execute", `{"code":"` + strings.Repeat("x", maxBody) + `"}`, 413},
+		{"body too large", "POST", "/execute", `{"code":"` + strings.Repeat("x", httpbody.MaxJSON) + `"}`, 413},
 		{"context of no language", "POST", "/contexts", `{"language":"cobol"}`, 400},
 		{"context in a relative cwd", "POST", "/contexts", `{"language":"python","cwd":"../etc"}`, 400},
 		{"unknown route", "GET", "/execute", "", 404},

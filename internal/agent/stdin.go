@@ -13,9 +13,9 @@ import (
 // stdin, file operations). Each process with a stdin has a queue and a
 // writer goroutine of its own instead: the frame loop queues a msgStdin
 // payload, or msgCloseStdin's close behind the data before it, and goes on;
-// the writer writes the queue to the process in order and acknowledges each
-// payload with msgStdinAck once the process's stdin took it (a pipe's or a
-// terminal's buffer, as write(2) counts). The host keeps at most
+// the writer writes the queue to the process in order and acknowledges
+// each stdinAckStep of it with msgStdinAck once the process's stdin took
+// it (a pipe's or a terminal's buffer, as write(2) counts). The host keeps at most
 // StdinWindow bytes unacknowledged per process (client_stdin.go), which
 // bounds the queue; a host that sends more finds the process's stdin ended
 // (KindLimit), the agent's memory unchanged.
@@ -150,16 +150,28 @@ func (a *Agent) writeStdin(p *proc) {
 			}
 			return
 		}
-		if _, err := p.stdin.Write(b); err != nil {
-			a.stdinBroke(p, fmt.Errorf("stdin of process %d: %w", p.id, err))
-			return
+		for len(b) > 0 {
+			k := min(len(b), stdinAckStep)
+			if _, err := p.stdin.Write(b[:k]); err != nil {
+				a.stdinBroke(p, fmt.Errorf("stdin of process %d: %w", p.id, err))
+				return
+			}
+			if !q.written(k) {
+				return
+			}
+			a.sendJSON(msgStdinAck, p.id, stdinAck{Bytes: k})
+			b = b[k:]
 		}
-		if !q.written(len(b)) {
-			return
-		}
-		a.sendJSON(msgStdinAck, p.id, stdinAck{Bytes: len(b)})
 	}
 }
+
+// stdinAckStep is the most the writer writes to a process before it
+// acknowledges: a process that reads slowly still returns credit, and a
+// host that bounds how long it waits for a process that reads nothing
+// (WriteStdinWithin) tells the two apart. A 16 KiB step counts a process
+// that takes under 16 KiB in that time as not reading; on a pipe (64 KiB
+// of buffer) it costs a frame of acknowledgement per 16 KiB.
+const stdinAckStep = 16 << 10
 
 // stdinBroke ends p's stdin for err and tells the host, unless p's end (or
 // an earlier failure) stopped the queue first.

@@ -47,7 +47,10 @@ func notReading(t *testing.T, m *byID, id string, stall time.Duration) {
 
 	data := make([]byte, 4<<20)
 	rand.Read(data)
+	began := time.Now()
 	n, err := m.WriteStdin(ctx, "t", id, p.PID, bytes.NewReader(data))
+	t.Logf("4 MiB to a process that does not read, bound %v: %d bytes accepted, the write ended after %v",
+		stall, n, time.Since(began).Round(time.Millisecond))
 	var nr *NotReadingError
 	switch {
 	case !errors.As(err, &nr) || !errors.Is(err, ErrNotReading):

@@ -5,6 +5,7 @@ package agent
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Stdin flow control, the agent's side. The frame loop never writes to a
@@ -14,8 +15,9 @@ import (
 // writer goroutine of its own instead: the frame loop queues a msgStdin
 // payload, or msgCloseStdin's close behind the data before it, and goes on;
 // the writer writes the queue to the process in order and acknowledges
-// each stdinAckStep of it with msgStdinAck once the process's stdin took
-// it (a pipe's or a terminal's buffer, as write(2) counts). The host keeps at most
+// what the process's stdin took (a pipe's or a terminal's buffer, as
+// write(2) counts) with msgStdinAck: each payload, and each stdinAckStep
+// of one that the process takes slowly. The host keeps at most
 // StdinWindow bytes unacknowledged per process (client_stdin.go), which
 // bounds the queue; a host that sends more finds the process's stdin ended
 // (KindLimit), the agent's memory unchanged.
@@ -150,6 +152,13 @@ func (a *Agent) writeStdin(p *proc) {
 			}
 			return
 		}
+		// Written in steps; what is written is acknowledged at the end
+		// of the payload, or as soon as a step completes a while after the
+		// last acknowledgement: a process that reads, however slowly,
+		// returns credit every step, while one that reads fast costs one
+		// acknowledgement per payload.
+		var unacked int
+		last := time.Now()
 		for len(b) > 0 {
 			k := min(len(b), stdinAckStep)
 			if _, err := p.stdin.Write(b[:k]); err != nil {
@@ -159,19 +168,25 @@ func (a *Agent) writeStdin(p *proc) {
 			if !q.written(k) {
 				return
 			}
-			a.sendJSON(msgStdinAck, p.id, stdinAck{Bytes: k})
-			b = b[k:]
+			b, unacked = b[k:], unacked+k
+			if len(b) == 0 || time.Since(last) >= stdinAckAfter {
+				a.sendJSON(msgStdinAck, p.id, stdinAck{Bytes: unacked})
+				unacked, last = 0, time.Now()
+			}
 		}
 	}
 }
 
-// stdinAckStep is the most the writer writes to a process before it
-// acknowledges: a process that reads slowly still returns credit, and a
-// host that bounds how long it waits for a process that reads nothing
-// (WriteStdinWithin) tells the two apart. A 16 KiB step counts a process
-// that takes under 16 KiB in that time as not reading; on a pipe (64 KiB
-// of buffer) it costs a frame of acknowledgement per 16 KiB.
-const stdinAckStep = 16 << 10
+// stdinAckStep is the most the writer writes to a process at once, and
+// stdinAckAfter how long after its last acknowledgement it acknowledges
+// each step written: a process that reads slowly still returns credit,
+// and a host that bounds how long it waits for a process that reads
+// nothing (WriteStdinWithin) tells the two apart. A process that takes
+// under 16 KiB in that bound counts as not reading.
+const (
+	stdinAckStep  = 16 << 10
+	stdinAckAfter = 5 * time.Millisecond
+)
 
 // stdinBroke ends p's stdin for err and tells the host, unless p's end (or
 // an earlier failure) stopped the queue first.

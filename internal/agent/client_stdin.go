@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Stdin flow control, the host's side. A process's stdin is credit-based:
@@ -14,7 +15,10 @@ import (
 // process that stops reading costs the agent a window of memory and stalls
 // only its own writers, never the control stream. Writes to one process are
 // serialised, each call's bytes contiguous, in the order the calls took
-// their turn; nothing is dropped or reordered while the process reads.
+// their turn; nothing is dropped or reordered while the process reads. A
+// writer may bound how long it waits for a process that takes nothing
+// (WriteStdinWithin): the agent acknowledges at most stdinAckStep bytes at
+// a time (stdin.go), so a process that reads, however slowly, shows it.
 
 // StdinWindow is how many bytes of a process's stdin the host sends ahead
 // of the agent's acknowledgements, and what the agent holds at most.
@@ -39,6 +43,10 @@ var (
 	ErrStdinClosed = errors.New("stdin was closed")
 	// ErrNoStdin: the process was started without Stdin or PTY.
 	ErrNoStdin = errors.New("the process has no stdin")
+	// ErrNotReading: a write with a stall bound (WriteStdinWithin) found
+	// the window full and the process taking none of it for that long.
+	// What the write sent before stays queued for the process, in order.
+	ErrNotReading = errors.New("the process is not reading its stdin")
 )
 
 // stdinFlow is a Process's stdin on the host. Its zero value is a stdin
@@ -47,8 +55,11 @@ type stdinFlow struct {
 	mu sync.Mutex
 	// changed is closed (and replaced) when any field below changes.
 	changed chan struct{}
-	// unacked counts bytes sent the agent has not acknowledged.
+	// unacked counts bytes sent the agent has not acknowledged; since is
+	// when the process last took some, or was sent some while it had
+	// taken all before.
 	unacked int
+	since   time.Time
 	// busy: a writer has the turn; writers count the calls in progress.
 	busy    bool
 	writers int
@@ -61,20 +72,36 @@ type stdinFlow struct {
 	err error
 }
 
-// wait releases mu until something changes or ctx ends. mu is held.
-func (f *stdinFlow) wait(ctx context.Context) error {
+// wait releases mu until something changes or ctx ends, or, with stall
+// set and the window full, until the window has waited stall since the
+// process last took some (the caller checks stalled again). mu is held.
+func (f *stdinFlow) wait(ctx context.Context, stall time.Duration) error {
 	if f.changed == nil {
 		f.changed = make(chan struct{})
 	}
 	ch := f.changed
+	var bound <-chan time.Time
+	if stall > 0 && f.unacked >= StdinWindow {
+		t := time.NewTimer(time.Until(f.since.Add(stall)))
+		defer t.Stop()
+		bound = t.C
+	}
 	f.mu.Unlock()
 	defer f.mu.Lock()
 	select {
 	case <-ch:
 		return nil
+	case <-bound:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// stalled reports whether the window is full and the process has taken
+// none of it for stall (0: never stalled). mu is held.
+func (f *stdinFlow) stalled(stall time.Duration) bool {
+	return stall > 0 && f.unacked >= StdinWindow && time.Since(f.since) >= stall
 }
 
 // broadcast wakes the waiters. mu is held.
@@ -93,6 +120,7 @@ func (f *stdinFlow) ack(n int) {
 		return
 	}
 	f.unacked = max(f.unacked-n, 0)
+	f.since = time.Now()
 	f.broadcast()
 }
 
@@ -136,6 +164,16 @@ func (p *Process) WriteStdin(b []byte) error {
 // (ErrStdinClosed), the sandbox is lost (ErrLost) — it returns that error
 // at once.
 func (p *Process) WriteStdinContext(ctx context.Context, b []byte) (n int, err error) {
+	return p.WriteStdinWithin(ctx, b, 0)
+}
+
+// WriteStdinWithin is WriteStdinContext bounded by the process: while it
+// waits (for its turn, or for the process to take some of a full window),
+// a process that has taken none of its stdin for stall ends the write with
+// ErrNotReading. n says how many bytes of b were sent; they stay queued
+// for the process (a window at most), which gets them in order if it
+// reads. A stall of 0 waits as long as ctx allows.
+func (p *Process) WriteStdinWithin(ctx context.Context, b []byte, stall time.Duration) (n int, err error) {
 	f := &p.in
 	f.mu.Lock()
 	switch {
@@ -152,19 +190,30 @@ func (p *Process) WriteStdinContext(ctx context.Context, b []byte) (n int, err e
 	}
 	f.writers++
 	for f.busy && f.err == nil && err == nil {
-		err = f.wait(ctx)
+		if f.stalled(stall) {
+			err = ErrNotReading
+			break
+		}
+		err = f.wait(ctx, stall)
 	}
 	if err == nil && f.err == nil {
 		f.busy = true
 		f.broadcast()
 		for n < len(b) {
 			for f.unacked >= StdinWindow && f.err == nil && err == nil {
-				err = f.wait(ctx)
+				if f.stalled(stall) {
+					err = ErrNotReading
+					break
+				}
+				err = f.wait(ctx, stall)
 			}
 			if err != nil || f.err != nil {
 				break
 			}
 			k := min(len(b)-n, StdinWindow-f.unacked, stdinChunk)
+			if f.unacked == 0 {
+				f.since = time.Now()
+			}
 			f.unacked += k
 			f.broadcast()
 			f.mu.Unlock()

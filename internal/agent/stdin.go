@@ -5,6 +5,7 @@ package agent
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Stdin flow control, the agent's side. The frame loop never writes to a
@@ -13,9 +14,10 @@ import (
 // stdin, file operations). Each process with a stdin has a queue and a
 // writer goroutine of its own instead: the frame loop queues a msgStdin
 // payload, or msgCloseStdin's close behind the data before it, and goes on;
-// the writer writes the queue to the process in order and acknowledges each
-// payload with msgStdinAck once the process's stdin took it (a pipe's or a
-// terminal's buffer, as write(2) counts). The host keeps at most
+// the writer writes the queue to the process in order and acknowledges
+// what the process's stdin took (a pipe's or a terminal's buffer, as
+// write(2) counts) with msgStdinAck: each payload, and each stdinAckStep
+// of one that the process takes slowly. The host keeps at most
 // StdinWindow bytes unacknowledged per process (client_stdin.go), which
 // bounds the queue; a host that sends more finds the process's stdin ended
 // (KindLimit), the agent's memory unchanged.
@@ -150,16 +152,41 @@ func (a *Agent) writeStdin(p *proc) {
 			}
 			return
 		}
-		if _, err := p.stdin.Write(b); err != nil {
-			a.stdinBroke(p, fmt.Errorf("stdin of process %d: %w", p.id, err))
-			return
+		// Written in steps; what is written is acknowledged at the end
+		// of the payload, or as soon as a step completes a while after the
+		// last acknowledgement: a process that reads, however slowly,
+		// returns credit every step, while one that reads fast costs one
+		// acknowledgement per payload.
+		var unacked int
+		last := time.Now()
+		for len(b) > 0 {
+			k := min(len(b), stdinAckStep)
+			if _, err := p.stdin.Write(b[:k]); err != nil {
+				a.stdinBroke(p, fmt.Errorf("stdin of process %d: %w", p.id, err))
+				return
+			}
+			if !q.written(k) {
+				return
+			}
+			b, unacked = b[k:], unacked+k
+			if len(b) == 0 || time.Since(last) >= stdinAckAfter {
+				a.sendJSON(msgStdinAck, p.id, stdinAck{Bytes: unacked})
+				unacked, last = 0, time.Now()
+			}
 		}
-		if !q.written(len(b)) {
-			return
-		}
-		a.sendJSON(msgStdinAck, p.id, stdinAck{Bytes: len(b)})
 	}
 }
+
+// stdinAckStep is the most the writer writes to a process at once, and
+// stdinAckAfter how long after its last acknowledgement it acknowledges
+// each step written: a process that reads slowly still returns credit,
+// and a host that bounds how long it waits for a process that reads
+// nothing (WriteStdinWithin) tells the two apart. A process that takes
+// under 16 KiB in that bound counts as not reading.
+const (
+	stdinAckStep  = 16 << 10
+	stdinAckAfter = 5 * time.Millisecond
+)
 
 // stdinBroke ends p's stdin for err and tells the host, unless p's end (or
 // an earlier failure) stopped the queue first.

@@ -44,7 +44,7 @@ func waitStalled(t *testing.T, p *Process) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for !f.busy || f.unacked < StdinWindow {
-		if err := f.wait(ctx); err != nil {
+		if err := f.wait(ctx, 0); err != nil {
 			t.Fatalf("no write to process %d stalled: %v", p.id, err)
 		}
 	}

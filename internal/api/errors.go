@@ -18,6 +18,9 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Written, on a failed write to a process's stdin, counts the bytes of
+	// the body its stdin accepted: the body's first ones.
+	Written *int64 `json:"written,omitempty"`
 	// RetryAfter, when set, becomes a Retry-After header (seconds).
 	RetryAfter int `json:"-"`
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
@@ -97,6 +98,7 @@ func TestSandboxErrors(t *testing.T) {
 		{live.ErrExists, 409, "conflict"},
 		{live.ErrTooMany, 429, "too_many_processes"},
 		{live.ErrNoStdin, 409, "no_stdin"},
+		{fmt.Errorf("write stdin: %w", &live.NotReadingError{Written: 5, Stall: time.Second}), 429, "process_not_reading"},
 		{live.ErrEnded, 409, "process_ended"},
 		{fmt.Errorf("%w: a PTY", live.ErrUnsupported), 501, "not_implemented"},
 		{fmt.Errorf("start: %w", agent.ErrLost), 503, "sandbox_restarting"},

@@ -246,6 +246,7 @@ type wireError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field"`
+	Written *int64 `json:"written"`
 }
 
 // fail makes a call that must fail with status and code, and checks the

@@ -1,11 +1,17 @@
 package api
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -100,8 +106,15 @@ func TestProcesses(t *testing.T) {
 	if out, _ := outputOf(s.processEvents(keyAlpha, "box", cat.PID)); out != "to cat\n" {
 		t.Errorf("cat printed %q", out)
 	}
-	s.fail(keyAlpha, "POST", fmt.Sprintf("/v1/sandboxes/box/processes/%d/stdin", cat.PID), "late", http.StatusConflict, "process_ended")
-	s.fail(keyAlpha, "POST", fmt.Sprintf("/v1/sandboxes/box/processes/%d/stdin", p.PID), "x", http.StatusConflict, "no_stdin")
+	for _, c := range []struct {
+		pid  int
+		code string
+	}{{cat.PID, "process_ended"}, {p.PID, "no_stdin"}} {
+		e, _ := s.fail(keyAlpha, "POST", fmt.Sprintf("/v1/sandboxes/box/processes/%d/stdin", c.pid), "late", http.StatusConflict, c.code)
+		if e.Written == nil || *e.Written != 0 {
+			t.Errorf("%s: written %v, want 0", c.code, e.Written)
+		}
+	}
 
 	// Signals, by name or number; the default is SIGKILL.
 	for _, sig := range []struct{ body, want string }{{`{"signal": "SIGTERM"}`, "SIGTERM"}, {`{"signal": 2}`, "SIGINT"}, {``, "SIGKILL"}} {
@@ -146,4 +159,36 @@ func TestTooManyProcesses(t *testing.T) {
 	s.call(keyAlpha, "POST", fmt.Sprintf("/v1/sandboxes/box/processes/%d/signal", sl.PID), "", http.StatusNoContent, nil)
 	s.wait(keyAlpha, "box", sl.PID)
 	s.start(keyAlpha, "box", sandbox.StartProcessRequest{Cmd: []string{"true"}})
+}
+
+// TestStdinNotReading: 4 MiB posted to the stdin of a process that does
+// not read it is answered, once the process has taken none of it for the
+// bound, 429 process_not_reading with Retry-After and the count of bytes
+// accepted; the process, once it reads, gets exactly those, in order.
+func TestStdinNotReading(t *testing.T) {
+	s := newStack(t, func(o *options) { o.idle = true; o.live.StdinStall = 300 * time.Millisecond })
+	s.createBox(keyAlpha, "box", nil)
+	p := s.start(keyAlpha, "box", sandbox.StartProcessRequest{Stdin: true,
+		Shell: "while [ ! -e go ]; do sleep 0.05; done; exec sha256sum"})
+	stdin := fmt.Sprintf("/v1/sandboxes/box/processes/%d/stdin", p.PID)
+	body := make([]byte, 4<<20)
+	rand.Read(body)
+	e, r := s.fail(keyAlpha, "POST", stdin, string(body), http.StatusTooManyRequests, "process_not_reading")
+	if e.Written == nil || *e.Written < agent.StdinWindow || *e.Written >= int64(len(body)) ||
+		!strings.Contains(e.Message, fmt.Sprintf("first %d bytes", *e.Written)) || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("%s (Retry-After %q): want the bytes accepted, a window or more and not all", r.body, r.header.Get("Retry-After"))
+	}
+	n := *e.Written
+	if e, _ := s.fail(keyAlpha, "POST", stdin, "more", http.StatusTooManyRequests, "process_not_reading"); e.Written == nil || *e.Written != 0 {
+		t.Errorf("a second write: written %v, want 0", e.Written)
+	}
+	s.call(keyAlpha, "PUT", "/v1/sandboxes/box/files?path=go", "", http.StatusOK, nil)
+	s.call(keyAlpha, "POST", stdin+"/close", "", http.StatusNoContent, nil)
+	if end := s.wait(keyAlpha, "box", p.PID); end.Exit.ExitCode != 0 {
+		t.Fatalf("ended %+v", end.Exit)
+	}
+	sum := sha256.Sum256(body[:n])
+	if out, _ := outputOf(s.processEvents(keyAlpha, "box", p.PID)); out != hex.EncodeToString(sum[:])+"  -\n" {
+		t.Errorf("the process read %q, want the sum of the body's first %d bytes", out, n)
+	}
 }

@@ -352,12 +352,17 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, t *Tenant)
 		return
 	}
 	p, err := s.proc(t, id, pid)
-	var n int64
-	if err == nil {
-		n, err = p.WriteStdin(r.Context(), httpbody.Reader(w, r, httpbody.MaxFile))
-	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		s.fail(w, err)
+		return
+	}
+	n, err := p.WriteStdin(r.Context(), httpbody.Reader(w, r, httpbody.MaxFile))
+	if err != nil {
+		// Nothing of the body is lost silently: the answer says how much
+		// of it the process's stdin took, its first bytes (none, if 0).
+		e := *asError(err, s.log)
+		e.Written = &n
+		writeError(w, &e)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int64{"written": n})

@@ -2,6 +2,8 @@ package live
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/fault"
@@ -34,6 +36,12 @@ var (
 	// ErrUnsupported: a feature this server does not have.
 	ErrUnsupported = &fault.Error{Kind: fault.Unimplemented, Code: "not_implemented",
 		Message: "this server does not support this yet"}
+	// ErrNotReading: a write to a process's stdin could not go on: the
+	// process took none of it for Config.StdinStall (a full pipe or
+	// terminal, and the agent's window). A bound reached, retryable once
+	// the process reads; a *NotReadingError says how much the write got in.
+	ErrNotReading = &fault.Error{Kind: fault.ResourceExhausted, Code: "process_not_reading", RetryAfter: time.Second,
+		Message: "the process is not reading its stdin; send the rest once it reads, or close its stdin"}
 	// ErrNoStdin: the process was started without stdin.
 	ErrNoStdin = &fault.Error{Kind: fault.FailedPrecondition, Code: "no_stdin",
 		Message: `the process was started without stdin (start it with "stdin": true)`}
@@ -75,3 +83,32 @@ const (
 	// OpEnd is a watch's last event: it ended by itself.
 	OpEnd = agent.OpEnd
 )
+
+// NotReadingError is ErrNotReading for one write: how much of its input
+// the process's stdin accepted before the process stopped taking it.
+type NotReadingError struct {
+	// Written counts the bytes of the write's input the stdin accepted,
+	// its first ones: they reach the process, in order, when it reads.
+	// Nothing after them was taken. A wire whose write spans several
+	// calls (envd's StreamInput) adds what the earlier ones wrote.
+	Written int64
+	// Stall is how long the process took none of it.
+	Stall time.Duration
+}
+
+func (e *NotReadingError) Error() string {
+	return fmt.Sprintf("the process took none of its stdin for %v; %d bytes were written", e.Stall, e.Written)
+}
+
+// Is makes errors.Is(err, ErrNotReading) true.
+func (e *NotReadingError) Is(target error) bool { return target == ErrNotReading }
+
+// Fault is e for a caller: what was accepted, and what to do.
+func (e *NotReadingError) Fault() *fault.Error {
+	accepted := "none of this input was accepted"
+	if e.Written > 0 {
+		accepted = fmt.Sprintf("the first %d bytes of this input were accepted (the process gets them, in order, when it reads); the rest was not", e.Written)
+	}
+	return ErrNotReading.With("", "the process is not reading its stdin: it took none of it for %v; %s. Send the rest once it reads, or close its stdin",
+		e.Stall, accepted)
+}

@@ -68,6 +68,10 @@ type Config struct {
 	// PausedTTL is how long a paused live sandbox is kept
 	// (DefaultPausedTTL if zero); its own timeout stops while it is paused.
 	PausedTTL time.Duration
+	// StdinStall bounds a write to a process's stdin that cannot go on:
+	// a process that takes none of its stdin for this long fails the
+	// write with ErrNotReading (DefaultStdinStall if zero).
+	StdinStall time.Duration
 }
 
 // DefaultConfig: live sandboxes live 5 minutes unless told (24 h at

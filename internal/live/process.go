@@ -425,8 +425,27 @@ func (p *Process) active() error {
 	return nil
 }
 
+// DefaultStdinStall is how long a write to a process's stdin waits while
+// the process takes none of it, when Config.StdinStall is zero. A program
+// that reads its input pauses far less between reads (a GC, a busy host, a
+// slow step of its own); a caller waits less than the 30 to 60 s after
+// which its HTTP client, a proxy or E2B's SDKs give up on a call, so it
+// hears why instead of a timeout of its own.
+const DefaultStdinStall = 10 * time.Second
+
+func (m *Manager) stdinStall() time.Duration {
+	if m.cfg.StdinStall > 0 {
+		return m.cfg.StdinStall
+	}
+	return DefaultStdinStall
+}
+
 // WriteStdin copies r to the process's stdin until r ends; it returns how
-// many bytes it wrote.
+// many bytes it wrote. Memory stays bounded whatever r's size: a buffer
+// here, and the agent's window (agent.StdinWindow). A process that takes
+// none of its stdin for Config.StdinStall ends the write with a
+// *NotReadingError (ErrNotReading); the bytes counted reach the process,
+// in order, if it reads, and nothing more of r was taken.
 func (p *Process) WriteStdin(ctx context.Context, r io.Reader) (int64, error) {
 	if err := p.active(); err != nil {
 		return 0, err
@@ -434,14 +453,17 @@ func (p *Process) WriteStdin(ctx context.Context, r io.Reader) (int64, error) {
 	if err := p.writable(); err != nil {
 		return 0, err
 	}
+	stall := p.sb.m.stdinStall()
 	buf := make([]byte, 64<<10)
 	var n int64
 	for {
 		k, rerr := r.Read(buf)
 		if k > 0 {
-			w, err := p.handle().WriteStdinContext(ctx, buf[:k])
+			w, err := p.handle().WriteStdinWithin(ctx, buf[:k], stall)
 			n += int64(w)
 			switch {
+			case errors.Is(err, agent.ErrNotReading):
+				return n, &NotReadingError{Written: n, Stall: stall}
 			case errors.Is(err, agent.ErrStdinEnded), errors.Is(err, agent.ErrStdinClosed):
 				return n, fmt.Errorf("write stdin: %w: %w", ErrEnded, err)
 			case errors.Is(err, agent.ErrNoStdin):

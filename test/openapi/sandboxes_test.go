@@ -78,6 +78,16 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "POST", path: p + "/stdin", want: 401, header: octet, body: []byte("x")})
 	c.do(call{method: "POST", path: base + "/processes/999999/stdin", key: key, want: 404, header: octet, body: []byte("x")})
 	c.do(call{method: "POST", path: q + "/stdin", key: key, want: 409, header: octet, body: []byte("x")})
+	// A process that never reads its stdin: the write ends after the
+	// stdin bound (10 s) with 429 and the bytes accepted.
+	var deaf sandbox.ProcessInfo
+	json.Unmarshal(c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,
+		body: js(sandbox.StartProcessRequest{Cmd: []string{"sleep", "600"}, Stdin: true})}), &deaf)
+	dp := fmt.Sprintf("%s/processes/%d", base, deaf.PID)
+	if b := c.do(call{method: "POST", path: dp + "/stdin", key: key, want: 429, header: octet, body: make([]byte, 4<<20)}); !strings.Contains(string(b), `"written":`) {
+		t.Errorf("a write to a process that does not read: %s", clip(b))
+	}
+	c.do(call{method: "POST", path: dp + "/signal", key: key, want: 204, body: js(map[string]any{"signal": "SIGKILL"})})
 	c.do(call{method: "POST", path: p + "/stdin/close", key: key, want: 204})
 	c.do(call{method: "POST", path: p + "/stdin/close", want: 401})
 	c.do(call{method: "POST", path: base + "/processes/999999/stdin/close", key: key, want: 404})

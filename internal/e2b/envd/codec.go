@@ -16,6 +16,13 @@ type jsonCodec struct{}
 
 func (jsonCodec) Name() string { return "json" }
 
+// jsonUTF8 is the JSON codec under the name connect gives
+// "application/json; charset=utf-8" (its default for that name is
+// protobuf's JSON, which the hand-written messages are not).
+type jsonUTF8 struct{ jsonCodec }
+
+func (jsonUTF8) Name() string { return "json; charset=utf-8" }
+
 // IsBinary tells connect the codec writes text.
 func (jsonCodec) IsBinary() bool { return false }
 

@@ -1,7 +1,8 @@
 // Package envd serves what E2B's in-sandbox daemon envd serves on port
 // 49983, backed by Corral's live sandboxes (internal/live): the Connect
-// services process.Process and filesystem.Filesystem (JSON codec; unary
-// calls and server streams), GET and POST /files, and GET /health. The
+// services process.Process and filesystem.Filesystem (the Connect
+// protocol with the JSON codec; unary calls, server streams and a client
+// stream), GET and POST /files, and GET /health. The
 // sandbox a request is for comes from its context (internal/e2b/target),
 // put there by the dispatcher once the sandbox's access token matched.
 package envd
@@ -71,8 +72,11 @@ func newService(m *live.Manager, log *slog.Logger) *service {
 func (s *service) handler() http.Handler {
 	opts := []connect.HandlerOption{
 		connect.WithCodec(jsonCodec{}),
+		connect.WithCodec(jsonUTF8{}),
 		connect.WithCodec(protoRefused{}),
 		connect.WithReadMaxBytes(maxMessage),
+		compression(),
+		connect.WithInterceptors(received{}),
 		connect.WithRecover(func(_ context.Context, spec connect.Spec, _ http.Header, v any) error {
 			s.log.Error("envd: panic", "procedure", spec.Procedure, "panic", v)
 			return connect.NewError(connect.CodeInternal, errInternal)

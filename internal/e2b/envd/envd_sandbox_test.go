@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
@@ -21,7 +22,7 @@ func TestRealSandboxes(t *testing.T) {
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
 			e := testenv.Engine(t)
-			h := harnessOn(t, e, e.Fleet(), sandbox.Isolation(tier))
+			h := harnessOn(t, e, e.Fleet(), sandbox.Isolation(tier), live.DefaultConfig())
 			ctx := t.Context()
 
 			ev := h.run(ctx, &StartRequest{Process: shell(`echo "$(id -u) $PWD"; echo oops >&2; exit 7`), Stdin: ptr(false)})
@@ -80,7 +81,7 @@ func TestRealSandboxes(t *testing.T) {
 func BenchmarkCommandsRun(b *testing.B) {
 	testenv.RequireRoot(b)
 	e := testenv.Engine(b)
-	h := harnessOn(b, e, e.Fleet(), sandbox.IsolationContainer)
+	h := harnessOn(b, e, e.Fleet(), sandbox.IsolationContainer, live.DefaultConfig())
 	ctx := b.Context()
 	b.Run("envd", func(b *testing.B) {
 		for b.Loop() {

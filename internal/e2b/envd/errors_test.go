@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -31,6 +32,7 @@ func TestTable(t *testing.T) {
 		{live.ErrEnded, connect.CodeNotFound, http.StatusNotFound},
 		{live.ErrNoStdin, connect.CodeFailedPrecondition, http.StatusConflict},
 		{live.ErrTooMany, connect.CodeResourceExhausted, http.StatusTooManyRequests},
+		{&live.NotReadingError{Written: 5, Stall: time.Second}, connect.CodeResourceExhausted, http.StatusTooManyRequests},
 		{live.ErrLost, connect.CodeUnavailable, http.StatusServiceUnavailable},
 		{&agent.RemoteError{Kind: "ENOSPC"}, connect.CodeResourceExhausted, http.StatusInsufficientStorage},
 		{&agent.RemoteError{Kind: "EEXIST"}, connect.CodeAlreadyExists, http.StatusConflict},

@@ -28,15 +28,15 @@ import (
 func (s *service) filesystemHandlers(opts []connect.HandlerOption) map[string]http.Handler {
 	const p = "/filesystem.Filesystem/"
 	return map[string]http.Handler{
-		p + "Stat":             connect.NewUnaryHandler(p+"Stat", s.stat, opts...),
-		p + "MakeDir":          connect.NewUnaryHandler(p+"MakeDir", s.makeDir, opts...),
-		p + "Move":             connect.NewUnaryHandler(p+"Move", s.move, opts...),
-		p + "ListDir":          connect.NewUnaryHandler(p+"ListDir", s.listDir, opts...),
-		p + "Remove":           connect.NewUnaryHandler(p+"Remove", s.remove, opts...),
-		p + "WatchDir":         connect.NewServerStreamHandler(p+"WatchDir", s.watchDir, opts...),
-		p + "CreateWatcher":    connect.NewUnaryHandler(p+"CreateWatcher", s.createWatcher, opts...),
-		p + "GetWatcherEvents": connect.NewUnaryHandler(p+"GetWatcherEvents", s.getWatcherEvents, opts...),
-		p + "RemoveWatcher":    connect.NewUnaryHandler(p+"RemoveWatcher", s.removeWatcher, opts...),
+		p + "Stat":             unary(connect.NewUnaryHandler(p+"Stat", s.stat, opts...)),
+		p + "MakeDir":          unary(connect.NewUnaryHandler(p+"MakeDir", s.makeDir, opts...)),
+		p + "Move":             unary(connect.NewUnaryHandler(p+"Move", s.move, opts...)),
+		p + "ListDir":          unary(connect.NewUnaryHandler(p+"ListDir", s.listDir, opts...)),
+		p + "Remove":           unary(connect.NewUnaryHandler(p+"Remove", s.remove, opts...)),
+		p + "WatchDir":         streamed(connect.NewServerStreamHandler(p+"WatchDir", s.watchDir, opts...)),
+		p + "CreateWatcher":    unary(connect.NewUnaryHandler(p+"CreateWatcher", s.createWatcher, opts...)),
+		p + "GetWatcherEvents": unary(connect.NewUnaryHandler(p+"GetWatcherEvents", s.getWatcherEvents, opts...)),
+		p + "RemoveWatcher":    unary(connect.NewUnaryHandler(p+"RemoveWatcher", s.removeWatcher, opts...)),
 	}
 }
 

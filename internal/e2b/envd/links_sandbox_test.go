@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
@@ -21,7 +22,7 @@ func TestRealLinks(t *testing.T) {
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
 			e := testenv.Engine(t)
-			h := harnessOn(t, e, e.Fleet(), sandbox.Isolation(tier))
+			h := harnessOn(t, e, e.Fleet(), sandbox.Isolation(tier), live.DefaultConfig())
 			envdLinks(t, h, "/tmp/out", true)
 			move := client[MoveRequest, MoveResponse](h.base, "/filesystem.Filesystem/Move")
 			_, err := move.CallUnary(t.Context(), connect.NewRequest(&MoveRequest{Source: "/tmp/keep", Destination: "/workspace/keep"}))

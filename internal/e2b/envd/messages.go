@@ -346,8 +346,7 @@ type SendInputRequest struct {
 // SendInputResponse is process.SendInputResponse.
 type SendInputResponse struct{}
 
-// StreamInputRequest is process.StreamInputRequest (a client stream; not
-// served).
+// StreamInputRequest is process.StreamInputRequest (a client stream).
 type StreamInputRequest struct {
 	Start *struct {
 		Process *ProcessSelector `json:"process,omitempty"`

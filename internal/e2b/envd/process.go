@@ -31,19 +31,14 @@ var errInternal = errors.New("internal error; retry")
 func (s *service) processHandlers(opts []connect.HandlerOption) map[string]http.Handler {
 	const p = "/process.Process/"
 	return map[string]http.Handler{
-		p + "Start":      connect.NewServerStreamHandler(p+"Start", s.start, opts...),
-		p + "Connect":    connect.NewServerStreamHandler(p+"Connect", s.connect, opts...),
-		p + "List":       connect.NewUnaryHandler(p+"List", s.list, opts...),
-		p + "SendInput":  connect.NewUnaryHandler(p+"SendInput", s.sendInput, opts...),
-		p + "SendSignal": connect.NewUnaryHandler(p+"SendSignal", s.sendSignal, opts...),
-		p + "CloseStdin": connect.NewUnaryHandler(p+"CloseStdin", s.closeStdin, opts...),
-		p + "Update":     connect.NewUnaryHandler(p+"Update", s.update, opts...),
-		p + "StreamInput": connect.NewClientStreamHandler(p+"StreamInput",
-			func(context.Context, *connect.ClientStream[StreamInputRequest]) (*connect.Response[StreamInputResponse], error) {
-				// E2B's JS SDK never calls it (fetch cannot stream a request);
-				// SendInput does the same one message at a time.
-				return nil, refuse(fault.Unimplemented, "StreamInput is not served; use SendInput")
-			}, opts...),
+		p + "Start":       streamed(connect.NewServerStreamHandler(p+"Start", s.start, opts...)),
+		p + "Connect":     streamed(connect.NewServerStreamHandler(p+"Connect", s.connect, opts...)),
+		p + "List":        unary(connect.NewUnaryHandler(p+"List", s.list, opts...)),
+		p + "SendInput":   unary(connect.NewUnaryHandler(p+"SendInput", s.sendInput, opts...)),
+		p + "SendSignal":  unary(connect.NewUnaryHandler(p+"SendSignal", s.sendSignal, opts...)),
+		p + "CloseStdin":  unary(connect.NewUnaryHandler(p+"CloseStdin", s.closeStdin, opts...)),
+		p + "Update":      unary(connect.NewUnaryHandler(p+"Update", s.update, opts...)),
+		p + "StreamInput": streamed(connect.NewClientStreamHandler(p+"StreamInput", s.streamInput, opts...)),
 	}
 }
 
@@ -286,24 +281,76 @@ func (s *service) list(ctx context.Context, _ *connect.Request[ListRequest]) (*c
 	return connect.NewResponse(out), nil
 }
 
+// input is the bytes of a ProcessInput: for its stdin, or typed at its
+// terminal (both reach the process's stdin).
+func input(in *ProcessInput) ([]byte, error) {
+	switch {
+	case in != nil && in.Stdin != nil:
+		return *in.Stdin, nil
+	case in != nil && in.PTY != nil:
+		return *in.PTY, nil
+	}
+	return nil, refuse(fault.InvalidArgument, "input: give stdin or pty")
+}
+
 func (s *service) sendInput(ctx context.Context, req *connect.Request[SendInputRequest]) (*connect.Response[SendInputResponse], error) {
 	t := tgt(ctx)
-	in := req.Msg.Input
-	if in == nil || (in.Stdin == nil && in.PTY == nil) {
-		return nil, refuse(fault.InvalidArgument, "input: give stdin or pty")
-	}
-	data := in.Stdin
-	if data == nil {
-		data = in.PTY
+	data, err := input(req.Msg.Input)
+	if err != nil {
+		return nil, err
 	}
 	p, err := s.resolve(t, req.Msg.Process)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := p.WriteStdin(ctx, bytes.NewReader(*data)); err != nil {
+	if _, err := p.WriteStdin(ctx, bytes.NewReader(data)); err != nil {
 		return nil, classify(err, s.log).connect()
 	}
 	return connect.NewResponse(&SendInputResponse{}), nil
+}
+
+// streamInput is StreamInput, as envd serves it: a start naming the
+// process first, then its input in data messages, in order, keep-alives
+// between. A process that does not read ends the stream as SendInput's
+// call ends, saying how many bytes of the stream's input were accepted.
+func (s *service) streamInput(ctx context.Context, st *connect.ClientStream[StreamInputRequest]) (*connect.Response[StreamInputResponse], error) {
+	t := tgt(ctx)
+	var p *live.Process
+	var written int64
+	for st.Receive() {
+		m := st.Msg()
+		switch {
+		case m.Start != nil && p == nil:
+			var err error
+			if p, err = s.resolve(t, m.Start.Process); err != nil {
+				return nil, err
+			}
+		case m.Start != nil:
+			return nil, refuse(fault.InvalidArgument, "start: the stream names its process once, in its first message")
+		case m.Data != nil && p == nil:
+			return nil, refuse(fault.InvalidArgument, "the stream's first message is start, naming the process")
+		case m.Data != nil:
+			data, err := input(m.Data.Input)
+			if err != nil {
+				return nil, err
+			}
+			n, err := p.WriteStdin(ctx, bytes.NewReader(data))
+			written += n
+			var nr *live.NotReadingError
+			if errors.As(err, &nr) {
+				nr.Written = written // the stream's input, not this message's
+			}
+			if err != nil {
+				return nil, classify(err, s.log).connect()
+			}
+		case m.Keepalive == nil:
+			return nil, refuse(fault.InvalidArgument, "a message of the stream is start, data or keepalive")
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&StreamInputResponse{}), nil
 }
 
 func (s *service) sendSignal(ctx context.Context, req *connect.Request[SendSignalRequest]) (*connect.Response[SendSignalResponse], error) {

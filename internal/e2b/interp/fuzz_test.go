@@ -20,7 +20,7 @@ import (
 type alone struct{}
 
 func (alone) Own(_ context.Context, _, _ string) (bool, error) { return true, nil }
-func (alone) Disown(_ context.Context, _, _ string) error     { return nil }
+func (alone) Disown(_ context.Context, _, _ string) error      { return nil }
 
 // FuzzBody: any body of POST /execute or POST /contexts is refused with
 // E2B's 4xx error or, once read, reaches the sandbox (which is not there:

@@ -26,6 +26,10 @@ const (
 	// field: a cell's code may be large; a route without input ignores a
 	// body).
 	answered
+	// unknown: refused, or the 502 {"code": 502} E2B's own edge proxy
+	// answers for a sandbox it does not know, which E2B's SDKs read as the
+	// sandbox gone (internal/e2b/dispatch.go): a sandbox id no sandbox has.
+	unknown
 )
 
 // wire is the error shape a family of routes answers with.
@@ -65,8 +69,11 @@ func checkAnswer(c kase, a answer) string {
 		return "closed without an answer"
 	}
 	if a.status >= 500 {
-		if c.want == bounded && a.status == 503 && retryAfter(a) {
+		switch {
+		case c.want == bounded && a.status == 503 && retryAfter(a):
 			return errorShape(c.wire, a)
+		case c.want == unknown && a.status == 502:
+			return errorShape(e2bWire, a)
 		}
 		return "server error"
 	}

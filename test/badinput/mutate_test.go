@@ -32,8 +32,9 @@ var (
 )
 
 // bulk are fields whose values may be large (a program, a file's
-// content): a 1 MiB value is theirs to take or refuse, not malformed.
-var bulk = map[string]bool{"code": true, "content_base64": true}
+// content, input for a process): a 1 MiB value is theirs to take or
+// refuse, not malformed.
+var bulk = map[string]bool{"code": true, "content_base64": true, "stdin": true, "pty": true}
 
 // pathLike are fields that name a path or an id: a 5,000-byte one is
 // malformed (the ENAMETOOLONG, 500).

@@ -23,7 +23,10 @@ type v1Fixture struct {
 	params map[string]string // path parameters
 	query  string            // a valid query, escaped
 	body   string            // a valid body (JSON or raw, as the operation takes)
-	extra  []kase            // cases of this operation only
+	// alt are other valid bodies, for fields body cannot hold with its
+	// own (shell beside cmd): each of their fields is made hostile too.
+	alt   []string
+	extra []kase // cases of this operation only
 }
 
 var (
@@ -38,29 +41,30 @@ var (
 // v1Fixtures has an entry for every operation of api/openapi.yaml: a new
 // operation without one fails TestV1Routes.
 var v1Fixtures = map[string]v1Fixture{
-	"POST /v1/executions":                                 {body: `{"language":"bash","code":"echo hi","limits":{"timeout_ms":5000,"memory_mb":64,"cpu_cores":0.5,"disk_mb":64},"env":{"A":"1"}}`},
-	"GET /v1/executions":                                  {query: "limit=5"},
-	"GET /v1/executions/{id}":                             {params: execP},
-	"POST /v1/executions/{id}/cancel":                     {params: execP},
-	"GET /v1/executions/{id}/events":                      {params: execP},
-	"GET /v1/executions/{id}/egress":                      {params: execP},
-	"GET /v1/stats":                                       {query: "window=3600"},
-	"PUT /v1/sessions/{id}":                               {params: sesP, body: `{"ttl_seconds":3600,"disk_mb":1024}`},
-	"POST /v1/sessions/{id}":                              {params: sesP, body: `{"ttl_seconds":3600}`},
-	"GET /v1/sessions/{id}":                               {params: sesP},
-	"DELETE /v1/sessions/{id}":                            {params: sesP},
-	"GET /v1/sessions/{id}/files/":                        {params: sesP},
-	"GET /v1/sessions/{id}/files/{path}":                  {params: fileP},
-	"PUT /v1/sessions/{id}/files/{path}":                  {params: fileP, body: "hello"},
-	"DELETE /v1/sessions/{id}/files/{path}":               {params: fileP},
-	"POST /v1/sandboxes":                                  {body: `{"tier":"container","timeout_seconds":600,"metadata":{"K":"v"},"limits":{"disk_mb":32}}`},
-	"GET /v1/sandboxes":                                   {query: "metadata.suite=sweep"},
-	"GET /v1/sandboxes/{id}":                              {params: sbP},
-	"DELETE /v1/sandboxes/{id}":                           {params: sbP},
-	"POST /v1/sandboxes/{id}/timeout":                     {params: sbP, body: `{"timeout_seconds":3600}`},
-	"POST /v1/sandboxes/{id}/pause":                       {params: sbP},
-	"POST /v1/sandboxes/{id}/resume":                      {params: sbP},
-	"POST /v1/sandboxes/{id}/processes":                   {params: sbP, body: `{"cmd":["echo","hi"],"env":{"A":"1"},"cwd":"/workspace","tag":"t"}`},
+	"POST /v1/executions":                   {body: `{"language":"bash","code":"echo hi","limits":{"timeout_ms":5000,"memory_mb":64,"cpu_cores":0.5,"disk_mb":64},"env":{"A":"1"}}`},
+	"GET /v1/executions":                    {query: "limit=5"},
+	"GET /v1/executions/{id}":               {params: execP},
+	"POST /v1/executions/{id}/cancel":       {params: execP},
+	"GET /v1/executions/{id}/events":        {params: execP},
+	"GET /v1/executions/{id}/egress":        {params: execP},
+	"GET /v1/stats":                         {query: "window=3600"},
+	"PUT /v1/sessions/{id}":                 {params: sesP, body: `{"ttl_seconds":3600,"disk_mb":1024}`},
+	"POST /v1/sessions/{id}":                {params: sesP, body: `{"ttl_seconds":3600}`},
+	"GET /v1/sessions/{id}":                 {params: sesP},
+	"DELETE /v1/sessions/{id}":              {params: sesP},
+	"GET /v1/sessions/{id}/files/":          {params: sesP},
+	"GET /v1/sessions/{id}/files/{path}":    {params: fileP},
+	"PUT /v1/sessions/{id}/files/{path}":    {params: fileP, body: "hello"},
+	"DELETE /v1/sessions/{id}/files/{path}": {params: fileP},
+	"POST /v1/sandboxes":                    {body: `{"tier":"container","timeout_seconds":600,"metadata":{"K":"v"},"limits":{"disk_mb":32}}`},
+	"GET /v1/sandboxes":                     {query: "metadata.suite=sweep"},
+	"GET /v1/sandboxes/{id}":                {params: sbP},
+	"DELETE /v1/sandboxes/{id}":             {params: sbP},
+	"POST /v1/sandboxes/{id}/timeout":       {params: sbP, body: `{"timeout_seconds":3600}`},
+	"POST /v1/sandboxes/{id}/pause":         {params: sbP},
+	"POST /v1/sandboxes/{id}/resume":        {params: sbP},
+	"POST /v1/sandboxes/{id}/processes": {params: sbP, body: `{"cmd":["echo","hi"],"env":{"A":"1"},"cwd":"/workspace","tag":"t"}`,
+		alt: []string{`{"shell":"echo hi"}`}},
 	"GET /v1/sandboxes/{id}/processes":                    {params: sbP},
 	"GET /v1/sandboxes/{id}/processes/{pid}":              {params: procP},
 	"GET /v1/sandboxes/{id}/processes/{pid}/events":       {params: procP},
@@ -363,6 +367,11 @@ func v1Cases(doc *openapi3.T, key string, op *openapi3.Operation, fx v1Fixture) 
 		if schema != nil {
 			for _, m := range mutations(body, schemaLeaves(schema.Value, nil)) {
 				add(m.name, build(nil, fx.query, nil, m.body), m.want)
+			}
+		}
+		for _, alt := range fx.alt {
+			for _, m := range mutations([]byte(alt), exampleLeaves([]byte(alt))) {
+				add(alt+" "+m.name, build(nil, fx.query, nil, m.body), m.want)
 			}
 		}
 	case bodyType != "":

@@ -1,3 +1,9 @@
+// Package badinput sends every route of Corral's API and of E2B's the
+// malformed inputs of issue 26 (docs/testing.md): every operation of
+// api/openapi.yaml, and every E2B route as the code registers it, over the
+// real server in process on the fake runtime. Each case must be answered
+// with a 4xx and the wire's error body within 10 s, and the server must
+// serve after each route.
 package badinput
 
 import (

@@ -157,10 +157,6 @@ func sendCut(base string, r request) answer {
 	return a
 }
 
-// escape escapes a path segment as a client would, keeping what
-// url.PathEscape would turn into something else the same.
-func escape(s string) string { return url.PathEscape(s) }
-
 // retryAfter reports whether a has a Retry-After header of whole seconds.
 func retryAfter(a answer) bool {
 	n, err := strconv.Atoi(a.header.Get("Retry-After"))

@@ -7,7 +7,7 @@ BIN := bin/corral
 # The agent inside every sandbox is this same binary: it must be static.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps run test test-unit test-root test-go test-sdk sweep leakcheck lint bench clean image test-image test-helm
+.PHONY: all build deps run test test-unit test-root fuzz test-go test-sdk sweep leakcheck lint bench clean image test-image test-helm
 
 all: build
 
@@ -33,13 +33,20 @@ run:
 # sandboxes, and timing checks such as "a 1 s timeout is answered within
 # 1.5 s" need the cores. The five slowest packages are printed at the end;
 # bin/test-timings.txt lists them all.
-test: deps build sweep lint test-unit test-root test-sdk test-helm test-image leakcheck
+test: deps build sweep lint test-unit fuzz test-root test-sdk test-helm test-image leakcheck
 	@/usr/bin/python3 scripts/lanes.py report
 
 # Every package with a test outside its *_sandbox_test.go files, as the
 # user nobody: no root, runtime or database server (scripts/test-unit.sh).
 test-unit:
 	./scripts/test-unit.sh
+
+# Every fuzz target (func FuzzX in a _test.go file) fuzzed for a few
+# seconds, one go test -fuzz run each, as nobody; a failing input is written
+# to the package's testdata/fuzz/FuzzX and fails the run. The unit lane has
+# already run every seed. CORRAL_FUZZTIME=60 fuzzes each for a minute.
+fuzz:
+	/usr/bin/python3 scripts/lanes.py fuzz
 
 # The tests of *_sandbox_test.go files, as root with CORRAL_TEST_STRICT=1.
 test-root:

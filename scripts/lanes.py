@@ -4,6 +4,7 @@
     scripts/lanes.py list unit|root|parallel|serial
     scripts/lanes.py unit [PKG...]   the unit lane, as the user nobody
     scripts/lanes.py root [PKG...]   the root lane: sandbox tests, strict
+    scripts/lanes.py fuzz [PKG...]   every fuzz target, fuzzed a few seconds each
     scripts/lanes.py report   the slowest packages of the lanes run so far
 
 The lanes come from file names, not from a list to keep up to date: a test
@@ -34,6 +35,12 @@ the others, one at a time (-p 1), since they start CPU-bound sandboxes
 timeout is answered within 1.5 s") or look at the whole host (its thread
 count, free memory), and must have the cores to themselves. A new package
 is serial until measured.
+
+The fuzz lane fuzzes every Fuzz target of the module for FUZZ_TIME seconds
+(CORRAL_FUZZTIME), one target per run as Go requires, as nobody when run as
+root. An input that fails is written to the package's testdata/fuzz/FuzzX/
+(Go's corpus format; go test then runs it as a seed) and fails the lane.
+The unit lane already ran every target's seeds and committed corpus.
 
 Every lane writes go test -json to bin/test-timings/LANE.json and its
 packages' times to bin/test-timings/LANE.tsv; report prints them, the
@@ -349,6 +356,114 @@ def root(want):
         sys.exit(1)
 
 
+# Seconds each fuzz target is fuzzed (CORRAL_FUZZTIME overrides), and the
+# most the targets' runs may take together (compiling aside, as in the unit
+# lane): past it the lane fails, so that a target added costs another's
+# time rather than the suite's. Measured figures: docs/testing.md.
+FUZZ_TIME = float(os.environ.get("CORRAL_FUZZTIME", "3"))
+FUZZ_BUDGET = 150
+
+
+def fuzz_targets(pkgs):
+    """{package: [Fuzz targets]} of the packages with any; the targets of
+    *_sandbox_test.go files need root and sandboxes, and there are none."""
+    got = {}
+    for p, (u, s, _) in pkgs.items():
+        ts = sorted(n for n in u if n.startswith("Fuzz"))
+        if [n for n in s if n.startswith("Fuzz")]:
+            sys.exit("%s: a fuzz target in a *_sandbox_test.go file: the fuzz lane runs as nobody" % p)
+        if ts:
+            got[p] = ts
+    return got
+
+
+def fuzz(want):
+    every = packages()
+    targets = fuzz_targets(every)
+    pkgs = only(sorted(targets), want)
+    tmp = os.environ.get("CORRAL_FUZZ_TMP", "/tmp/corral-fuzz")
+    as_root = os.geteuid() == 0
+    subprocess.run(["rm", "-rf", tmp], check=True)
+    os.makedirs(os.path.join(tmp, "bin"))
+    os.chmod(tmp, 0o755)
+    os.chmod(os.path.join(tmp, "bin"), 0o755)
+    env = dict(os.environ, CGO_ENABLED="0")
+    env.pop("CI", None)
+    env.pop("CORRAL_TEST_STRICT", None)
+    start, failed, found, took = time.time(), [], [], []
+    n = sum(len(targets[p]) for p in pkgs)
+    print("fuzz lane: %d targets in %d packages, %.0f s each" % (n, len(pkgs), FUZZ_TIME), flush=True)
+    for p in pkgs:
+        d = every[p][2]
+        binary = os.path.join(tmp, "bin", p.replace("/", "_") + ".test")
+        # Instrumented for fuzzing; compiled as root, where the build cache is.
+        b = subprocess.run(["go", "test", "-c", "-fuzz=.", "-o", binary, "./" + p], cwd=ROOT, env=env)
+        if b.returncode != 0:
+            failed.append(p)
+            continue
+        # Each package runs in a scratch copy of its testdata: the targets
+        # read their corpus from there and write what fails there.
+        work = os.path.join(tmp, p.replace("/", "_"))
+        os.makedirs(work)
+        if os.path.isdir(os.path.join(d, "testdata")):
+            subprocess.run(["cp", "-a", os.path.join(d, "testdata"), work], check=True)
+        home = os.path.join(tmp, "home")
+        os.makedirs(home, exist_ok=True)
+        cache = os.path.join(tmp, "cache", p.replace("/", "_"))
+        os.makedirs(cache, exist_ok=True)
+        if as_root:
+            subprocess.run(["chown", "-R", "65534:65534", work, home, os.path.join(tmp, "cache")], check=True)
+        for t in targets[p]:
+            cmd = [binary, "-test.run=^$", "-test.fuzz=^%s$" % t, "-test.fuzztime=%gs" % FUZZ_TIME,
+                   "-test.fuzzcachedir=" + cache, "-test.timeout=%ds" % (FUZZ_TIME + 300),
+                   # Go minimizes each new interesting input for up to 60 s,
+                   # past the fuzz time, which then fails the run with
+                   # "context deadline exceeded" (large seeds: FuzzPath).
+                   "-test.fuzzminimizetime=1s"]
+            if as_root:
+                cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
+                       "HOME=" + home, "TMPDIR=" + home] + cmd
+            t0 = time.time()
+            r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+            took.append((time.time() - t0, p, t))
+            execs = re.findall(r"execs: (\d+)", r.stdout + r.stderr)
+            print("%-4s %-28s %-28s %5.1f s %9s execs" % ("ok" if r.returncode == 0 else "FAIL", p, t, took[-1][0],
+                                                       execs[-1] if execs else "?"), flush=True)
+            if r.returncode != 0:
+                failed.append(p + " " + t)
+                print(r.stdout + r.stderr)
+                found += keep_crashers(work, d, t)
+    total = time.time() - start
+    for f in found:
+        print("the failing input is kept in %s: fix the code; go test runs it from now on" % os.path.relpath(f, ROOT))
+    print("fuzz lane: %d targets in %.0f s (compiling included), %.0f s fuzzing; %d failed%s"
+          % (n, total, sum(t[0] for t in took), len(failed), (": " + ", ".join(failed)) if failed else ""))
+    fuzzing = sum(t[0] for t in took)
+    if fuzzing > FUZZ_BUDGET and "CORRAL_FUZZTIME" not in os.environ and not want:
+        print("fuzz lane: its targets ran %.0f s, over its budget of %d s: lower FUZZ_TIME in scripts/lanes.py"
+              % (fuzzing, FUZZ_BUDGET))
+        sys.exit(1)
+    if failed:
+        sys.exit(1)
+
+
+def keep_crashers(work, d, target):
+    """Copies the inputs the run wrote for target into the package's own
+    testdata/fuzz/TARGET; returns their paths there."""
+    src = os.path.join(work, "testdata", "fuzz", target)
+    dst = os.path.join(d, "testdata", "fuzz", target)
+    kept = []
+    if not os.path.isdir(src):
+        return kept
+    for f in sorted(os.listdir(src)):
+        if not os.path.exists(os.path.join(dst, f)):
+            os.makedirs(dst, exist_ok=True)
+            with open(os.path.join(src, f), "rb") as a, open(os.path.join(dst, f), "wb") as b:
+                b.write(a.read())
+            kept.append(os.path.join(dst, f))
+    return kept
+
+
 def report():
     got = []
     for f in sorted(os.listdir(OUT)) if os.path.isdir(OUT) else []:
@@ -377,6 +492,8 @@ def main():
         unit(args[1:])
     elif args[:1] == ["root"]:
         root(args[1:])
+    elif args[:1] == ["fuzz"]:
+        fuzz(args[1:])
     elif args == ["report"]:
         report()
     else:

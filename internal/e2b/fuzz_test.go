@@ -1,6 +1,9 @@
 package e2b
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -58,6 +61,74 @@ func FuzzListQuery(f *testing.F) {
 		}
 		if p, err := decodeToken(r.URL.Query().Get("nextToken")); err == nil {
 			_ = encodeToken(p)
+		}
+	})
+}
+
+// errorAnswer checks that w holds E2B's error answer: a 4xx whose body is
+// {"code": status, "message"}.
+func errorAnswer(t *testing.T, what string, w *httptest.ResponseRecorder) {
+	t.Helper()
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if w.Code < 400 || w.Code > 499 {
+		t.Fatalf("%s: status %d: %s", what, w.Code, w.Body)
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Code != w.Code || e.Message == "" {
+		t.Fatalf("%s: %d with body %q, not E2B's error", what, w.Code, w.Body)
+	}
+}
+
+// FuzzDecodeBody: any body of a control-plane call (create; timeout,
+// connect and resume) is read or refused with E2B's 4xx error, never a
+// panic or a 5xx; what is read is one JSON value and nothing after it, and
+// a timeout read is a duration from 0 up.
+func FuzzDecodeBody(f *testing.F) {
+	for _, s := range []string{`{"templateID":"base","timeout":300,"metadata":{"k":"v"},"envVars":{"A":"1"},"network":{"allowOut":["x.com"]}}`,
+		`{"timeout":60}`, `{}`, ``, `{"timeout":-1}`, `{"timeout":1e400}`, `{"templateID":5}`,
+		// The other hostile ones are in testdata/fuzz/FuzzDecodeBody.
+		`{"templateID":"` + strings.Repeat("x", 1<<20) + `"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, v := range []any{&createBody{}, &timeoutBody{}} {
+			w := httptest.NewRecorder()
+			if !decode(w, httptest.NewRequest("POST", "/sandboxes", bytes.NewReader(body)), v) {
+				errorAnswer(t, fmt.Sprintf("%T from %q", v, body), w)
+				continue
+			}
+			if len(bytes.TrimSpace(body)) != 0 && !json.Valid(body) {
+				t.Fatalf("%T: %q is not one JSON value, and is accepted", v, body)
+			}
+		}
+		for _, required := range []bool{false, true} {
+			w := httptest.NewRecorder()
+			d, ok := readTimeout(w, httptest.NewRequest("POST", "/sandboxes/x/timeout", bytes.NewReader(body)), required)
+			if !ok {
+				errorAnswer(t, fmt.Sprintf("timeout from %q", body), w)
+			} else if d < 0 {
+				t.Fatalf("timeout from %q: %v", body, d)
+			}
+		}
+	})
+}
+
+// FuzzTokenTenant: an access token names a tenant only in the shape
+// newAccessToken makes (a tenant without a dot, a dot, a secret).
+func FuzzTokenTenant(f *testing.F) {
+	for _, s := range []string{newAccessToken("alpha"), "alpha.", ".x", "alpha", "", "a.b.c", "alpha.\x00",
+		"e2b_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, token string) {
+		tenant, ok := tokenTenant(token)
+		if !ok {
+			return
+		}
+		if tenant == "" || strings.Contains(tenant, ".") || !strings.HasPrefix(token, tenant+".") || len(token) == len(tenant)+1 {
+			t.Fatalf("%q names tenant %q", token, tenant)
 		}
 	})
 }

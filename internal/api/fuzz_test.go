@@ -3,11 +3,13 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"testing"
 
+	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -85,6 +87,15 @@ func FuzzDecodeBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+// decodeBody is Server.decode's verdict on a body: nil, or the error /v1
+// would answer.
+func decodeBody(r *http.Request, v any) *Error {
+	if err := httpbody.ReadJSON(httptest.NewRecorder(), r, httpbody.MaxJSON, v, rules); err != nil {
+		return asError(err, slog.New(slog.DiscardHandler))
+	}
+	return nil
 }
 
 // FuzzParseQuery: any query of GET /v1/executions is read or refused with

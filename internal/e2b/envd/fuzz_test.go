@@ -149,7 +149,7 @@ func FuzzUpload(f *testing.F) {
 	f.Add(uint8(3), "", []byte("--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"c.txt\"\r\n\r\nx\r\n--b--\r\n"))
 	// testdata/fuzz/FuzzUpload holds the hostile ones.
 	fk := testenv.FakeEngine(f, func(c *engine.Config) { c.CacheDir = "" })
-	h := harnessOn(f, fk.Engine, fk.Fleet, sandbox.IsolationContainer)
+	h := harnessOn(f, fk.Engine, fk.Fleet, sandbox.IsolationContainer, live.DefaultConfig())
 	f.Fuzz(func(t *testing.T, form uint8, path string, data []byte) {
 		body, ct, enc := data, "application/octet-stream", ""
 		switch form % 4 {

@@ -39,8 +39,10 @@ var refusals = map[Kind]refusal{
 	"EROFS":     {fault.InvalidArgument, "", true, "the path is on a read-only file system; write under /workspace or /tmp"},
 	"EACCES": {fault.PermissionDenied, "invalid_request", true,
 		"permission denied: a program in the sandbox took away the access to this path"},
-	"ENOSPC":  {fault.ResourceExhausted, "payload_too_large", false, "the sandbox's disk is full"},
-	"EMFILE":  {fault.ResourceExhausted, "", false, "the sandbox has as many files open as it may"},
+	"ENOSPC": {fault.ResourceExhausted, "payload_too_large", false, "the sandbox's disk is full"},
+	"EMFILE": {fault.ResourceExhausted, "", false, "the sandbox has as many files open as it may"},
+	"E2BIG": {fault.InvalidArgument, "", false,
+		"the program's arguments and environment are more than the kernel passes to a program; send large data through a file or stdin"},
 	KindLimit: {fault.ResourceExhausted, "", false, "the sandbox's agent has as many of these as it may; end one first"},
 }
 

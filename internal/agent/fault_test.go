@@ -50,6 +50,7 @@ func TestRefusalFault(t *testing.T) {
 		{"ENOTDIR", fault.InvalidArgument},
 		{"EXDEV", fault.InvalidArgument},
 		{"ENXIO", fault.InvalidArgument}, // a socket opened
+		{"E2BIG", fault.InvalidArgument}, // an exec's argv and env past ARG_MAX
 		{"EIO", fault.Internal},
 		{KindZygote, fault.Internal},
 	} {

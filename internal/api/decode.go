@@ -1,10 +1,12 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 
 	"github.com/corralhq/corral/internal/httpbody"
+	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -21,6 +23,19 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// queryBool reads the flag name of r's query: absent, "false" or "0" is
+// false, "true" or "1" true; anything else is refused naming it, never
+// taken for false.
+func queryBool(r *http.Request, name string) (bool, error) {
+	switch r.URL.Query().Get(name) {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, refuse(name, "must be true or false")
 }
 
 // parseExecuteRequest decodes the body of a submission: one JSON object,
@@ -47,6 +62,17 @@ func checkFields(req *sandbox.ExecuteRequest) error {
 		u, err := url.Parse(req.CallbackURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 			return refuse("callback_url", "must be an absolute http or https URL without credentials")
+		}
+	}
+	// Input files' names and addresses are bounded as the request is
+	// decoded; what a name or address says (a "..", a private address)
+	// the engine checks, failing the execution with an input error.
+	for i, f := range req.Files {
+		if len(f.Path) > validate.MaxInputPath {
+			return refuse(fmt.Sprintf("files[%d].path", i), fmt.Sprintf("is longer than %d bytes", validate.MaxInputPath))
+		}
+		if len(f.URL) > 2048 {
+			return refuse(fmt.Sprintf("files[%d].url", i), "is longer than 2048 characters")
 		}
 	}
 	return nil

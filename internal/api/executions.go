@@ -43,13 +43,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		writeError(w, refuse("callback_url", "callbacks need a callback secret configured for this tenant"))
 		return
 	}
-	wait := false
-	switch v := r.URL.Query().Get("wait"); v {
-	case "", "false", "0":
-	case "true", "1":
-		wait = true
-	default:
-		writeError(w, refuse("wait", "must be true or false"))
+	wait, err := queryBool(r, "wait")
+	if err != nil {
+		s.fail(w, err)
 		return
 	}
 	sub, err := s.node.Submit(r.Context(), t.Name, req)

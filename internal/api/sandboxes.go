@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/live"
@@ -118,6 +119,9 @@ func metadataFilter(r *http.Request) (map[string]string, *Error) {
 				}
 			}
 		}
+	}
+	if err := validate.CheckMetadata(want); err != nil {
+		return nil, answer(fault.Of(err))
 	}
 	return want, nil
 }
@@ -326,7 +330,11 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	if !ok {
 		return
 	}
-	wait := r.URL.Query().Get("wait") == "true"
+	wait, err := queryBool(r, "wait")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	p, err := s.proc(t, id, pid)
 	var info sandbox.ProcessInfo
 	switch {
@@ -622,7 +630,11 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 	if p == "" {
 		p = "/workspace"
 	}
-	recursive := r.URL.Query().Get("recursive") == "true"
+	recursive, err := queryBool(r, "recursive")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	sse, ok := eventStream(w)
 	if !ok {
 		return

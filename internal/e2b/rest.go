@@ -466,6 +466,9 @@ func parseMetadata(raw string) (map[string]string, error) {
 		}
 		out[key] = val
 	}
+	if err := validate.CheckMetadata(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -473,7 +476,11 @@ func parseListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
 	qs := r.URL.Query()
 	md, err := parseMetadata(qs.Get("metadata"))
 	if err != nil {
-		refuse(w, fault.InvalidArgument, "give metadata as metadata=KEY%3DVALUE%26KEY2%3DVALUE2")
+		msg := "give metadata as metadata=KEY%3DVALUE%26KEY2%3DVALUE2"
+		if ie := (*validate.InputError)(nil); errors.As(err, &ie) {
+			msg = ie.Error()
+		}
+		refuse(w, fault.InvalidArgument, msg)
 		return listQuery{}, false
 	}
 	q := listQuery{metadata: md, template: qs.Get("template")}

@@ -27,7 +27,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/engine"
@@ -213,30 +212,6 @@ func NewSandboxID() string {
 	return fmt.Sprintf("sbx_%011x%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
 }
 
-// Metadata bounds.
-const (
-	maxMetadataPairs = 32
-	maxMetadataBytes = 4 << 10
-)
-
-// checkMetadata bounds a sandbox's labels.
-func checkMetadata(md map[string]string) error {
-	if len(md) > maxMetadataPairs {
-		return workspace.Invalid("metadata has %d pairs; the limit is %d", len(md), maxMetadataPairs)
-	}
-	total := 0
-	for k, v := range md {
-		if k == "" || len(k) > 128 || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return workspace.Invalid("metadata keys are 1-128 bytes of UTF-8, values UTF-8")
-		}
-		total += len(k) + len(v)
-	}
-	if total > maxMetadataBytes {
-		return workspace.Invalid("metadata holds %d bytes; the limit is %d", total, maxMetadataBytes)
-	}
-	return nil
-}
-
 // prepare validates tenant's req, fills its defaults and routes it: where
 // its sandbox runs and on what.
 func (m *Manager) prepare(tenant string, req *sandbox.CreateSandboxRequest) (*engine.Placement, error) {
@@ -301,7 +276,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 		return nil, sandbox.Info{}, m.timeoutError()
 	}
 	req.TimeoutSeconds = int64(timeout.Seconds())
-	if err := checkMetadata(req.Metadata); err != nil {
+	if err := validate.CheckMetadata(req.Metadata); err != nil {
 		return nil, sandbox.Info{}, err
 	}
 	p, err := m.prepare(tenant, &req)

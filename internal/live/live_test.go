@@ -196,8 +196,9 @@ func TestLiveCreateRefuses(t *testing.T) {
 		{sandbox.CreateSandboxRequest{Tier: "vm"}, "tier"},
 		{sandbox.CreateSandboxRequest{Language: "cobol"}, "language"},
 		{sandbox.CreateSandboxRequest{Env: map[string]string{"PATH": "/evil"}}, "env.PATH"},
-		{sandbox.CreateSandboxRequest{Metadata: big}, ""},
-		{sandbox.CreateSandboxRequest{Metadata: map[string]string{"k": strings.Repeat("v", 5000)}}, ""},
+		{sandbox.CreateSandboxRequest{Metadata: big}, "metadata"},
+		{sandbox.CreateSandboxRequest{Metadata: map[string]string{"k": strings.Repeat("v", 5000)}}, "metadata"},
+		{sandbox.CreateSandboxRequest{Metadata: map[string]string{"k": "a\x00b"}}, "metadata"},
 	} {
 		req := tc.req
 		if req.Tier == "" {
@@ -346,6 +347,8 @@ func TestProcessLimits(t *testing.T) {
 		{sandbox.StartProcessRequest{}, "cmd"},
 		{sandbox.StartProcessRequest{Cmd: []string{"a"}, Shell: "b"}, "cmd"},
 		{sandbox.StartProcessRequest{Cmd: []string{"a\x00"}}, "cmd"},
+		{sandbox.StartProcessRequest{Cmd: []string{"echo", strings.Repeat("x", maxArg+1)}}, "cmd"}, // E2BIG at exec
+		{sandbox.StartProcessRequest{Shell: strings.Repeat("x", 200<<10)}, "cmd"},
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Cwd: "rel"}, "cwd"},
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Cwd: "/a/../b"}, "cwd"},
 		{sandbox.StartProcessRequest{Cmd: []string{"true"}, Tag: strings.Repeat("t", 300)}, "tag"},

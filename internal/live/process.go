@@ -32,7 +32,10 @@ import (
 const (
 	maxArgv      = 4096
 	maxArgvBytes = 256 << 10
-	maxTag       = 256
+	// maxArg is the kernel's bound of one argument (MAX_ARG_STRLEN, 32
+	// pages, its NUL included): a longer one fails the exec with E2BIG.
+	maxArg = 128<<10 - 1
+	maxTag = 256
 )
 
 // Process is the handle of one process of a live sandbox.
@@ -203,6 +206,9 @@ func checkProcess(req *sandbox.StartProcessRequest) error {
 	total := 0
 	for _, a := range req.Cmd {
 		total += len(a)
+		if len(a) > maxArg {
+			return bad("cmd", fmt.Sprintf("has an argument of %d bytes; the limit is %d an argument (the kernel's)", len(a), maxArg))
+		}
 		if !utf8.ValidString(a) || strings.ContainsRune(a, 0) {
 			return bad("cmd", "arguments are UTF-8 without NUL bytes")
 		}

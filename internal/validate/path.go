@@ -9,6 +9,9 @@ import (
 	"unicode/utf8"
 )
 
+// MaxInputPath is the longest relative path CheckInputPath takes.
+const MaxInputPath = 1024
+
 // CheckInputPath validates a relative path for /workspace/input (and for
 // session files): no absolute paths, no "..", no empty or dot components, no
 // NUL or control characters, printable UTF-8, at most 16 levels and 1024
@@ -18,8 +21,8 @@ func CheckInputPath(p string) error {
 	switch {
 	case p == "":
 		return errors.New("the path is empty")
-	case len(p) > 1024:
-		return errors.New("the path is longer than 1024 bytes")
+	case len(p) > MaxInputPath:
+		return fmt.Errorf("the path is longer than %d bytes", MaxInputPath)
 	case !utf8.ValidString(p):
 		return errors.New("the path is not valid UTF-8")
 	case strings.HasPrefix(p, "/"):

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -19,8 +20,9 @@ const (
 	// refused: a 4xx with the wire's error body; for a body cut short the
 	// server may close the connection instead.
 	refused want = iota
-	// bounded: refused, or 503 with Retry-After (the stdin bound: a
-	// process that does not read is a retryable error, not a hang).
+	// bounded: 429 (the stdin bound: a process that does not read is a
+	// retryable error, not a hang; on /v1 process_not_reading with
+	// Retry-After, on Connect resource_exhausted).
 	bounded
 	// answered: any answer but a 5xx (the input is not malformed for this
 	// field: a cell's code may be large; a route without input ignores a
@@ -68,10 +70,17 @@ func checkAnswer(c kase, a answer) string {
 		}
 		return "closed without an answer"
 	}
+	if c.want == bounded {
+		switch {
+		case a.status != http.StatusTooManyRequests:
+			return fmt.Sprintf("status %d, not 429", a.status)
+		case c.wire == v1Wire && !retryAfter(a):
+			return "429 without Retry-After"
+		}
+		return errorShape(c.wire, a)
+	}
 	if a.status >= 500 {
 		switch {
-		case c.want == bounded && a.status == 503 && retryAfter(a):
-			return errorShape(c.wire, a)
 		case c.want == unknown && a.status == 502:
 			return errorShape(e2bWire, a)
 		}

@@ -359,7 +359,9 @@ func e2bCases(w *e2bWorld, port int, r route, fx e2bFixture) []kase {
 	if port == 0 {
 		add("forged key", build(path, fx.query, http.Header{"X-Api-Key": {forged}}, body), refused, e2bWire)
 	} else {
-		add("forged token", build(path, fx.query, http.Header{"X-Access-Token": {"alpha." + strings.Repeat("0", 64)}}, body), refused, e2bWire)
+		// answered as a sandbox gone (sameForgedAnswer checks it is the same
+		// answer whether the sandbox exists or not).
+		add("forged token", build(path, fx.query, http.Header{"X-Access-Token": {"alpha." + strings.Repeat("0", 64)}}, body), unknown, e2bWire)
 		add("token of no tenant's shape", build(path, fx.query, http.Header{"X-Access-Token": {"nodot"}}, body), refused, e2bWire)
 		for how, v := range map[string]string{"past int64": string(hugeInt), "negative": "-1", "not a number": "x"} {
 			add("E2b-Sandbox-Port: "+how, build(path, fx.query, http.Header{"E2b-Sandbox-Port": {v}}, body), refused, e2bWire)

@@ -88,7 +88,9 @@ func newServer(t *testing.T) *server {
 	}
 	sessions := session.New(session.DefaultConfig(), table, fk.Engine, fk.Fleet, log)
 	t.Cleanup(sessions.Close)
-	sandboxes := live.New(live.DefaultConfig(), live.Deps{Table: table, Engine: fk.Engine, Fleet: fk.Fleet, Publisher: cl, Log: log})
+	lc := live.DefaultConfig()
+	lc.StdinStall = 2 * time.Second // under patience: the bound is answered, not a hang
+	sandboxes := live.New(lc, live.Deps{Table: table, Engine: fk.Engine, Fleet: fk.Fleet, Publisher: cl, Log: log})
 	t.Cleanup(sandboxes.Close)
 	s.blobs, err = local.New(filepath.Join(t.TempDir(), "blobs"), s.url, nil, log)
 	if err != nil {

@@ -144,7 +144,7 @@ func TestSandboxRefusals(t *testing.T) {
 		{"over the cap", `{"env": {"A": "` + strings.Repeat("a", httpbody.MaxJSON) + `"}}`, 413, "payload_too_large", ""},
 		{"an unknown language", `{"language": "cobol"}`, 400, "invalid_request", "language"},
 		{"an id in use", `{"sandbox_id": "taken"}`, 409, "conflict", "sandbox_id"},
-		{"too many metadata pairs", jsonOf(t, sandbox.CreateSandboxRequest{Metadata: manyPairs(33)}), 400, "invalid_request", ""},
+		{"too many metadata pairs", jsonOf(t, sandbox.CreateSandboxRequest{Metadata: manyPairs(33)}), 400, "invalid_request", "metadata"},
 		{"a disk beyond the bound", `{"limits": {"disk_mb": 99999999}}`, 400, "invalid_request", "limits.disk_mb"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -64,17 +64,20 @@ func TestLocalStdinSlowReader(t *testing.T) {
 	l, _ := startLocal(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	// 16 KiB, then a pause of 0.05 s: 320 KiB/s at most, so the 448 KiB
-	// past the window and the pipe's buffer take 1.4 s or more, well past
-	// the bound, while the reader takes some every 0.05 s or so.
+	// 16 KiB, then a pause of 0.05 s: 320 KiB/s at most, so the 1 MiB
+	// past the window and the pipe's buffer take 3 s or more, past the
+	// bound, while the reader takes some every 0.05 s or so, and far
+	// more often than the bound even when the machine is loaded (each
+	// round forks three processes; a bound of 0.5 s was missed under a
+	// loaded test lane).
 	req := persistent(sh(`while [ "$(head -c 16384 | wc -c)" -gt 0 ]; do sleep 0.05; done`))
 	req.Stdin = true
 	p, err := l.Start(ctx, req, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := make([]byte, StdinWindow+512<<10)
-	const stall = 500 * time.Millisecond
+	data := make([]byte, StdinWindow+1<<20)
+	const stall = 2 * time.Second
 	start := time.Now()
 	if n, err := p.WriteStdinWithin(ctx, data, stall); n != len(data) || err != nil {
 		t.Fatalf("a write to a slow reader: %d of %d bytes, %v", n, len(data), err)

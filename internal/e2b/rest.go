@@ -466,9 +466,6 @@ func parseMetadata(raw string) (map[string]string, error) {
 		}
 		out[key] = val
 	}
-	if err := validate.CheckMetadata(out); err != nil {
-		return nil, err
-	}
 	return out, nil
 }
 
@@ -476,11 +473,12 @@ func parseListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
 	qs := r.URL.Query()
 	md, err := parseMetadata(qs.Get("metadata"))
 	if err != nil {
-		msg := "give metadata as metadata=KEY%3DVALUE%26KEY2%3DVALUE2"
-		if ie := (*validate.InputError)(nil); errors.As(err, &ie) {
-			msg = ie.Error()
-		}
-		refuse(w, fault.InvalidArgument, msg)
+		refuse(w, fault.InvalidArgument, "give metadata as metadata=KEY%3DVALUE%26KEY2%3DVALUE2")
+		return listQuery{}, false
+	}
+	// A filter is bounded as the labels it matches are.
+	if err := validate.CheckMetadata(md); err != nil {
+		answer(w, fault.Of(err))
 		return listQuery{}, false
 	}
 	q := listQuery{metadata: md, template: qs.Get("template")}

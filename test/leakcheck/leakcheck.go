@@ -58,7 +58,7 @@ func Find() []Leftover {
 	var left []Leftover
 	parent := "/" + testenv.CgroupParent
 	for _, child := range cgroup.Children(parent) {
-		left = append(left, Leftover{Kind: Cgroup, Path: parent + "/" + child})
+		left = append(left, Leftover{Kind: Cgroup, Path: parent + "/" + child, Detail: cgroupDetail(parent + "/" + child)})
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
@@ -91,6 +91,32 @@ func Find() []Leftover {
 		left = append(left, Leftover{Kind: Dir, Path: d})
 	}
 	return left
+}
+
+// cgroupDetail says in which hierarchies the cgroup at path is left and
+// when it was made, to find in the lanes' test-timings/*.json the test that
+// ran then.
+func cgroupDetail(path string) string {
+	dirs, _ := filepath.Glob(filepath.Join(cgroup.Root, "*", path))
+	if cgroup.Unified() {
+		dirs = []string{filepath.Join(cgroup.Root, path)}
+	}
+	var in []string
+	var made time.Time
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil {
+			continue
+		}
+		in = append(in, strings.TrimSuffix(strings.TrimPrefix(d, cgroup.Root+"/"), path))
+		if made.IsZero() || fi.ModTime().Before(made) {
+			made = fi.ModTime()
+		}
+	}
+	if cgroup.Unified() {
+		in = []string{"cgroup2"}
+	}
+	return fmt.Sprintf("in %s, made %s", strings.Join(in, ", "), made.UTC().Format("15:04:05.000 UTC"))
 }
 
 // Sweep removes what Find lists: it kills the processes, unmounts the

@@ -239,16 +239,29 @@ func Kill(path string, timeout time.Duration) error {
 }
 
 // Remove deletes the cgroup at path from every hierarchy. Processes must be
-// gone; a missing cgroup is not an error.
+// gone; a missing cgroup is not an error. A hierarchy that answers EBUSY
+// is asked again for up to removeWait: cgroup2 counts a process that has
+// exited but is not yet reaped, where v1's cgroup.procs (what Kill reads)
+// no longer lists it, so on a hybrid machine the unified hierarchy can
+// refuse for a moment after the others let go.
 func Remove(path string) error {
 	var errs []error
 	for _, d := range hierarchies() {
-		if err := os.Remove(filepath.Join(d, path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		p := filepath.Join(d, path)
+		err := os.Remove(p)
+		for deadline := time.Now().Add(removeWait); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+			err = os.Remove(p)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// removeWait bounds how long Remove asks a busy hierarchy again.
+const removeWait = 5 * time.Second
 
 func hierarchies() []string {
 	if Unified() {

@@ -348,14 +348,14 @@ func (s *flakyStore) ClaimExecution(ctx context.Context, node string, now time.T
 	return s.Store.ClaimExecution(ctx, node, now)
 }
 
-func (s *flakyStore) FinishExecution(ctx context.Context, e *store.Execution, d []store.Delivery, from ...sandbox.Status) error {
+func (s *flakyStore) FinishExecution(ctx context.Context, e *store.Execution, d []store.Delivery, from ...sandbox.Status) (*sandbox.Result, error) {
 	s.mu.Lock()
 	s.finishes++
 	n := s.finishes
 	s.mu.Unlock()
 	if s.finishFail != nil {
 		if err := s.finishFail(n); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	return s.Store.FinishExecution(ctx, e, d, from...)

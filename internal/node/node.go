@@ -519,7 +519,7 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 		}
 		deliveries = append(deliveries, d)
 	}
-	if err := n.store.FinishExecution(ctx, ex, deliveries, from...); err != nil {
+	if _, err := n.store.FinishExecution(ctx, ex, deliveries, from...); err != nil {
 		return err
 	}
 	k := key(ex.Tenant, ex.ID)

@@ -110,7 +110,7 @@ func TestHandBack(t *testing.T) {
 	ex = claimed(t, w, a, "h2")
 	ended := *ex
 	ended.Record.Status = sandbox.StatusFailed
-	if err := w.store.FinishExecution(t.Context(), &ended, nil, sandbox.StatusRunning); err != nil {
+	if _, err := w.store.FinishExecution(t.Context(), &ended, nil, sandbox.StatusRunning); err != nil {
 		t.Fatal(err)
 	}
 	a.handBack(ex)

@@ -139,7 +139,7 @@ func TestCheck(t *testing.T) {
 	ex := w.stored("acme", "ended")
 	ex.Record.Status = sandbox.StatusFailed
 	ex.Record.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: ended by another node", Retryable: true}
-	if err := w.store.FinishExecution(t.Context(), ex, nil, sandbox.StatusRunning); err != nil {
+	if _, err := w.store.FinishExecution(t.Context(), ex, nil, sandbox.StatusRunning); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the abandoned run ends", func() bool { return a.Running() == 0 })

@@ -105,7 +105,7 @@ func addDelivery(t *testing.T, st store.Store, d store.Delivery) store.Delivery 
 		t.Fatalf("create execution %s: created %v, %v", e.ID, created, err)
 	}
 	e.Record.Status, e.Record.FinishedAt = sandbox.StatusSuccess, now
-	if err := st.FinishExecution(t.Context(), e, []store.Delivery{d}, sandbox.StatusQueued); err != nil {
+	if _, err := st.FinishExecution(t.Context(), e, []store.Delivery{d}, sandbox.StatusQueued); err != nil {
 		t.Fatal(err)
 	}
 	return d

@@ -183,8 +183,9 @@ type Store interface {
 	UpdateExecution(ctx context.Context, e *Execution, from ...sandbox.Status) error
 	// FinishExecution is UpdateExecution that also inserts deliveries, in
 	// one transaction: a final record is never stored without its
-	// callbacks.
-	FinishExecution(ctx context.Context, e *Execution, deliveries []Delivery, from ...sandbox.Status) error
+	// callbacks. It returns the record as stored (GetExecution's Record
+	// until the next update), so that the caller need not read it back.
+	FinishExecution(ctx context.Context, e *Execution, deliveries []Delivery, from ...sandbox.Status) (*sandbox.Result, error)
 	// GetExecution returns one execution of a tenant, or ErrNotFound.
 	GetExecution(ctx context.Context, tenant, id string) (*Execution, error)
 	// ListExecutions returns a tenant's executions matching q and a cursor

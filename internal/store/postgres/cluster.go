@@ -10,7 +10,6 @@ import (
 
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlstore"
-	"github.com/corralhq/corral/sandbox"
 )
 
 // ClaimExecution implements store.Store: the next row is locked with FOR
@@ -32,8 +31,8 @@ func (db *DB) ClaimExecution(ctx context.Context, node string, now time.Time) (_
 		if err != nil {
 			return err
 		}
-		query, args := row.Update([]sandbox.Status{sandbox.StatusQueued})
-		if _, err := tx.Exec(ctx, query, args...); err != nil {
+		st := row.Claim()
+		if _, err := tx.Exec(ctx, st.SQL, st.Args...); err != nil {
 			return err
 		}
 		claimed = row.Execution

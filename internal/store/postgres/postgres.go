@@ -118,34 +118,37 @@ func (db *DB) CreateExecution(ctx context.Context, e *store.Execution) (_ *store
 // UpdateExecution implements store.Store.
 func (db *DB) UpdateExecution(ctx context.Context, e *store.Execution, from ...sandbox.Status) (err error) {
 	defer unavailable(&err)
-	return db.FinishExecution(ctx, e, nil, from...)
+	_, err = db.FinishExecution(ctx, e, nil, from...)
+	return err
 }
 
-// FinishExecution implements store.Store.
-func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliveries []store.Delivery, from ...sandbox.Status) (err error) {
+// FinishExecution implements store.Store. It sets every column (the full
+// statement of sqlstore.Row.Update): PostgreSQL writes a new entry in every
+// index once status changes, however few columns the statement sets.
+func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliveries []store.Delivery, from ...sandbox.Status) (_ *sandbox.Result, err error) {
 	defer unavailable(&err)
 	row, err := sqlstore.NewRow(e)
 	if err != nil {
-		return fmt.Errorf("update execution: %w", err)
+		return nil, fmt.Errorf("update execution: %w", err)
 	}
 	ds, err := sqlstore.DeliveryArgs(row.Execution, deliveries)
 	if err != nil {
-		return fmt.Errorf("update execution %s: %w", e.ID, err)
+		return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 	}
-	query, args := row.Update(from)
+	_, full := row.Update(from)
 	if len(ds) == 0 {
 		// One statement is atomic on its own.
-		tag, err := db.pool.Exec(ctx, query, args...)
+		tag, err := db.pool.Exec(ctx, full.SQL, full.Args...)
 		if err != nil {
-			return fmt.Errorf("update execution %s: %w", e.ID, err)
+			return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 		}
 		if tag.RowsAffected() == 0 {
-			return db.whyNotUpdated(ctx, db.pool, e, from)
+			return nil, db.whyNotUpdated(ctx, db.pool, e, from)
 		}
-		return nil
+		return &row.Execution.Record, nil
 	}
-	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, query, args...)
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, full.SQL, full.Args...)
 		if err != nil {
 			return fmt.Errorf("update execution %s: %w", e.ID, err)
 		}
@@ -161,6 +164,10 @@ func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliverie
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &row.Execution.Record, nil
 }
 
 // querier is what a pool and a transaction both offer.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlstore"
-	"github.com/corralhq/corral/sandbox"
 )
 
 // ClaimExecution implements store.Store. The claim is one IMMEDIATE
@@ -35,8 +34,8 @@ func (db *DB) ClaimExecution(ctx context.Context, node string, now time.Time) (*
 	if err != nil {
 		return nil, fmt.Errorf("claim execution %s: %w", e.ID, err)
 	}
-	query, args := row.Update([]sandbox.Status{sandbox.StatusQueued})
-	if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+	st := row.Claim()
+	if _, err := tx.ExecContext(ctx, st.SQL, st.Args...); err != nil {
 		return nil, fmt.Errorf("claim execution %s: %w", e.ID, err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -210,51 +210,62 @@ func (db *DB) CreateExecution(ctx context.Context, e *store.Execution) (*store.E
 
 // UpdateExecution implements store.Store.
 func (db *DB) UpdateExecution(ctx context.Context, e *store.Execution, from ...sandbox.Status) error {
-	return db.FinishExecution(ctx, e, nil, from...)
+	_, err := db.FinishExecution(ctx, e, nil, from...)
+	return err
 }
 
 // FinishExecution implements store.Store.
-func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliveries []store.Delivery, from ...sandbox.Status) error {
+func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliveries []store.Delivery, from ...sandbox.Status) (*sandbox.Result, error) {
 	row, err := sqlstore.NewRow(e)
 	if err != nil {
-		return fmt.Errorf("update execution: %w", err)
+		return nil, fmt.Errorf("update execution: %w", err)
 	}
 	ds, err := sqlstore.DeliveryArgs(row.Execution, deliveries)
 	if err != nil {
-		return fmt.Errorf("update execution %s: %w", e.ID, err)
+		return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("update execution %s: %w", e.ID, err)
+		return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 	}
 	defer tx.Rollback()
-	query, args := row.Update(from)
-	res, err := tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("update execution %s: %w", e.ID, err)
+	narrow, full := row.Update(from)
+	n, err := execCount(ctx, tx, narrow)
+	if err == nil && n == 0 {
+		n, err = execCount(ctx, tx, full)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("update execution %s: %w", e.ID, err)
-	} else if n == 0 {
+	if err != nil {
+		return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
+	}
+	if n == 0 {
 		var status string
 		err := tx.QueryRowContext(ctx, sqlstore.ExecutionStatus, e.Tenant, e.ID).Scan(&status)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("update execution %s: %w", e.ID, store.ErrNotFound)
+			return nil, fmt.Errorf("update execution %s: %w", e.ID, store.ErrNotFound)
 		case err != nil:
-			return fmt.Errorf("update execution %s: %w", e.ID, err)
+			return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 		}
-		return fmt.Errorf("update execution %s: status %s, want one of %v: %w", e.ID, status, from, store.ErrStale)
+		return nil, fmt.Errorf("update execution %s: status %s, want one of %v: %w", e.ID, status, from, store.ErrStale)
 	}
 	for _, d := range ds {
 		if _, err := tx.ExecContext(ctx, sqlstore.InsertDelivery, d...); err != nil {
-			return fmt.Errorf("update execution %s: insert delivery %v: %w", e.ID, d[0], err)
+			return nil, fmt.Errorf("update execution %s: insert delivery %v: %w", e.ID, d[0], err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("update execution %s: %w", e.ID, err)
+		return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 	}
-	return nil
+	return &row.Execution.Record, nil
+}
+
+// execCount runs st in tx and returns how many rows it changed.
+func execCount(ctx context.Context, tx *sql.Tx, st sqlstore.Statement) (int64, error) {
+	res, err := tx.ExecContext(ctx, st.SQL, st.Args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // GetExecution implements store.Store.

@@ -94,6 +94,12 @@ WHERE (node = $1 AND status = 'running') OR (target = $1 AND status = 'queued')
 ORDER BY created_at, tenant, id`
 )
 
+// queuedFor is the oldest queued execution a node may run (the query takes
+// the node): no target, or that node.
+const queuedFor = ` FROM executions
+WHERE status = 'queued' AND target IN ('', $1)
+ORDER BY created_at, tenant, id LIMIT 1`
+
 // ClaimNext selects the execution a node claims next (it takes the node);
 // with skipLocked (PostgreSQL) concurrent claimers pass over each other's
 // rows instead of waiting for them, and SQLite has one writer at a time.
@@ -102,9 +108,7 @@ func ClaimNext(skipLocked bool) string {
 	if skipLocked {
 		lock = " FOR UPDATE SKIP LOCKED"
 	}
-	return `SELECT ` + executionColumns + ` FROM executions
-WHERE status = 'queued' AND target IN ('', $1)
-ORDER BY created_at, tenant, id LIMIT 1` + lock
+	return `SELECT ` + executionColumns + queuedFor + lock
 }
 
 // Claimed is e as node claims it at now: running on node, with the time
@@ -236,30 +240,72 @@ func (r *Row) derived() []any {
 		rec.DurationMS, Micros(rec.CreatedAt), Micros(rec.FinishedAt), rec.Tier}
 }
 
-// Update returns the statement and arguments that replace the record and
-// node of r's execution while its status is one of from (any when from is
-// empty). It changes one row, or none when the execution is absent or in
-// another status.
-func (r *Row) Update(from []sandbox.Status) (string, []any) {
-	e := r.Execution
-	args := append([]any{e.Tenant, e.ID, r.record, e.Node}, r.derived()...)
-	var b strings.Builder
-	b.WriteString(`UPDATE executions SET record = $3, node = $4, session_id = $5, language = $6,
+// Statement is an SQL statement with its arguments.
+type Statement struct {
+	SQL  string
+	Args []any
+}
+
+// Update returns the statements that replace the record and node of r's
+// execution while its status is one of from (any when from is empty): the
+// first (narrow) sets only what running and finishing an execution change,
+// and applies only while the columns set at creation (session_id,
+// language, created_at, tier) already hold the record's values; when it
+// changes no row, the second (full) sets every column. Either changes one
+// row, or none when the execution is absent or in another status.
+//
+// Why two: SQLite rewrites an index on an UPDATE only when the statement
+// sets one of its columns, so the narrow one leaves the indexes on
+// created_at, session_id and language alone, which a run's final record
+// never changes. PostgreSQL writes an entry in every index once status
+// changes, whatever the statement sets, so the postgres store runs full
+// alone.
+func (r *Row) Update(from []sandbox.Status) (narrow, full Statement) {
+	e, rec := r.Execution, &r.Execution.Record
+	narrow.Args = []any{e.Tenant, e.ID, r.record, e.Node, string(rec.Status), string(errorType(rec)), r.exitCode,
+		rec.DurationMS, Micros(rec.FinishedAt), rec.SessionID, rec.Language, Micros(rec.CreatedAt), rec.Tier}
+	narrow.SQL = `UPDATE executions SET record = $3, node = $4, status = $5, error_type = $6, exit_code = $7,
+    duration_ms = $8, finished_at = $9
+WHERE tenant = $1 AND id = $2 AND session_id = $10 AND language = $11 AND created_at = $12 AND tier = $13` +
+		statusIn(&narrow.Args, from)
+	full.Args = append([]any{e.Tenant, e.ID, r.record, e.Node}, r.derived()...)
+	full.SQL = `UPDATE executions SET record = $3, node = $4, session_id = $5, language = $6,
     status = $7, error_type = $8, exit_code = $9, duration_ms = $10, created_at = $11, finished_at = $12,
     tier = $13
-WHERE tenant = $1 AND id = $2`)
-	if len(from) > 0 {
-		b.WriteString(" AND status IN (")
-		for i, s := range from {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			args = append(args, string(s))
-			b.WriteString("$" + strconv.Itoa(len(args)))
-		}
-		b.WriteString(")")
+WHERE tenant = $1 AND id = $2` + statusIn(&full.Args, from)
+	return narrow, full
+}
+
+// Claim returns the statement that makes r's execution, read as queued in
+// the same transaction and passed through Claimed, running: only its
+// record, node and status change (see Update for why fewer columns cost
+// less), and only while it is still queued.
+func (r *Row) Claim() Statement {
+	e := r.Execution
+	return Statement{
+		SQL: `UPDATE executions SET record = $3, node = $4, status = $5
+WHERE tenant = $1 AND id = $2 AND status = 'queued'`,
+		Args: []any{e.Tenant, e.ID, r.record, e.Node, string(e.Record.Status)},
 	}
-	return b.String(), args
+}
+
+// statusIn is the condition that the status is one of from, its values
+// appended to args; "" when from is empty.
+func statusIn(args *[]any, from []sandbox.Status) string {
+	if len(from) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(" AND status IN (")
+	for i, s := range from {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		*args = append(*args, string(s))
+		b.WriteString("$" + strconv.Itoa(len(*args)))
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // ScanExecution reads the columns of a SELECT of executions.

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConditionalUpdate", testConditionalUpdate},
 		{"FinishAtomic", testFinishAtomic},
 		{"QueryFilters", testQueryFilters},
+		{"QueryFiltersAfterUpdates", testQueryFiltersAfterUpdates},
 		{"Paging", testPaging},
 		{"QueryLimits", testQueryLimits},
 		{"BadQueries", testBadQueries},
@@ -290,7 +291,7 @@ func testTenantIsolation(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	a := full("tenant-a", "shared-id")
 	mustCreate(t, s, a)
-	if err := s.FinishExecution(ctx, a, []store.Delivery{delivery(a, "d-a", base)}); err != nil {
+	if _, err := s.FinishExecution(ctx, a, []store.Delivery{delivery(a, "d-a", base)}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -412,19 +413,23 @@ func testFinishAtomic(t *testing.T, s store.Store) {
 	ds := []store.Delivery{delivery(done, "fin-cb", base), delivery(done, "fin-mem", base.Add(time.Microsecond))}
 	ds[1].Kind = store.KindMemory
 	// A stale finish stores neither the record nor its deliveries.
-	if err := s.FinishExecution(ctx, done, ds, sandbox.StatusQueued); !errors.Is(err, store.ErrStale) {
+	if _, err := s.FinishExecution(ctx, done, ds, sandbox.StatusQueued); !errors.Is(err, store.ErrStale) {
 		t.Fatalf("FinishExecution from queued on a running execution: %v, want ErrStale", err)
 	}
 	if got, err := s.Deliveries(ctx, "acme", "fin"); err != nil || len(got) != 0 {
 		t.Fatalf("Deliveries after a stale finish = %v, %v; want none", got, err)
 	}
-	if err := s.FinishExecution(ctx, done, ds, sandbox.StatusRunning); err != nil {
+	rec, err := s.FinishExecution(ctx, done, ds, sandbox.StatusRunning)
+	if err != nil {
 		t.Fatal(err)
 	}
 	want := stored(done)
 	want.RequestHash, want.Request = e.RequestHash, e.Request
 	if diff := cmp.Diff(want, mustGet(t, s, "acme", "fin")); diff != "" {
 		t.Errorf("finished execution (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&want.Record, rec); diff != "" {
+		t.Errorf("FinishExecution's record (-stored +returned):\n%s", diff)
 	}
 	got, err := s.Deliveries(ctx, "acme", "fin")
 	if err != nil {
@@ -440,7 +445,7 @@ func testFinishAtomic(t *testing.T, s store.Store) {
 	mustCreate(t, s, other)
 	otherDone := stored(other)
 	otherDone.Record.Status = sandbox.StatusSuccess
-	err = s.FinishExecution(ctx, otherDone, []store.Delivery{delivery(otherDone, "fin-2-cb", base), delivery(otherDone, "fin-cb", base)})
+	_, err = s.FinishExecution(ctx, otherDone, []store.Delivery{delivery(otherDone, "fin-2-cb", base), delivery(otherDone, "fin-cb", base)})
 	if err == nil {
 		t.Fatal("FinishExecution with a taken delivery id succeeded")
 	}
@@ -452,7 +457,7 @@ func testFinishAtomic(t *testing.T, s store.Store) {
 	}
 	// Deliveries default to the execution's tenant and id, and to pending.
 	bare := store.Delivery{ID: "fin-2-bare", Kind: store.KindCallback, URL: "https://hooks.test/", Body: []byte("{}")}
-	if err := s.FinishExecution(ctx, otherDone, []store.Delivery{bare}, sandbox.StatusQueued); err != nil {
+	if _, err := s.FinishExecution(ctx, otherDone, []store.Delivery{bare}, sandbox.StatusQueued); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.Deliveries(ctx, "acme", "fin-2")
@@ -558,6 +563,50 @@ func testQueryFilters(t *testing.T, s store.Store) {
 	for _, e := range rows {
 		mustCreate(t, s, e)
 	}
+	checkQueries(t, s, rows)
+}
+
+// testQueryFiltersAfterUpdates stores the rows of testQueryFilters as a
+// run does: each is created queued, claimed, then finished into its form
+// there, which FinishExecution returns as stored. A third of them are
+// created with another session, language, tier and creation time, which
+// the finish changes. The queries find every row by its final values,
+// whichever columns an update sets.
+func testQueryFiltersAfterUpdates(t *testing.T, s store.Store) {
+	rows := queryRows()
+	for i, e := range rows {
+		first := queued(e.Tenant, e.ID, e.Record.CreatedAt)
+		first.Record.SessionID, first.Record.Language = e.Record.SessionID, e.Record.Language
+		if i%3 == 0 {
+			first.Record.SessionID, first.Record.Language, first.Record.Tier = "before", "before", "before"
+			first.Record.CreatedAt = base.Add(-time.Hour)
+		}
+		// Each for a node of its own: those that end queued are not claimed again.
+		e.Target = "node-" + e.ID
+		first.Target = e.Target
+		mustCreate(t, s, first)
+		claimed, err := s.ClaimExecution(t.Context(), e.Target, base)
+		if err != nil || claimed.ID != e.ID {
+			t.Fatalf("ClaimExecution = %v, %v; want %s", claimed, err, e.ID)
+		}
+		if got, _, err := s.ListExecutions(t.Context(), "q", store.Query{Status: sandbox.StatusRunning}); err != nil || !slices.Contains(ids(got), e.ID) {
+			t.Fatalf("running after the claim of %s: %v, %v", e.ID, ids(got), err)
+		}
+		rec, err := s.FinishExecution(t.Context(), e, nil, sandbox.StatusRunning)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(&stored(e).Record, rec); diff != "" {
+			t.Errorf("FinishExecution's record of %s (-want +got):\n%s", e.ID, diff)
+		}
+	}
+	checkQueries(t, s, rows)
+}
+
+// checkQueries checks ListExecutions against matches over rows, which are
+// stored, of tenant "q".
+func checkQueries(t *testing.T, s store.Store, rows []*store.Execution) {
+	t.Helper()
 	mustCreate(t, s, queued("other-tenant", "q-00", base)) // never listed
 	zero, one := 0, 1
 	tests := []struct {
@@ -791,7 +840,7 @@ func finishWith(t *testing.T, s store.Store, e *store.Execution, ds ...store.Del
 	mustCreate(t, s, e)
 	done := stored(e)
 	done.Record.Status = sandbox.StatusSuccess
-	if err := s.FinishExecution(t.Context(), done, ds, sandbox.StatusQueued); err != nil {
+	if _, err := s.FinishExecution(t.Context(), done, ds, sandbox.StatusQueued); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -1026,7 +1075,7 @@ func testConcurrency(t *testing.T, s store.Store) {
 					t.Errorf("second start of %s: %v, want ErrStale", id, err)
 				}
 				e.Record.Status, e.Record.DurationMS = sandbox.StatusSuccess, int64(i)
-				if err := s.FinishExecution(ctx, e, []store.Delivery{delivery(e, "cd-"+id, base)}, sandbox.StatusRunning); err != nil {
+				if _, err := s.FinishExecution(ctx, e, []store.Delivery{delivery(e, "cd-"+id, base)}, sandbox.StatusRunning); err != nil {
 					t.Errorf("finish %s: %v", id, err)
 				}
 			}
@@ -1132,7 +1181,7 @@ func testHostileInput(t *testing.T, s store.Store) {
 			d.Kind, d.URL = text, "https://hooks.test/"+text
 			d.Body = []byte(fmt.Sprintf(`{"stdout":%q}`, stdout))
 			d.LastError = text
-			if err := s.FinishExecution(ctx, e, []store.Delivery{d}); err != nil {
+			if _, err := s.FinishExecution(ctx, e, []store.Delivery{d}); err != nil {
 				t.Fatal(err)
 			}
 			ds, err := s.Deliveries(ctx, text, text)
@@ -1201,7 +1250,7 @@ func testRejectedInput(t *testing.T, s store.Store) {
 	} {
 		done := stored(e)
 		done.Record.Status = sandbox.StatusSuccess
-		if err := s.FinishExecution(ctx, done, []store.Delivery{d}); err == nil {
+		if _, err := s.FinishExecution(ctx, done, []store.Delivery{d}); err == nil {
 			t.Errorf("%s: FinishExecution succeeded, want an error", name)
 		}
 	}

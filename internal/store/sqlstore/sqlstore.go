@@ -111,6 +111,10 @@ func ClaimNext(skipLocked bool) string {
 	return `SELECT ` + executionColumns + queuedFor + lock
 }
 
+// NextQueued selects the id of the execution a node would claim next (it
+// takes the node), without locking it: whether there is one.
+const NextQueued = `SELECT id` + queuedFor
+
 // Claimed is e as node claims it at now: running on node, with the time
 // it waited.
 func Claimed(e *store.Execution, node string, now time.Time) *store.Execution {

@@ -333,6 +333,20 @@ type flakyStore struct {
 	claimFail         func(n int) error
 	finishes, updates int
 	claims            int
+	// getFail, when set, fails every GetExecution; gets counts them.
+	getFail error
+	gets    int
+}
+
+func (s *flakyStore) GetExecution(ctx context.Context, tenant, id string) (*store.Execution, error) {
+	s.mu.Lock()
+	s.gets++
+	fail := s.getFail
+	s.mu.Unlock()
+	if fail != nil {
+		return nil, fail
+	}
+	return s.Store.GetExecution(ctx, tenant, id)
 }
 
 func (s *flakyStore) ClaimExecution(ctx context.Context, node string, now time.Time) (*store.Execution, error) {

@@ -3,9 +3,12 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
@@ -153,5 +156,71 @@ func TestWait(t *testing.T) {
 	want := 1500*time.Millisecond + a.fake.Config().CompileTimeout + 5*time.Second
 	if got := a.WaitDeadline(sandbox.Limits{TimeoutMS: 1500}); got != want {
 		t.Errorf("wait deadline %s, want %s", got, want)
+	}
+}
+
+// TestWaitTakesFinalRecord: a waiter on the node that finishes an
+// execution takes its final record as stored, without reading it back
+// (reads fail from then on); with a callback it reads the record, which
+// then carries the callback's state.
+func TestWaitTakesFinalRecord(t *testing.T) {
+	for _, callback := range []bool{false, true} {
+		t.Run(fmt.Sprint("callback=", callback), func(t *testing.T) {
+			w := newWorld(t)
+			fs := &flakyStore{Store: w.store}
+			a := w.newNode("a", func(s *setup) { s.deps.Store = fs })
+			req := sandbox.ExecuteRequest{ExecutionID: "t1", Language: "python", Code: "pass"}
+			if callback {
+				req.CallbackURL = "https://hooks.test/cb"
+			}
+			ex := submit(t, a, "acme", req)
+			if fs.gets != 0 {
+				t.Errorf("a new id was read %d times before its insert, want 0: the insert finds one in use", fs.gets)
+			}
+			type answer struct {
+				rec *sandbox.Result
+				err error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				rec, err := a.Wait(t.Context(), "acme", "t1")
+				got <- answer{rec, err}
+			}()
+			eventually(t, "the waiter's first look", func() bool {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				fs.mu.Lock()
+				defer fs.mu.Unlock()
+				return len(a.waiters[key("acme", "t1")]) == 1 && fs.gets >= 1
+			})
+			if !callback {
+				fs.mu.Lock()
+				fs.getFail = errors.New("the waiter read the record again")
+				fs.mu.Unlock()
+			}
+			rec := ex.Record
+			rec.Status, rec.Stdout = sandbox.StatusSuccess, "out\n"
+			rec.StartedAt, rec.FinishedAt = time.Now().UTC(), time.Now().UTC().Add(time.Nanosecond)
+			if err := a.finish(t.Context(), ex, rec, sandbox.StatusQueued); err != nil {
+				t.Fatal(err)
+			}
+			ans := <-got
+			if ans.err != nil {
+				t.Fatal(ans.err)
+			}
+			fs.mu.Lock()
+			fs.getFail = nil
+			fs.mu.Unlock()
+			want, err := a.Get(t.Context(), "acme", "t1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, ans.rec); diff != "" {
+				t.Errorf("Wait's record (-Get +Wait):\n%s", diff)
+			}
+			if callback != (ans.rec.Callback != nil) {
+				t.Errorf("callback state %+v with a callback %v", ans.rec.Callback, callback)
+			}
+		})
 	}
 }

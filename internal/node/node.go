@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -143,8 +144,10 @@ type Node struct {
 	mu sync.Mutex
 	// stopping is set by Drain: no run may start its first process.
 	stopping bool
-	running  map[string]*run            // by key
-	waiters  map[string][]chan struct{} // by key
+	running  map[string]*run // by key
+	// waiters are woken with nil (look again) or the final record as
+	// stored (Wait's answer, with no need to read it), by key.
+	waiters map[string][]chan *sandbox.Result
 	// early holds cancels of executions not running here (yet), by key,
 	// with when they came: a claim that registers its run right after
 	// still finds them.
@@ -164,7 +167,7 @@ func New(cfg Config, d Deps) *Node {
 	n := &Node{cfg: cfg, engine: d.Engine, fleet: d.Fleet, pool: d.Pool, store: d.Store, state: d.State,
 		cluster: d.Cluster, notifier: d.Notifier, metrics: d.Metrics, log: d.Log, sessions: d.Sessions,
 		artifacts: d.Artifacts, ctx: context.Background(), wake: make(chan struct{}, 1),
-		draining: make(chan struct{}), running: map[string]*run{}, waiters: map[string][]chan struct{}{},
+		draining: make(chan struct{}), running: map[string]*run{}, waiters: map[string][]chan *sandbox.Result{},
 		early: map[string]time.Time{}}
 	if n.pool == nil {
 		n.pool = fleet.FreshAcquirer{Fleet: d.Fleet}
@@ -254,12 +257,14 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 			CreatedAt:   time.Now().UTC(),
 		},
 	}
-	if prev, err := n.store.GetExecution(ctx, tenant, ex.ID); err == nil {
-		return n.existing(prev, ex)
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return Submission{}, fmt.Errorf("look up execution: %w", err)
-	}
+	// An id seen before is answered with its execution, whatever else
+	// would refuse the request. The insert below finds it too, so the
+	// read comes first only where a step before the insert does more than
+	// refuse: a session's owner is claimed.
 	if sid := job.Req.SessionID; sid != "" {
+		if sub, err := n.orExisting(ctx, ex, nil); err != nil || sub.Execution != nil {
+			return sub, err
+		}
 		owner, err := n.cluster.OwnerOf(ctx, tenant, sid, true)
 		if err != nil {
 			return Submission{}, err
@@ -269,11 +274,14 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 	if n.cfg.QueueBound > 0 {
 		queued, err := n.store.CountQueued(ctx)
 		if err != nil {
-			return Submission{}, fmt.Errorf("count queued executions: %w", err)
+			return n.orExisting(ctx, ex, fmt.Errorf("count queued executions: %w", err))
 		}
 		if queued >= n.cfg.QueueBound {
-			n.metrics.Rejected.WithLabelValues("queue_full").Inc()
-			return Submission{}, ErrQueueFull
+			sub, err := n.orExisting(ctx, ex, ErrQueueFull)
+			if errors.Is(err, ErrQueueFull) {
+				n.metrics.Rejected.WithLabelValues("queue_full").Inc()
+			}
+			return sub, err
 		}
 	}
 	stored, created, err := n.store.CreateExecution(ctx, ex)
@@ -301,6 +309,20 @@ func (n *Node) kick() {
 	case n.wake <- struct{}{}:
 	default:
 	}
+}
+
+// orExisting answers the submission of ex with the execution stored under
+// its id, if there is one (existing), and else with refused (no
+// Submission, refused as the error).
+func (n *Node) orExisting(ctx context.Context, ex *store.Execution, refused error) (Submission, error) {
+	prev, err := n.store.GetExecution(ctx, ex.Tenant, ex.ID)
+	switch {
+	case err == nil:
+		return n.existing(prev, ex)
+	case errors.Is(err, store.ErrNotFound):
+		return Submission{}, refused
+	}
+	return Submission{}, fmt.Errorf("look up execution: %w", err)
 }
 
 func (n *Node) existing(prev, ex *store.Execution) (Submission, error) {
@@ -365,7 +387,7 @@ func (n *Node) List(ctx context.Context, tenant string, q store.Query) ([]sandbo
 // record as it is then.
 func (n *Node) Wait(ctx context.Context, tenant, id string) (*sandbox.Result, error) {
 	k := key(tenant, id)
-	ch := make(chan struct{}, 1)
+	ch := make(chan *sandbox.Result, 1)
 	n.mu.Lock()
 	n.waiters[k] = append(n.waiters[k], ch)
 	n.mu.Unlock()
@@ -382,11 +404,23 @@ func (n *Node) Wait(ctx context.Context, tenant, id string) (*sandbox.Result, er
 			return rec, nil
 		}
 		select {
-		case <-ch:
+		case final := <-ch:
+			if final != nil {
+				return n.signed(context.WithoutCancel(ctx), tenant, final), nil
+			}
 		case <-poll.C:
 		case <-ctx.Done():
 		}
 	}
+}
+
+// signed is a copy of rec (shared by the waiters it was handed to) with
+// its artifact links signed, as Get returns it.
+func (n *Node) signed(ctx context.Context, tenant string, rec *sandbox.Result) *sandbox.Result {
+	r := *rec
+	r.Artifacts = slices.Clone(rec.Artifacts)
+	n.signArtifacts(ctx, tenant, &r)
+	return &r
 }
 
 // WaitDeadline is how long a client waiting for req should be held at most.
@@ -394,7 +428,7 @@ func (n *Node) WaitDeadline(l sandbox.Limits) time.Duration {
 	return time.Duration(l.TimeoutMS)*time.Millisecond + n.engine.CompileDeadline(l) + n.cfg.WaitMargin
 }
 
-func (n *Node) unwait(k string, ch chan struct{}) {
+func (n *Node) unwait(k string, ch chan *sandbox.Result) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ws := n.waiters[k]
@@ -412,13 +446,29 @@ func (n *Node) unwait(k string, ch chan struct{}) {
 }
 
 // wakeWaiters tells local waiters of k to look again.
-func (n *Node) wakeWaiters(k string) {
+func (n *Node) wakeWaiters(k string) { n.handOver(k, nil) }
+
+// handOver wakes the local waiters of k with final, k's final record as
+// stored, or nil: look again.
+func (n *Node) handOver(k string, final *sandbox.Result) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, ch := range n.waiters[k] {
 		select {
-		case ch <- struct{}{}:
+		case ch <- final:
 		default:
+			// A wake is pending (the done signal's, nil, may come
+			// first): the record takes its place.
+			if final != nil {
+				select {
+				case <-ch:
+				default:
+				}
+				select {
+				case ch <- final:
+				default:
+				}
+			}
 		}
 	}
 }
@@ -519,7 +569,8 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 		}
 		deliveries = append(deliveries, d)
 	}
-	if _, err := n.store.FinishExecution(ctx, ex, deliveries, from...); err != nil {
+	stored, err := n.store.FinishExecution(ctx, ex, deliveries, from...)
+	if err != nil {
 		return err
 	}
 	k := key(ex.Tenant, ex.ID)
@@ -532,7 +583,12 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 	if err := n.state.Notify(ctx, state.ChannelDone, k); err != nil {
 		n.log.Warn("notify done", "execution_id", ex.ID, "err", err)
 	}
-	n.wakeWaiters(k)
+	// Local waiters take the record as stored, unless Get adds to it (a
+	// callback's state).
+	if hasCallback(ex) {
+		stored = nil
+	}
+	n.handOver(k, stored)
 	if len(deliveries) > 0 && n.notifier != nil {
 		n.notifier.Wake()
 	}

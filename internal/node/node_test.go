@@ -115,9 +115,16 @@ func TestQueueBound(t *testing.T) {
 	if _, err := w.store.GetExecution(t.Context(), "acme", "q2"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the refused execution was stored: %v", err)
 	}
-	// A resubmission of a queued one is no new work: not refused.
+	// A resubmission of a queued one is no new work: not refused, nor
+	// counted as refused; another request under its id is a conflict.
 	if sub, err := a.Submit(t.Context(), "acme", sandbox.ExecuteRequest{ExecutionID: "q0", Language: "python", Code: "pass"}); err != nil || sub.Created {
 		t.Errorf("resubmission at the bound: %+v, %v", sub, err)
+	}
+	if _, err := a.Submit(t.Context(), "acme", sandbox.ExecuteRequest{ExecutionID: "q0", Language: "python", Code: "print(1)"}); !errors.Is(err, ErrConflict) {
+		t.Errorf("another request under a queued id at the bound: %v, want ErrConflict", err)
+	}
+	if got := counter(t, a.metrics.Rejected.WithLabelValues("queue_full")); got != 1 {
+		t.Errorf("%v submissions counted as refused, want 1", got)
 	}
 }
 

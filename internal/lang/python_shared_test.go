@@ -16,7 +16,8 @@ import (
 // TestPythonSharedWithGo checks what the python scripts, as Go delivers
 // them, share with this package's Go: the zygote serves the Run step
 // python's Plan makes (its argv's shape, its fds), precompiles the wrapper
-// that step passes (ARGV_CODE), and probes with the step's environment;
+// that step passes (ARGV_CODE), and starts with the step's environment
+// (its probe's, and a request's that finds it in place);
 // the context runner's matplotlib backend is the one ContextEnv names.
 // (What they share with internal/agent and internal/kernel is checked
 // there: TestPythonZygoteProtocol, TestPythonRawEndMark.)
@@ -33,12 +34,10 @@ func TestPythonSharedWithGo(t *testing.T) {
 	}
 	argv, _ := json.Marshal(run.Argv)
 	var z struct {
-		Servable bool     `json:"servable"`
-		ArgvCode int      `json:"argv_code"`
-		ProbeEnv []string `json:"probe_env"`
+		Servable bool `json:"servable"`
+		ArgvCode int  `json:"argv_code"`
 	}
-	expr := fmt.Sprintf(`{'servable': servable({KEY_ARGV: %s}, list(range(%d))), 'argv_code': ARGV_CODE,
-	    'probe_env': PROBE_ENV}`, argv, fds)
+	expr := fmt.Sprintf(`{'servable': servable({KEY_ARGV: %s}, list(range(%d))), 'argv_code': ARGV_CODE}`, argv, fds)
 	if err := json.Unmarshal(testenv.PythonEval(t, zygote.Argv[2], expr), &z); err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +48,8 @@ func TestPythonSharedWithGo(t *testing.T) {
 		t.Errorf("the zygote takes a request's code at argv[%d], the Run step's wrapper is not there", z.ArgvCode)
 	}
 	for _, kv := range run.Env {
-		if !slices.Contains(z.ProbeEnv, kv) {
-			t.Errorf("the zygote's probe runs without %s, which the Run step sets: %q", kv, z.ProbeEnv)
+		if !slices.Contains(zygote.Env, kv) {
+			t.Errorf("the zygote (and its probe) starts without %s, which the Run step sets: %q", kv, zygote.Env)
 		}
 	}
 

@@ -77,6 +77,11 @@ EXIT_STATUS_MASK = 0xff
 # nothing is copied ahead).
 PR_SET_DUMPABLE = 4
 MADV_POPULATE_WRITE = 23
+# close_range(2)'s system call number (Linux 5.9; the same on every
+# architecture since 5.1's common table) and the highest fd number, never an
+# open one, are written out where they are used (has_close_range,
+# install_fds): two more module globals here made each execution copy about
+# 50 more pages (the probe's report), the heap's layout being what it is.
 # /proc/self/pagemap (Documentation/admin-guide/mm/pagemap.rst): one 8-byte
 # entry per page; bit 63 is set when the page is present, bit 56 when only
 # this process maps it (so the zygote's page was copied, or a new one
@@ -92,13 +97,12 @@ MAX_MAPPING_IN_USE = 256 << 20
 NOT_COPIED_AHEAD = ('[stack]', '[vvar]', '[vsyscall]')
 
 # The probe's request: Corral's own program, one printed line, run through
-# the wrapper like an execution's (from a pipe rather than a file), with an
-# execution's environment (the Run step's variables among them,
-# internal/lang/python.go: TestPythonSharedWithGo checks).
+# the wrapper like an execution's (from a pipe rather than a file), with the
+# zygote's environment, which is an execution's (the agent starts the zygote
+# with the Run step's: TestPythonSharedWithGo checks), so that it takes the
+# path most executions take (enter).
 PROBE_PROGRAM = b'print(0)\n'
 PROBE_PROGRAM_PATH = '/dev/stdin'
-PROBE_ENV = ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/workspace', 'LANG=C.UTF-8',
-             'PYTHONDONTWRITEBYTECODE=1', 'PYTHONHASHSEED=0']
 # The probe's report is read in chunks of this size, up to a bound.
 PROBE_READ_SIZE = 1 << 16
 MAX_PROBE_REPORT = 1 << 20
@@ -202,6 +206,12 @@ class Zygote:
         # says whether the kernel has them (fork_child_process).
         self.children = {}
         self.pidfds = has_pidfds()
+        # The zygote's writable mappings, read just before the probe forks.
+        self.maps = []
+        self.close_range = has_close_range(self.libc)
+        # The environment as a request lists it (a pool's requests list
+        # the zygote's own, sorted, as the agent started it).
+        self.env = ['%s=%s' % kv for kv in os.environ.items()]
 
     # Send m to the agent.
     def send(self, m):
@@ -214,6 +224,16 @@ def has_pidfds():
     try:
         os.close(os.pidfd_open(os.getpid()))
         return True
+    except (AttributeError, OSError):
+        return False
+
+
+# Whether close_range(2) works here (Linux 5.9; gVisor, a seccomp filter may
+# refuse it): closing a range with no open fd in it succeeds.
+def has_close_range(libc):
+    try:
+        return libc.syscall(ctypes.c_long(436), ctypes.c_long(0xffffffff), ctypes.c_long(0xffffffff),
+                            ctypes.c_long(0)) == 0
     except (AttributeError, OSError):
         return False
 
@@ -312,7 +332,7 @@ def reseed_numpy():
 # until then, as in the interpreter) and the streams flushed again. report
 # (the probe's fd) is kept open for report_copied.
 def become(z, m, fds, report=None):
-    report = install_fds(fds, report)
+    report = install_fds(z, fds, report)
     enter(z, m)
     main = type(sys)('__main__')
     code = run(z, m[KEY_ARGV], main)
@@ -323,16 +343,17 @@ def become(z, m, fds, report=None):
     release_main()
     code = flush_standard_streams(code)
     if report is not None:
-        report_copied(report)
+        report_copied(report, z.maps)
     os._exit(code)
 
 
 # Make the request's fds 0, 1, 2 [, 3] and close every other fd (the control
 # socket and a spare's socket among them), but report (the probe's, above
 # fds), which becomes the fd after them. Returns report's new number. The rest
-# are closed by listing them: a range up to the fd limit is a million close()
-# calls where close_range is missing.
-def install_fds(fds, report):
+# are closed in one close_range(2) where the zygote found it works, else by
+# listing them (not os.closerange: where close_range is missing that is a
+# close() for every number up to the fd limit).
+def install_fds(z, fds, report):
     keep = len(fds)
     if report is not None and report < keep:
         os._exit(EXIT_SETUP_FAILED)  # installing fds would clobber it
@@ -341,6 +362,9 @@ def install_fds(fds, report):
     if report is not None:
         os.dup2(report, keep)
         report, keep = keep, keep + 1
+    if z.close_range and z.libc.syscall(ctypes.c_long(436), ctypes.c_long(keep), ctypes.c_long(0xffffffff),
+                                        ctypes.c_long(0)) == 0:
+        return report
     for fd in os.listdir('/proc/self/fd'):
         if int(fd) >= keep:
             try:
@@ -351,14 +375,18 @@ def install_fds(fds, report):
 
 
 # Take the request's environment and working directory, the umask the zygote
-# started with, and be dumpable again.
+# started with, and be dumpable again. The environment is set only where the
+# request's list differs from the zygote's own: a pool's zygote starts with
+# an execution's environment, so most requests find theirs in place.
 def enter(z, m):
     try:
         set_dumpable(z.libc, 1)
-        os.environ.clear()
-        for kv in m.get(KEY_ENV) or []:
-            k, _, v = kv.partition('=')
-            os.environ[k] = v
+        env = m.get(KEY_ENV) or []
+        if env != z.env:
+            os.environ.clear()
+            for kv in env:
+                k, _, v = kv.partition('=')
+                os.environ[k] = v
         os.chdir(m.get(KEY_DIR) or '/')
         os.umask(z.umask)
     except BaseException as e:
@@ -533,14 +561,16 @@ def in_use_mappings(maps):
     return out
 
 
-# In the probe, at its end: write to fd, as JSON, which pages of the ones it
-# shares with the zygote it had to copy (or newly filled), as address runs;
-# none where pagemap cannot be read.
-def report_copied(fd):
+# In the probe, at its end: write to fd, as JSON, which pages of the zygote's
+# writable mappings maps it had to copy (or newly filled), as address runs;
+# none where pagemap cannot be read. The zygote read maps before it forked
+# the probe: read here, they cost the probe pages (the text, its lines),
+# which the report would count as the request's (about 20 here).
+def report_copied(fd, maps):
     runs = []
     try:
         pm = os.open('/proc/self/pagemap', os.O_RDONLY)
-        for lo, hi in writable_mappings():
+        for lo, hi in maps:
             size = (hi - lo) // PAGE_SIZE * PAGEMAP_ENTRY_SIZE
             offset = lo // PAGE_SIZE * PAGEMAP_ENTRY_SIZE
             runs.extend(exclusive_runs(memoryview(os.pread(pm, size, offset)).cast('Q'), lo, hi))
@@ -686,6 +716,7 @@ def probe(z):
     os.write(src_w, PROBE_PROGRAM)
     os.close(src_w)
     null = os.open('/dev/null', os.O_RDWR)
+    z.maps = writable_mappings()
     try:
         pid = os.fork()
     except OSError:
@@ -702,7 +733,7 @@ def probe(z):
     data = b''
     try:
         if pid > 0:
-            req = {KEY_ARGV: ['python3', '-c', z.run_src, PROBE_PROGRAM_PATH], KEY_DIR: '/', KEY_ENV: PROBE_ENV}
+            req = {KEY_ARGV: ['python3', '-c', z.run_src, PROBE_PROGRAM_PATH], KEY_DIR: '/', KEY_ENV: z.env}
             socket.send_fds(mine, [json.dumps(req).encode()], [src_r, null, null, null])
             data = read_report(r)
     except OSError:
@@ -806,6 +837,10 @@ def start_child(z, m, fds):
 def _corral_zygote():
     z = Zygote(sys.argv[1], sys.argv[2:])
     z.copied = probe(z)
+    # What the zygote made since its heap was frozen (the probe's runs, its
+    # fds' objects) is frozen too: a child's collection walks none of it.
+    gc.collect()
+    gc.freeze()
     make_spare(z)
     z.send(ready(z))
     serve(z)

@@ -2,7 +2,7 @@
 # only as __main__). The zygote as a whole runs in python_zygote_test.go.
 # Run by TestPythonUnits (python_units_test.go), or alone from this
 # directory: /usr/bin/python3 -B -m unittest python_zygote_test
-import json, os, signal, sys, unittest
+import ctypes, json, os, signal, sys, types, unittest
 
 # First: the zygote notes which modules were loaded before its own imports.
 import python_zygote as z
@@ -123,7 +123,7 @@ class Pages(unittest.TestCase):
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            z.report_copied(w)
+            z.report_copied(w, z.writable_mappings())
             os._exit(0)
         os.close(w)
         data = z.read_report(r)
@@ -171,6 +171,83 @@ class Start(unittest.TestCase):
         os.waitpid(pid, 0)
         self.assertEqual(os.read(r, 8), b'1')
         os.close(r)
+
+
+# Runs f() in a forked child, which writes its answer (JSON) to the fd f
+# returns it on (f takes the write end of a pipe); returns the answer.
+def in_child(f):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            out = f(w)
+            os.write(out[0], json.dumps(out[1]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b''
+    while True:
+        b = os.read(r, 1 << 16)
+        if not b:
+            break
+        data += b
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+class Child(unittest.TestCase):
+
+    # close_range works on every kernel this runs on (5.9 and later).
+    def test_has_close_range(self):
+        major, minor = (int(x) for x in os.uname().release.split('.')[:2])
+        self.assertEqual(z.has_close_range(ctypes.CDLL(None, use_errno=True)), (major, minor) >= (5, 9))
+
+    # A child keeps the request's fds, as 0 to 3, and the probe's report
+    # fd after them, and nothing else; with close_range or by listing.
+    def test_install_fds(self):
+        for close_range in (True, False):
+            zz = types.SimpleNamespace(libc=ctypes.CDLL(None, use_errno=True), close_range=close_range)
+
+            def child(w):
+                extra = [os.open('/dev/null', os.O_RDONLY) for _ in range(5)]
+                os.dup2(extra[0], 200)
+                req = [os.open('/dev/null', os.O_RDONLY) for _ in range(4)]
+                report = z.install_fds(zz, req, w if w >= 4 else os.dup(w))
+                open_fds = []
+                for fd in range(256):
+                    try:
+                        os.fstat(fd)
+                        open_fds.append(fd)
+                    except OSError:
+                        pass
+                return report, open_fds
+
+            self.assertEqual(in_child(child), [0, 1, 2, 3, 4], 'close_range=%s' % close_range)
+
+    # A child's environment is the request's, in its order (a later
+    # duplicate's value in the first's place), whether or not the zygote's
+    # (A=1, B=2) was the same.
+    def test_enter_environment(self):
+        zz = types.SimpleNamespace(libc=ctypes.CDLL(None, use_errno=True), umask=0o022, env=['A=1', 'B=2'])
+        for env in ([], ['A=1', 'B=2'], ['B=2', 'A=1'], ['A=1', 'B=2', 'A=3'], ['A=1=2', 'C=']):
+            def child(w):
+                os.environ.clear()
+                os.environ.update({'A': '1', 'B': '2'})
+                z.enter(zz, {'env': env, 'dir': '/'})
+                getenv = zz.libc.getenv
+                getenv.restype = ctypes.c_char_p
+                a = getenv(b'A')
+                return w, [list(os.environ.items()), a and a.decode(), os.getcwd()]
+
+            want = {}
+            for kv in env:
+                k, _, v = kv.partition('=')
+                want[k] = v
+            got = in_child(child)
+            self.assertEqual(got[0], [list(kv) for kv in want.items()], env)
+            self.assertEqual(got[1], want.get('A'), env)  # the C environment too
+            self.assertEqual(got[2], '/', env)
 
 
 class Modules(unittest.TestCase):

@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -167,11 +168,14 @@ func (a *Agent) serve() error {
 	if err := a.send(msgHello, 0, hello); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
+	// Buffered: a frame's header and payload (or several small frames) in
+	// one read instead of one each.
+	in := bufio.NewReader(a.in)
 	var buf []byte
 	for {
 		var f frame
 		var err error
-		f, buf, err = readFrame(a.in, buf)
+		f, buf, err = readFrame(in, buf)
 		if err != nil {
 			a.killAll(syscall.SIGKILL, true)
 			if errors.Is(err, io.EOF) {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,11 +174,14 @@ func (c *Client) readLoop() {
 			w.finish(c.lostErr())
 		}
 	}()
+	// Buffered: a frame's header and payload (or several small frames) in
+	// one read instead of one each.
+	r := bufio.NewReader(c.r)
 	var buf []byte
 	gotHello := false
 	for {
 		var f frame
-		f, buf, err = readFrame(c.r, buf)
+		f, buf, err = readFrame(r, buf)
 		if err != nil {
 			return
 		}

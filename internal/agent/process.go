@@ -242,11 +242,18 @@ func (a *Agent) run(p *proc, io *procIO) {
 	go a.finish(p)
 }
 
+// pumpBufs are the pumps' buffers, kept for the next process's: two new
+// ones of 64 KiB for every execution were most of what the agent
+// allocated, and its garbage collector's work.
+var pumpBufs = sync.Pool{New: func() any { return new([64 << 10]byte) }}
+
 // pump copies one output stream of p into frames until EOF.
 func (a *Agent) pump(p *proc, typ byte, r *os.File) {
 	defer p.readers.Done()
 	defer r.Close()
-	buf := make([]byte, 64<<10)
+	b := pumpBufs.Get().(*[64 << 10]byte)
+	defer pumpBufs.Put(b)
+	buf := b[:]
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {

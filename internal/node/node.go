@@ -547,7 +547,7 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 	ex.Record = rec
 	var deliveries []store.Delivery
 	var req sandbox.ExecuteRequest
-	if err := json.Unmarshal(ex.Request, &req); err == nil && req.CallbackURL != "" {
+	if hasCallback(ex) && json.Unmarshal(ex.Request, &req) == nil && req.CallbackURL != "" {
 		signed := rec
 		signed.Artifacts = append([]sandbox.Artifact(nil), rec.Artifacts...)
 		n.signArtifacts(ctx, ex.Tenant, &signed)

@@ -117,8 +117,8 @@ def set_dumpable(libc, dumpable):
     libc.prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0)
 
 
-# The handler of every signal that has one, as a fresh interpreter set them:
-# each child restores them.
+# The handler of every signal that has one, as a fresh interpreter set them,
+# which every child must start with.
 def signal_dispositions():
     dispositions = {}
     for s in signal.valid_signals():
@@ -143,18 +143,26 @@ def import_preload(names):
     return failed
 
 
-# Ignore every signal in dispositions but SIGCHLD: programs run with the
-# zygote's uid and may signal it, and no signal should end it or raise in it
-# half-way through a fork or a message. SIGCHLD keeps its default, which does
-# nothing: ignoring it explicitly would change how children are reaped (the
-# kernel would discard their exit statuses).
-def ignore_signals(dispositions):
-    for s in dispositions:
-        if s != signal.SIGCHLD:
-            try:
-                signal.signal(s, signal.SIG_IGN)
-            except (OSError, ValueError):
-                pass
+# Set every disposition in dispositions again, in the zygote, once: a
+# preloaded module may have changed some, and every process the zygote forks
+# inherits them.
+def restore_signals(dispositions):
+    for s, h in dispositions.items():
+        try:
+            signal.signal(s, h)
+        except (OSError, ValueError, TypeError):
+            pass
+
+
+# Block every signal but SIGCHLD: programs run with the zygote's uid and may
+# signal it, and no signal should end it or raise in it half-way through a
+# fork or a message. Blocked, rather than ignored, they leave the
+# dispositions a child must start with as they are: a forked process starts
+# with no pending signal, and a child has only to empty its mask, one system
+# call, where setting the dispositions back was one for every signal.
+# SIGCHLD keeps its default, which does nothing.
+def block_signals():
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - {signal.SIGCHLD})
 
 
 # The umask, which can only be read by setting it (to any value: the old one
@@ -178,21 +186,23 @@ def inherited_limits():
 class Zygote:
 
     # Start, in this order: become non-dumpable; note the signal dispositions
-    # each child restores (before preload can change them); compile the
+    # each child starts with (before preload can change them); compile the
     # wrapper run_src (the code every Run step passes to `python3 -c`:
     # compiled once here instead of in every child); import preload, and
-    # note which of the zygote's own modules a child unloads; ignore
-    # signals; note what a child and a ping compare with; freeze the heap.
+    # note which of the zygote's own modules a child unloads; set the
+    # dispositions back and block signals; note what a child and a ping
+    # compare with; freeze the heap.
     def __init__(self, run_src, preload):
         self.libc = ctypes.CDLL(None, use_errno=True)
         set_dumpable(self.libc, 0)
-        self.dispositions = signal_dispositions()
+        dispositions = signal_dispositions()
         self.run_src = run_src
         self.run_code = compile(run_src, '<string>', 'exec')
         self.failed = import_preload(preload)
         self.preloaded = set(sys.modules) - FRESH_MODULES - OWN_MODULES
         self.unload = OWN_MODULES - self.preloaded
-        ignore_signals(self.dispositions)
+        restore_signals(dispositions)
+        block_signals()
         self.umask = current_umask()
         self.baseline = inherited_limits()
         # Forked children do not copy the preloaded heap to collect it.
@@ -295,17 +305,12 @@ def prefault(z):
 
 
 # In a forked child, before its request, what does not depend on the request
-# (a spare does this while it waits): a session of its own, the signal
-# dispositions and the empty mask of a fresh interpreter, the zygote's own
+# (a spare does this while it waits): a session of its own, the empty mask of
+# a fresh interpreter (its dispositions are the zygote's), the zygote's own
 # modules unloaded, numpy reseeded.
 def prepare(z):
     try:
         os.setsid()
-        for s, h in z.dispositions.items():
-            try:
-                signal.signal(s, h)
-            except (OSError, ValueError, TypeError):
-                pass
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
     except BaseException as e:
         setup_failed(e)

@@ -155,6 +155,34 @@ class Start(unittest.TestCase):
         self.assertNotIn(signal.SIGKILL, d)
         self.assertNotIn(signal.SIGSTOP, d)
 
+    # The zygote blocks every signal but SIGCHLD (and those no process can
+    # block), and changes no disposition: a process it forks has only to
+    # empty its mask to start as a fresh interpreter does.
+    def test_block_signals(self):
+        def child(w):
+            before = {s: signal.getsignal(s) for s in z.signal_dispositions()}
+            z.block_signals()
+            after = {s: signal.getsignal(s) for s in z.signal_dispositions()}
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            return w, [sorted(int(s) for s in blocked), before == after]
+
+        blocked, unchanged = in_child(child)
+        want = signal.valid_signals() - {signal.SIGCHLD, signal.SIGKILL, signal.SIGSTOP}
+        self.assertEqual(blocked, sorted(int(s) for s in want))
+        self.assertTrue(unchanged)
+
+    # restore_signals sets back what a preloaded module changed.
+    def test_restore_signals(self):
+        def child(w):
+            d = z.signal_dispositions()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            z.restore_signals(d)
+            return w, [signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+                       signal.getsignal(signal.SIGINT) is signal.default_int_handler]
+
+        self.assertEqual(in_child(child), [True, True])
+
     # inherited_limits changes when a program lowers a limit it passes on.
     def test_inherited_limits(self):
         before = z.inherited_limits()

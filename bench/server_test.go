@@ -94,6 +94,19 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// about is what the kept log says of id and its errors, one line per
+// record, or "" when it says nothing: an internal error's cause is only in
+// the server's log.
+func (t *tailBuffer) about(id string) string {
+	var out strings.Builder
+	for line := range strings.SplitSeq(t.String(), "\n") {
+		if (id != "" && strings.Contains(line, id)) || strings.Contains(line, `"level":"ERROR"`) {
+			out.WriteString("\n\t" + line)
+		}
+	}
+	return out.String()
+}
+
 func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -216,8 +229,8 @@ func (s *server) execute(ctx context.Context, req sandbox.ExecuteRequest, want s
 		return fmt.Errorf("POST /v1/executions: %d: %.300s", status, raw)
 	}
 	if res.Status != sandbox.StatusSuccess || res.Stdout != want || res.Tier != string(req.Isolation) {
-		return fmt.Errorf("execution %s: status %s, tier %s, error %+v, stdout %q, stderr %.300q",
-			res.ExecutionID, res.Status, res.Tier, res.Error, res.Stdout, res.Stderr)
+		return fmt.Errorf("execution %s: status %s, tier %s, error %+v, stdout %q, stderr %.300q%s",
+			res.ExecutionID, res.Status, res.Tier, res.Error, res.Stdout, res.Stderr, s.logs.about(res.ExecutionID))
 	}
 	return nil
 }

@@ -10,3 +10,16 @@ func SetCheckpointFlags(t interface{ Cleanup(func()) }, flags []string) {
 	checkpointFlags = flags
 	t.Cleanup(func() { checkpointFlags = old })
 }
+
+// TakeStartSlots takes every start slot until the returned func gives them
+// back: a Create meanwhile waits.
+func (r *Runtime) TakeStartSlots() (giveBack func()) {
+	for range cap(r.starts) {
+		r.starts <- struct{}{}
+	}
+	return func() {
+		for range cap(r.starts) {
+			<-r.starts
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,9 +58,15 @@ type Config struct {
 	CgroupParent string
 	// UID and GID run programs in the sandbox.
 	UID, GID uint32
-	// StartTimeout bounds how long a sandbox may take to become ready.
+	// StartTimeout bounds how long a sandbox may take to become ready,
+	// from its start (a wait for a start slot aside).
 	StartTimeout time.Duration
-	Log          *slog.Logger
+	// MaxStarting is how many sandboxes may be starting at once (0: two
+	// per CPU). A start is CPU-bound (the runtime, the agent, gVisor's
+	// kernel): 32 gVisor sandboxes started at once on 2 cores took more
+	// than StartTimeout each, where queued they all start in turn.
+	MaxStarting int
+	Log         *slog.Logger
 }
 
 // Runtime creates sandboxes with one OCI runtime binary.
@@ -72,6 +79,8 @@ type Runtime struct {
 	// rollbacks counts creations cancelled half-way that are being undone
 	// in the background; Close waits for them.
 	rollbacks sync.WaitGroup
+	// starts holds a slot per sandbox starting (Config.MaxStarting).
+	starts chan struct{}
 }
 
 // New checks cfg and prepares the data directory.
@@ -81,6 +90,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 20 * time.Second
+	}
+	if cfg.MaxStarting <= 0 {
+		cfg.MaxStarting = 2 * goruntime.NumCPU()
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -103,6 +115,7 @@ func New(cfg Config) (*Runtime, error) {
 		sandboxes: filepath.Join(sandboxesDir(cfg.DataDir), name),
 		templates: disk.NewTemplates(filepath.Join(cfg.DataDir, "disks"), int(cfg.UID), int(cfg.GID)),
 		swap:      cgroup.SwapAccounting(),
+		starts:    make(chan struct{}, cfg.MaxStarting),
 	}
 	for _, d := range []string{r.state, r.sandboxes} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -293,6 +306,12 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 		return nil, fmt.Errorf("write config: %w", err)
 	}
 	s.limits.Store(&spec.Limits)
+	select {
+	case r.starts <- struct{}{}:
+		defer func() { <-r.starts }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait to start sandbox %s: %w", s.id, ctx.Err())
+	}
 	if err := s.start(ctx, image); err != nil {
 		return nil, err
 	}

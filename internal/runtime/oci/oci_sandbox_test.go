@@ -268,6 +268,40 @@ func TestDestroyKillsWhatTheRuntimeDidNotSay(t *testing.T) {
 	}
 }
 
+// TestCreateWaitsForAStartSlot: with every start slot taken a Create
+// waits, and one whose context ends meanwhile fails saying so and leaves
+// nothing; given a slot back, a Create starts.
+func TestCreateWaitsForAStartSlot(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, runtime.TierContainer, dir)
+	spec := runtime.Spec{Rootfs: f.env.Rootfs, Mounts: f.env.Mounts,
+		Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUCores: 1, Pids: 64, DiskBytes: 64 << 20}}
+	giveBack := f.rt.TakeStartSlots()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	sb, err := f.rt.Create(ctx, spec)
+	if err == nil {
+		sb.Destroy(t.Context())
+		giveBack()
+		t.Fatal("Create started a sandbox with no start slot free")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "wait to start") {
+		t.Errorf("Create without a slot: %v; want its context's deadline, waiting to start", err)
+	}
+	f.rt.Close() // the cancelled creation is undone in the background
+	if left, err := oci.SandboxDirs(dir); err != nil || len(left) != 0 {
+		t.Errorf("a creation that never started left %v (%v)", left, err)
+	}
+	giveBack()
+	sb, err = f.rt.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Create with the slots given back: %v", err)
+	}
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestStateDirKnowsSandbox: Destroy decides whether the runtime still has
 // a container to delete from the runtime's state directory (not from what
 // its delete prints), so where that state lives is pinned here for both

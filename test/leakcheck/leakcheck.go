@@ -97,24 +97,21 @@ func Find() []Leftover {
 // when it was made, to find in the lanes' test-timings/*.json the test that
 // ran then.
 func cgroupDetail(path string) string {
-	dirs, _ := filepath.Glob(filepath.Join(cgroup.Root, "*", path))
-	if cgroup.Unified() {
-		dirs = []string{filepath.Join(cgroup.Root, path)}
-	}
 	var in []string
 	var made time.Time
-	for _, d := range dirs {
+	for _, d := range cgroup.Dirs(path) {
 		fi, err := os.Stat(d)
 		if err != nil {
 			continue
 		}
-		in = append(in, strings.TrimSuffix(strings.TrimPrefix(d, cgroup.Root+"/"), path))
+		name := "cgroup2"
+		if !cgroup.Unified() {
+			name = filepath.Base(strings.TrimSuffix(d, path))
+		}
+		in = append(in, name)
 		if made.IsZero() || fi.ModTime().Before(made) {
 			made = fi.ModTime()
 		}
-	}
-	if cgroup.Unified() {
-		in = []string{"cgroup2"}
 	}
 	return fmt.Sprintf("in %s, made %s", strings.Join(in, ", "), made.UTC().Format("15:04:05.000 UTC"))
 }

@@ -263,6 +263,18 @@ func Remove(path string) error {
 // removeWait bounds how long Remove asks a busy hierarchy again.
 const removeWait = 5 * time.Second
 
+// Dirs lists the directories of the cgroup at path, one per hierarchy
+// that holds it.
+func Dirs(path string) []string {
+	var out []string
+	for _, d := range hierarchies() {
+		if fi, err := os.Stat(filepath.Join(d, path)); err == nil && fi.IsDir() {
+			out = append(out, filepath.Join(d, path))
+		}
+	}
+	return out
+}
+
 func hierarchies() []string {
 	if Unified() {
 		return []string{Root}

@@ -414,8 +414,8 @@ func (n *Node) Wait(ctx context.Context, tenant, id string) (*sandbox.Result, er
 	}
 }
 
-// signed is a copy of rec (shared by the waiters it was handed to) with
-// its artifact links signed, as Get returns it.
+// signed is a copy of rec with its artifact links signed, as Get returns
+// it, leaving rec (the stored record, or one shared by waiters) as it is.
 func (n *Node) signed(ctx context.Context, tenant string, rec *sandbox.Result) *sandbox.Result {
 	r := *rec
 	r.Artifacts = slices.Clone(rec.Artifacts)
@@ -548,10 +548,7 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 	var deliveries []store.Delivery
 	var req sandbox.ExecuteRequest
 	if hasCallback(ex) && json.Unmarshal(ex.Request, &req) == nil && req.CallbackURL != "" {
-		signed := rec
-		signed.Artifacts = append([]sandbox.Artifact(nil), rec.Artifacts...)
-		n.signArtifacts(ctx, ex.Tenant, &signed)
-		body, err := json.Marshal(signed)
+		body, err := json.Marshal(n.signed(ctx, ex.Tenant, &rec))
 		if err != nil {
 			return fmt.Errorf("encode callback: %w", err)
 		}

@@ -32,14 +32,19 @@
 # pages each execution copies.
 import sys, os, io
 
-# What a fresh interpreter has loaded. The zygote's own imports, next, are
-# unloaded again in each child unless PRELOAD imported them too.
+# What a fresh interpreter has loaded. The zygote's own imports, next, leave
+# sys.modules again once PRELOAD is imported, unless PRELOAD imported them
+# too (unload_own_modules).
 FRESH_MODULES = set(sys.modules)
 # corral_proto (the zygote protocol) sits beside this file, or Go delivers it
 # with it (internal/lang/python_modules.go). It is imported by name too, as
-# the others are, so that a child unloading it does not free it (which
-# would write to pages a child otherwise leaves alone).
+# the others are, so that taking it out of sys.modules leaves it alive for
+# the zygote, as its globals keep the others.
 import signal, socket, json, resource, ctypes, gc, select, corral_proto
+# _signal, which a fresh interpreter has loaded, sets a child's mask:
+# signal's wrapper makes an enum member of each signal of the old mask,
+# which cost each execution about 45 copied pages.
+import _signal
 from corral_proto import (CONTROL_FD, MAX_MESSAGE, MAX_FDS, EXIT_SETUP_FAILED, KEY_ID, KEY_ARGV, KEY_ENV, KEY_DIR,
                           KEY_PID, KEY_PING, KEY_PONG, KEY_READY, KEY_SPARE, KEY_ERROR, KEY_EXITED, KEY_STATUS,
                           KEY_REAPS, close_fds, fork_through, reap)
@@ -143,6 +148,17 @@ def import_preload(names):
     return failed
 
 
+# Take the zygote's own modules (names) out of sys.modules, once, at start,
+# so that every child starts with a fresh interpreter's sys.modules (and
+# PRELOAD) without a step of its own: unloading them in each child wrote to
+# about 120 pages, which each execution then copied. The zygote keeps using
+# them through its globals; a program that imports one gets a fresh module,
+# as in a fresh interpreter.
+def unload_own_modules(names):
+    for name in names:
+        sys.modules.pop(name, None)
+
+
 # Set every disposition in dispositions again, in the zygote, once: a
 # preloaded module may have changed some, and every process the zygote forks
 # inherits them.
@@ -189,7 +205,7 @@ class Zygote:
     # each child starts with (before preload can change them); compile the
     # wrapper run_src (the code every Run step passes to `python3 -c`:
     # compiled once here instead of in every child); import preload, and
-    # note which of the zygote's own modules a child unloads; set the
+    # take the zygote's own modules out of sys.modules; set the
     # dispositions back and block signals; note what a child and a ping
     # compare with; freeze the heap.
     def __init__(self, run_src, preload):
@@ -200,7 +216,7 @@ class Zygote:
         self.run_code = compile(run_src, '<string>', 'exec')
         self.failed = import_preload(preload)
         self.preloaded = set(sys.modules) - FRESH_MODULES - OWN_MODULES
-        self.unload = OWN_MODULES - self.preloaded
+        unload_own_modules(OWN_MODULES - self.preloaded)
         restore_signals(dispositions)
         block_signals()
         self.umask = current_umask()
@@ -306,16 +322,13 @@ def prefault(z):
 
 # In a forked child, before its request, what does not depend on the request
 # (a spare does this while it waits): a session of its own, the empty mask of
-# a fresh interpreter (its dispositions are the zygote's), the zygote's own
-# modules unloaded, numpy reseeded.
+# a fresh interpreter (its dispositions are the zygote's), numpy reseeded.
 def prepare(z):
     try:
         os.setsid()
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
     except BaseException as e:
         setup_failed(e)
-    for name in z.unload:
-        sys.modules.pop(name, None)
     reseed_numpy()
 
 

@@ -280,8 +280,9 @@ class Child(unittest.TestCase):
 
 class Modules(unittest.TestCase):
 
-    # corral_proto is one of the zygote's own modules, which a child
-    # unloads, and the zygote's names are its.
+    # corral_proto is one of the zygote's own modules, which no child finds
+    # in sys.modules (the zygote takes them out at start), and the zygote's
+    # names are its.
     def test_corral_proto_is_own(self):
         self.assertIn('corral_proto', z.OWN_MODULES)
         self.assertNotIn('corral_proto', z.FRESH_MODULES)

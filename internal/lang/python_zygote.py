@@ -40,7 +40,7 @@ FRESH_MODULES = set(sys.modules)
 # with it (internal/lang/python_modules.go). It is imported by name too, as
 # the others are, so that taking it out of sys.modules leaves it alive for
 # the zygote, as its globals keep the others.
-import signal, socket, json, resource, ctypes, gc, select, corral_proto
+import signal, socket, json, resource, ctypes, gc, select, corral_proto, atexit
 # _signal, which a fresh interpreter has loaded, sets a child's mask:
 # signal's wrapper makes an enum member of each signal of the old mask,
 # which cost each execution about 45 copied pages.
@@ -471,12 +471,16 @@ def join_threads():
 
 # Run the program's atexit handlers, as the interpreter does before exiting.
 # Relies on atexit._run_exitfuncs, private, which CPython's own exit calls;
-# where it is missing or fails, handlers do not run. atexit is imported here,
-# not at start: a child must not find it loaded unless its program loaded it.
+# where it is missing or fails, handlers do not run. atexit is one of the
+# zygote's own modules, imported at start and out of sys.modules with the
+# others, so a child does not find it loaded unless its program loaded it:
+# imported here instead, in each child, it cost about 65 copied pages. A
+# program that imported atexit has its own module object, whose handlers
+# are the ones to run (the interpreter's since CPython 3.10, the module's
+# before).
 def run_atexit_handlers():
     try:
-        import atexit
-        atexit._run_exitfuncs()
+        (sys.modules.get('atexit') or atexit)._run_exitfuncs()
     except BaseException:
         pass
 

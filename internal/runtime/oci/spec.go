@@ -95,8 +95,14 @@ func config(b bundle) (*specs.Spec, error) {
 			// The agent builds each program's environment itself; its own
 			// holds nothing from the host. Asynchronous preemption is off:
 			// it signals the agent's own threads with tgkill(1, ...), which
-			// the filter refuses (see initSignals).
-			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GODEBUG=asyncpreemptoff=1"},
+			// the filter refuses (see initSignals). One P: the agent waits
+			// on pipes, sockets and its programs, and with two the Go
+			// runtime's monitor thread kept polling every 20 µs while
+			// either was busy, which was half its system calls and
+			// context switches per warm execution (docs/bench.md, "Where
+			// a warm execution's CPU goes"); blocking calls still run on
+			// threads of their own.
+			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1"},
 			Cwd:             "/",
 			Capabilities:    &specs.LinuxCapabilities{},
 			NoNewPrivileges: true,

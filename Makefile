@@ -24,6 +24,7 @@ build:
 run:
 	@./scripts/deps.sh serve & deps=$$!; $(MAKE) --no-print-directory build; built=$$?; wait $$deps && [ $$built = 0 ]
 	./scripts/deps.sh runsc-background
+	./scripts/deps.sh image-background
 	./scripts/run.sh
 
 # The suite in two lanes (scripts/lanes.py, docs/testing.md): the unit lane

@@ -232,6 +232,7 @@ func TestAPIErrors(t *testing.T) {
 		{429, "tenant_quota", ErrRateLimited},
 		{500, "internal", ErrServer},
 		{503, "tier_unavailable", ErrTierUnavailable},
+		{503, "image_pending", ErrImagePending},
 	}
 	for _, c := range cases {
 		f := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) {
@@ -247,7 +248,7 @@ func TestAPIErrors(t *testing.T) {
 		if !errors.Is(err, c.sentinel) {
 			t.Errorf("%d %s is not %v", c.status, c.code, c.sentinel)
 		}
-		for _, other := range []error{ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrConflict, ErrQueueFull, ErrRateLimited, ErrServer, ErrTierUnavailable} {
+		for _, other := range []error{ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrConflict, ErrQueueFull, ErrRateLimited, ErrServer, ErrTierUnavailable, ErrImagePending} {
 			if other == ErrServer && c.status >= 500 {
 				continue // every 5xx is also ErrServer
 			}

@@ -86,6 +86,11 @@ var (
 	// installed on the server; retry after APIError.RetryAfter. It also
 	// matches ErrServer.
 	ErrTierUnavailable = errors.New("corral: tier unavailable")
+	// ErrImagePending: 503 image_pending, the image the request names is
+	// still being built on the server (make run builds the python image
+	// in the background); retry after APIError.RetryAfter. It also
+	// matches ErrServer.
+	ErrImagePending = errors.New("corral: image pending")
 	// ErrServer: a 5xx answer; the server or something before it failed.
 	ErrServer = errors.New("corral: server error")
 )
@@ -144,6 +149,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusGone && e.Code == "sandbox_lost"
 	case ErrTierUnavailable:
 		return e.Status == http.StatusServiceUnavailable && e.Code == "tier_unavailable"
+	case ErrImagePending:
+		return e.Status == http.StatusServiceUnavailable && e.Code == "image_pending"
 	case ErrServer:
 		return e.Status >= 500
 	}

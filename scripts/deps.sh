@@ -11,6 +11,12 @@
 #                            $CORRAL_CACHE/runsc.lock from before it returns
 #                            until runsc is installed; meanwhile serve answers
 #                            gVisor requests with a retryable error
+#   deps.sh image-background builds the python image (the E2B SDKs' default
+#                            template) in the background (niced, logged to
+#                            $CORRAL_CACHE/image-python.log) into
+#                            $CORRAL_DATA_DIR/images with bin/corral, once
+#                            the build holds its lock; meanwhile serve answers
+#                            requests for it with a retryable error
 #   deps.sh image            what `make image` needs: the above, runsc in the
 #                            foreground and mmdebstrap
 #   deps.sh test             everything the suite needs (the default): the
@@ -175,6 +181,32 @@ runsc-background)
 	# setsid: the build outlives this script and the terminal's signals.
 	CORRAL_CACHE=$CACHE CORRAL_PREFIX=$PREFIX setsid nice -n 19 "$0" runsc-locked >"$runsc_log" 2>&1 </dev/null &
 	;;
+image-background)
+	# make run: the python image, built once per data directory (a build of
+	# an image already built from the same recipe returns at once).
+	apt_install mmdebstrap
+	data=${CORRAL_DATA_DIR:-/var/lib/corral}
+	corral="$(dirname "$0")/../bin/corral"
+	lock="$data/images/tmp/build-python.lock"
+	if "$corral" image ls --data-dir "$data" 2>/dev/null | grep -q '^python '; then
+		exit 0
+	fi
+	image_log="$CACHE/image-python.log"
+	log "building the python image in the background (log: $image_log); sandboxes that need it answer 503 image_pending until it is built"
+	setsid nice -n 19 "$corral" image build --data-dir "$data" --build-cache "$CACHE" python >"$image_log" 2>&1 </dev/null &
+	build=$!
+	# Return once the build holds its lock, so a server started next finds
+	# the image pending, not missing (images.Store.Building).
+	for _ in $(seq 300); do
+		if ! kill -0 "$build" 2>/dev/null; then
+			break
+		fi
+		if [ -e "$lock" ] && ! flock -n -s "$lock" true 2>/dev/null; then
+			break
+		fi
+		sleep 0.1
+	done
+	;;
 runsc)
 	with_lock runsc build_runsc
 	;;
@@ -203,7 +235,7 @@ test)
 	log "ok: runc $RUNC_VERSION, runsc $RUNSC_VERSION, versitygw $VERSITYGW_VERSION in $PREFIX/bin"
 	;;
 *)
-	log "usage: deps.sh [serve|runsc-background|image|test]"
+	log "usage: deps.sh [serve|runsc-background|image-background|image|test]"
 	exit 2
 	;;
 esac

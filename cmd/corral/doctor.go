@@ -115,7 +115,7 @@ func doctorChecks(lc config.Local) []check {
 
 	err = os.MkdirAll(lc.DataDir, 0o711)
 	cs = append(cs, check{name: "data-dir", ok: err == nil, info: lc.DataDir, fix: fmt.Sprint(err)})
-	return cs
+	return append(cs, templateImageCheck(lc))
 }
 
 // runtimeCheck reports a runtime's path and version and whether it is the
@@ -161,6 +161,34 @@ func runscCheck(lc config.Local) check {
 		return check{name: "runsc", pending: true, info: info + "; the gvisor tier starts serving when it is installed"}
 	}
 	return runtimeCheck("runsc", path, "runsc")
+}
+
+// templateImage is the image of the E2B SDKs' default template
+// (code-interpreter), which make run builds in the background.
+const templateImage = "python"
+
+// templateImageCheck says whether the python image is here, being built,
+// or missing. Missing is not a problem of the machine: executions that
+// name no image run on the host image.
+func templateImageCheck(lc config.Local) check {
+	c := check{name: "image", ok: true}
+	store, err := imageStore(lc, nil)
+	if err != nil {
+		c.ok, c.info = false, err.Error()
+		return c
+	}
+	if _, err := store.Resolve(templateImage); err == nil {
+		c.info = templateImage + ": built (the E2B SDKs' default template runs on it)"
+		return c
+	}
+	if store.Building(templateImage) {
+		c.pending = true
+		c.info = templateImage + ": being built (see " + store.LogPath(templateImage) +
+			"); until then creates that need it answer 503 image_pending"
+		return c
+	}
+	c.info = templateImage + ": not built; E2B's default template needs it (make run builds it, or corral image build " + templateImage + ")"
+	return c
 }
 
 // seccompCheck asks runc whether it was built with seccomp support.

@@ -16,6 +16,7 @@ import (
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
+	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/oci"
 )
@@ -86,6 +87,8 @@ type local struct {
 	rtcfg oci.Config
 	// awaiting, if set, is the runsc the gvisor tier waits for.
 	awaiting *runscWait
+	// images is the image store sandboxes run on.
+	images *images.Store
 
 	mu       sync.Mutex
 	runtimes []*oci.Runtime
@@ -176,6 +179,7 @@ func newLocal(ctx context.Context, lc config.Local, cfg engine.Config, log *slog
 		return nil, err
 	}
 	warnMissingDefaults(store, lc.Images.Defaults, log)
+	l.images = store
 	cfg.CacheDir = lc.CacheDir
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(lc.DataDir, "cache")

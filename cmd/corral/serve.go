@@ -210,7 +210,8 @@ func (d *daemon) run(ctx context.Context) error {
 
 // start runs the node's background work on wg until ctx ends: heartbeat,
 // workspace reaper, dispatcher, deliveries, the warming of the host
-// image's caches, and gVisor's warm pool classes once runsc arrives.
+// image's caches, and the warm pool classes left out at start once their
+// image is built or runsc arrives.
 func (d *daemon) start(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() { d.cluster.Run(ctx) })
 	wg.Go(func() { d.table.Run(ctx) })
@@ -221,6 +222,7 @@ func (d *daemon) start(ctx context.Context, wg *sync.WaitGroup) {
 	})
 	wg.Go(func() { d.notifier.Run(ctx) })
 	wg.Go(func() { d.local.engine.Warm(ctx, images.HostName) })
+	wg.Go(func() { d.awaitImages(ctx) })
 	wg.Go(func() {
 		// gVisor arriving while serving (runsc built in the background):
 		// its pool classes, left out at start, start now.

@@ -302,7 +302,13 @@ func Default() Config {
 	c.Inputs.FetchTimeout = Duration(60 * time.Second)
 	c.Pool.MaxUses = 1000
 	c.Pool.IdleTimeout = Duration(5 * time.Minute)
-	c.Pool.Warm = []PoolWarm{{Image: images.HostName, Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16, Zygote: true}}
+	// The second class is the python image, on which the E2B SDKs'
+	// default template (code-interpreter) runs: a Sandbox.create() is
+	// served from it, not cold (docs/pool.md).
+	c.Pool.Warm = []PoolWarm{
+		{Image: images.HostName, Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16, Zygote: true},
+		{Image: "python", Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16},
+	}
 	c.Log.Level = LogLevel(slog.LevelInfo)
 	c.Log.Format = "json"
 	return c

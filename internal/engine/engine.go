@@ -195,7 +195,8 @@ type Job struct {
 // Prepare validates req, fills defaults and routes it: its sandbox is
 // asked for as a SandboxRequest made from it, once. A *validate.InputError
 // says what to fix; a *TierPendingError (ErrTierPending) that the valid
-// request needs a tier still being installed.
+// request needs a tier still being installed, an *ImagePendingError
+// (ErrImagePending) an image still being built.
 func (e *Engine) Prepare(req sandbox.ExecuteRequest) (*Job, error) {
 	tierField, err := e.checkExecution(&req)
 	if err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 
 	"github.com/corralhq/corral/internal/fleet"
@@ -87,7 +88,8 @@ func (p *Placement) Claim(spec runtime.Spec) fleet.Claim {
 // PrepareSandbox checks r against the server's rules, fills its defaults
 // and routes it. A *validate.InputError names the field to fix as r's
 // caller spelled it (r.Names); a *TierPendingError (ErrTierPending) says
-// that the valid request needs a tier still being installed.
+// that the valid request needs a tier still being installed, an
+// *ImagePendingError (ErrImagePending) an image still being built.
 func (e *Engine) PrepareSandbox(r SandboxRequest) (*Placement, error) {
 	runner, err := e.checkSandbox(&r)
 	if err != nil {
@@ -121,7 +123,10 @@ func (e *Engine) PrepareSandbox(r SandboxRequest) (*Placement, error) {
 	if name == "" {
 		name = e.defaultImage(runner)
 	}
-	if p.Image, err = e.images.Resolve(name); err != nil {
+	if p.Image, err = e.resolveImage(name); err != nil {
+		if errors.Is(err, ErrImagePending) {
+			return nil, err
+		}
 		return nil, validate.Refuse("image", "%v", err)
 	}
 	if !ready {

@@ -152,12 +152,37 @@ func (s *Store) install(st *stage, m meta, rec record) (Info, error) {
 	return info, nil
 }
 
+// Building reports whether a build or import of name is in progress:
+// whether a process (`corral image build` or `import`, this one or another
+// on the same store) holds the lock buildLock takes. A shared lock, dropped at
+// once, is the look: a build about to start waits for it, never fails for
+// it, and the kernel drops a dead build's lock, so a build that died is
+// never taken for one in progress.
+func (s *Store) Building(name string) bool {
+	if CheckName(name) != nil {
+		return false
+	}
+	f, err := os.Open(s.buildLockPath(name))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := flock(f, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return err == unix.EWOULDBLOCK
+	}
+	_ = flock(f, unix.LOCK_UN)
+	return false
+}
+
+// buildLockPath is the file a build of name holds locked while it runs.
+func (s *Store) buildLockPath(name string) string { return s.path("tmp", "build-"+name+".lock") }
+
 // buildLock serialises builds and imports of one name across processes.
 func (s *Store) buildLock(ctx context.Context, name string) (func(), error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(s.path("tmp", "build-"+name+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(s.buildLockPath(name), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open build lock: %w", err)
 	}

@@ -256,7 +256,7 @@ func (n *Node) execute(ctx context.Context, ex *store.Execution, tu *turn) {
 		rec := ex.Record
 		rec.Status = sandbox.StatusFailed
 		rec.Error = &sandbox.Failure{Type: sandbox.ErrInput, Message: err.Error()}
-		if errors.Is(err, engine.ErrTierPending) { // this node's tier is still being installed
+		if errors.Is(err, engine.ErrTierPending) || errors.Is(err, engine.ErrImagePending) { // still being installed or built here
 			rec.Error = &sandbox.Failure{Type: sandbox.ErrInternal, Message: "internal error: " + err.Error(), Retryable: true}
 		}
 		rec.FinishedAt = time.Now().UTC()

@@ -137,7 +137,7 @@ type member struct {
 
 // New resolves each class's image and spec and starts filling the pool. A
 // class that cannot be served here (its image or tier is missing) is left
-// out and reported in skipped; AddTier starts a tier's classes later.
+// out and reported in skipped; AddTier and AddImage start them later.
 func New(ctx context.Context, fl *fleet.Fleet, e Interpreters, cfg Config, m *metrics.Metrics, log *slog.Logger) (_ *Pool, skipped []error) {
 	return newPool(ctx, fl, e, cfg, m, log, time.Now)
 }
@@ -160,8 +160,31 @@ func newPool(ctx context.Context, fl *fleet.Fleet, e Interpreters, cfg Config, m
 // had no runtime for it then: the tier was installed while the server
 // runs (engine.AddRuntime). It returns the classes still left out.
 func (p *Pool) AddTier(ctx context.Context, tier runtime.Tier) (skipped []error) {
+	return p.add(ctx, func(w Warm) bool { return w.Tier == tier })
+}
+
+// AddImage starts the classes of image that New left out because the
+// image was not there then: it was built or imported while the server
+// runs. It returns the classes still left out.
+func (p *Pool) AddImage(ctx context.Context, image string) (skipped []error) {
+	return p.add(ctx, func(w Warm) bool { return w.Image == image })
+}
+
+// Waiting returns the images of the classes left out so far, once each.
+func (p *Pool) Waiting() []string {
+	var names []string
 	for i, w := range p.cfg.Warm {
-		if w.Tier != tier || p.started(i) {
+		if !p.started(i) && w.Image != "" && !slices.Contains(names, w.Image) {
+			names = append(names, w.Image)
+		}
+	}
+	return names
+}
+
+// add starts the classes left out so far that match.
+func (p *Pool) add(ctx context.Context, match func(Warm) bool) (skipped []error) {
+	for i, w := range p.cfg.Warm {
+		if !match(w) || p.started(i) {
 			continue
 		}
 		if err := p.start(ctx, i); err != nil {

@@ -264,6 +264,55 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	writeJSON(w, http.StatusOK, info)
 }
 
+// sandboxMetrics answers a sandbox's usage readings (live.Sandbox.Metrics)
+// at or after since and before until.
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	var bounds [2]time.Time
+	for i, name := range []string{"since", "until"} {
+		v := q.Get(name)
+		if v == "" {
+			continue
+		}
+		ts, err := readTime(v)
+		if err != nil {
+			writeError(w, refuse(name, "must be an RFC 3339 time or unix seconds"))
+			return
+		}
+		bounds[i] = ts
+	}
+	if !bounds[0].IsZero() && !bounds[1].IsZero() && !bounds[1].After(bounds[0]) {
+		writeError(w, refuse("until", "must be after since"))
+		return
+	}
+	sb, err := s.box(t, id)
+	var out []sandbox.SandboxMetric
+	if err == nil {
+		out, err = sb.Metrics(r.Context(), bounds[0], bounds[1])
+	}
+	s.reply(w, http.StatusOK, sandbox.SandboxMetrics{Metrics: out}, err)
+}
+
+// maxUnix is the last second of year 9999, the last an RFC 3339 time can
+// name.
+const maxUnix = 253402300799
+
+// readTime reads an RFC 3339 time, or a number of seconds since the Unix
+// epoch.
+func readTime(v string) (time.Time, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > maxUnix {
+			return time.Time{}, fmt.Errorf("unix time %d out of range", n)
+		}
+		return time.Unix(n, 0).UTC(), nil
+	}
+	return time.Parse(time.RFC3339Nano, v)
+}
+
 // ---- processes ----
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {

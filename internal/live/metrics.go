@@ -69,15 +69,15 @@ func (m *meter) add(id string, t time.Time, u runtime.Usage, cores float64, kept
 	return true
 }
 
-// between returns the readings from since to until (zero: no bound),
-// oldest first.
+// between returns the readings at or after since and before until (zero:
+// no bound), oldest first.
 func (m *meter) between(since, until time.Time) []sandbox.SandboxMetric {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := []sandbox.SandboxMetric{}
 	for i := range m.ring {
 		r := m.ring[(m.next+i)%len(m.ring)]
-		if (since.IsZero() || !r.Timestamp.Before(since)) && (until.IsZero() || !r.Timestamp.After(until)) {
+		if (since.IsZero() || !r.Timestamp.Before(since)) && (until.IsZero() || r.Timestamp.Before(until)) {
 			out = append(out, r)
 		}
 	}
@@ -168,8 +168,8 @@ func (s *Sandbox) cores() float64 {
 	return float64(goruntime.NumCPU())
 }
 
-// Metrics returns the sandbox's readings from since to until (zero: no
-// bound), oldest first. A running sandbox with none yet is read now (which
+// Metrics returns the sandbox's readings at or after since and before
+// until (zero: no bound), oldest first. A running sandbox with none yet is read now (which
 // takes a quarter of a second), so a new sandbox answers one.
 func (s *Sandbox) Metrics(ctx context.Context, since, until time.Time) ([]sandbox.SandboxMetric, error) {
 	if _, err := s.m.Get(s.tenant, s.id); err != nil {

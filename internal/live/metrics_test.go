@@ -16,7 +16,7 @@ import (
 // TestMeter pins how readings are made of usage: the first of a runtime
 // sandbox is a baseline, the CPU is the share of the cores used since the
 // reading before (bounded to 0..100), another runtime sandbox starts over,
-// the ring keeps the latest, and between bounds by time, inclusive.
+// the ring keeps the latest, and between bounds by time, [since, until).
 func TestMeter(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -74,8 +74,8 @@ func TestMeter(t *testing.T) {
 		since, until time.Time
 		want         int
 	}{
-		{at(15), time.Time{}, 3}, {at(15.1), time.Time{}, 2}, {time.Time{}, at(20), 2},
-		{at(20), at(20), 1}, {at(21), at(25), 0}, {at(30), time.Time{}, 0},
+		{at(15), time.Time{}, 3}, {at(15.1), time.Time{}, 2}, {time.Time{}, at(20), 1}, {time.Time{}, at(20.1), 2},
+		{at(20), at(20.1), 1}, {at(20), at(20), 0}, {at(21), at(25), 0}, {at(30), time.Time{}, 0},
 	} {
 		if got := m.between(c.since, c.until); len(got) != c.want {
 			t.Errorf("between %v and %v: %d readings, want %d", c.since, c.until, len(got), c.want)

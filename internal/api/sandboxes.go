@@ -271,30 +271,41 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request, t *Tenan
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	var bounds [2]time.Time
-	for i, name := range []string{"since", "until"} {
-		v := q.Get(name)
-		if v == "" {
-			continue
-		}
-		ts, err := readTime(v)
-		if err != nil {
-			writeError(w, refuse(name, "must be an RFC 3339 time or unix seconds"))
-			return
-		}
-		bounds[i] = ts
-	}
-	if !bounds[0].IsZero() && !bounds[1].IsZero() && !bounds[1].After(bounds[0]) {
-		writeError(w, refuse("until", "must be after since"))
+	since, until, e := metricsBounds(r)
+	if e != nil {
+		writeError(w, e)
 		return
 	}
 	sb, err := s.box(t, id)
 	var out []sandbox.SandboxMetric
 	if err == nil {
-		out, err = sb.Metrics(r.Context(), bounds[0], bounds[1])
+		out, err = sb.Metrics(r.Context(), since, until)
 	}
 	s.reply(w, http.StatusOK, sandbox.SandboxMetrics{Metrics: out}, err)
+}
+
+// metricsBounds reads the since and until of GET
+// /v1/sandboxes/{id}/metrics (zero: none), until after since.
+func metricsBounds(r *http.Request) (since, until time.Time, e *Error) {
+	q := r.URL.Query()
+	for _, b := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &since}, {"until", &until}} {
+		v := q.Get(b.name)
+		if v == "" {
+			continue
+		}
+		ts, err := readTime(v)
+		if err != nil {
+			return since, until, refuse(b.name, "must be an RFC 3339 time or unix seconds")
+		}
+		*b.dst = ts
+	}
+	if !since.IsZero() && !until.IsZero() && !until.After(since) {
+		return since, until, refuse("until", "must be after since")
+	}
+	return since, until, nil
 }
 
 // maxUnix is the last second of year 9999, the last an RFC 3339 time can

@@ -417,28 +417,14 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, tenant string) 
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	var bounds [2]time.Time
-	for i, name := range []string{"start", "end"} {
-		v := q.Get(name)
-		if v == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 || n > maxUnix {
-			refuse(w, fault.InvalidArgument, name+" is a unix time in seconds")
-			return
-		}
-		bounds[i] = time.Unix(n+int64(i), 0) // end: to the end of its second
-	}
-	if !bounds[0].IsZero() && !bounds[1].IsZero() && !bounds[1].After(bounds[0]) {
-		refuse(w, fault.InvalidArgument, "end is before start")
+	since, until, ok := metricsBounds(w, r)
+	if !ok {
 		return
 	}
 	sb, err := s.cfg.Sandboxes.Get(tenant, id)
 	var readings []sandbox.SandboxMetric
 	if err == nil {
-		readings, err = sb.Metrics(r.Context(), bounds[0], bounds[1])
+		readings, err = sb.Metrics(r.Context(), since, until)
 	}
 	if err != nil {
 		s.fail(w, err)
@@ -451,6 +437,31 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, tenant string) 
 			MemCache: m.MemoryCacheBytes, MemTotal: m.MemoryLimitBytes, DiskUsed: m.DiskUsedBytes, DiskTotal: m.DiskLimitBytes})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// metricsBounds reads the start and end of a metrics query (unix
+// seconds, optional) as the bounds of live.Sandbox.Metrics: from start's
+// second to the end of end's; it answers a bad one.
+func metricsBounds(w http.ResponseWriter, r *http.Request) (since, until time.Time, ok bool) {
+	q := r.URL.Query()
+	var bounds [2]time.Time
+	for i, name := range []string{"start", "end"} {
+		v := q.Get(name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > maxUnix {
+			refuse(w, fault.InvalidArgument, name+" is a unix time in seconds")
+			return since, until, false
+		}
+		bounds[i] = time.Unix(n+int64(i), 0) // end: to the end of its second
+	}
+	if !bounds[0].IsZero() && !bounds[1].IsZero() && !bounds[1].After(bounds[0]) {
+		refuse(w, fault.InvalidArgument, "end is before start")
+		return since, until, false
+	}
+	return bounds[0], bounds[1], true
 }
 
 // maxUnix is the last second of year 9999.

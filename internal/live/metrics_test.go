@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/runtime/fake"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -86,7 +87,8 @@ func TestMeter(t *testing.T) {
 // TestMetrics reads live sandboxes on fake runtimes: a new sandbox answers
 // one reading at once, made on demand, with its limits; the node's sampler
 // then adds one per interval to the number kept; a file written shows on
-// the disk; a paused sandbox keeps its readings and adds none.
+// the disk, and what the runtime reads is what the readings say; a paused
+// sandbox keeps its readings and adds none.
 func TestMetrics(t *testing.T) {
 	u := newUnit(t, func(c *Config) { c.MetricsEvery, c.MetricsKept = 20*time.Millisecond, 4 })
 	ctx := t.Context()
@@ -135,6 +137,28 @@ func TestMetrics(t *testing.T) {
 	}
 	if since, err := s.Metrics(ctx, got[2].Timestamp, time.Time{}); err != nil || len(since) < 2 || since[0].Timestamp.Before(got[2].Timestamp) {
 		t.Errorf("since the third: %v %v", since, err)
+	}
+
+	// What the runtime reads is what the readings say.
+	s.mu.Lock()
+	sb := s.sb
+	s.mu.Unlock()
+	fs, ok := sb.(*fake.Sandbox)
+	if !ok {
+		t.Fatalf("the sandbox runs on a %T", sb)
+	}
+	fs.SetUsage(runtime.Usage{MemoryBytes: 7 << 20, CacheBytes: 5, MemoryLimitBytes: 6, DiskBytes: 3, DiskLimitBytes: 4})
+	want := sandbox.SandboxMetric{CPUCores: 0.5, MemoryUsedBytes: 7 << 20, MemoryCacheBytes: 5, MemoryLimitBytes: 6, DiskUsedBytes: 3, DiskLimitBytes: 4}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err = s.Metrics(ctx, time.Time{}, time.Time{})
+		last := got[len(got)-1]
+		last.Timestamp = time.Time{}
+		if err == nil && last == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last reading is %+v (%v), want %+v", last, err, want)
+		}
 	}
 
 	if err := u.m.Pause(ctx, "t", "box"); err != nil {

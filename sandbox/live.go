@@ -111,6 +111,34 @@ type SandboxResume struct {
 	DurationMS int64 `json:"duration_ms"`
 }
 
+// SandboxMetric is one reading of what a live sandbox uses (GET
+// /v1/sandboxes/{id}/metrics), as its host sees it: on gVisor the
+// sandbox's kernel (the Sentry) is part of it.
+type SandboxMetric struct {
+	Timestamp time.Time `json:"timestamp"`
+	// CPUCores is the CPU the sandbox may use; CPUUsedPct is how much of
+	// it the sandbox used since the reading before, 0 to 100.
+	CPUCores   float64 `json:"cpu_cores"`
+	CPUUsedPct float64 `json:"cpu_used_pct"`
+	// MemoryUsedBytes is the memory the sandbox holds (its programs',
+	// shared memory and tmpfs), MemoryCacheBytes the page cache the kernel
+	// may take back, MemoryLimitBytes its limit.
+	MemoryUsedBytes  int64 `json:"memory_used_bytes"`
+	MemoryCacheBytes int64 `json:"memory_cache_bytes"`
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	// DiskUsedBytes is what its disk (/workspace, /tmp and whatever else
+	// it writes) holds, its file system's own metadata included, of
+	// DiskLimitBytes.
+	DiskUsedBytes  int64 `json:"disk_used_bytes"`
+	DiskLimitBytes int64 `json:"disk_limit_bytes"`
+}
+
+// SandboxMetrics is the answer of GET /v1/sandboxes/{id}/metrics: the
+// readings asked for, oldest first.
+type SandboxMetrics struct {
+	Metrics []SandboxMetric `json:"metrics"`
+}
+
 // SandboxList is the answer of GET /v1/sandboxes.
 type SandboxList struct {
 	Sandboxes []Info `json:"sandboxes"`

@@ -164,6 +164,29 @@ func (s *Sandbox) Resume(ctx context.Context) (*Info, error) {
 	return &info, nil
 }
 
+// Metrics returns the sandbox's readings of CPU, memory and disk, taken
+// by its server every few seconds (the last hour's, kept in the server's
+// memory), at or after since and before until (zero: no bound), oldest
+// first. A new sandbox answers one reading, taken then.
+func (s *Sandbox) Metrics(ctx context.Context, since, until time.Time) ([]SandboxMetric, error) {
+	q := url.Values{}
+	if !since.IsZero() {
+		q.Set("since", since.Format(time.RFC3339Nano))
+	}
+	if !until.IsZero() {
+		q.Set("until", until.Format(time.RFC3339Nano))
+	}
+	p := s.path() + "/metrics"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	var m SandboxMetrics
+	if err := s.c.call(ctx, http.MethodGet, p, nil, &m, true); err != nil {
+		return nil, err
+	}
+	return m.Metrics, nil
+}
+
 // Kill ends the sandbox, its processes and its files.
 func (s *Sandbox) Kill(ctx context.Context) error {
 	return s.c.call(ctx, http.MethodDelete, s.path(), nil, nil, true)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // TestProcessEventsResume: the events iterator decodes output bytes
@@ -83,5 +84,29 @@ func TestSandboxErrors(t *testing.T) {
 		if n := len(f.all()); n != 1 {
 			t.Errorf("%d %s: %d attempts, want 1", c.status, c.code, n)
 		}
+	}
+}
+
+// TestSandboxMetrics: Metrics sends since and until as RFC 3339 (none when
+// zero), reads the readings, and is retried as a read.
+func TestSandboxMetrics(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		writeJSON(w, http.StatusOK, SandboxMetrics{Metrics: []SandboxMetric{{CPUCores: 1, CPUUsedPct: 12.5, MemoryUsedBytes: 3}}})
+	})
+	since := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
+	got, err := f.client(2).Sandbox("box").Metrics(context.Background(), since, time.Time{})
+	if err != nil || len(got) != 1 || got[0].CPUUsedPct != 12.5 || got[0].MemoryUsedBytes != 3 {
+		t.Fatalf("metrics %+v, %v", got, err)
+	}
+	reqs := f.all()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want a retry", len(reqs))
+	}
+	if r := reqs[1]; r.method != "GET" || r.path != "/v1/sandboxes/box/metrics" || r.query != "since=2026-01-02T03%3A04%3A05.0000006Z" {
+		t.Errorf("sent %s %s?%s", r.method, r.path, r.query)
 	}
 }

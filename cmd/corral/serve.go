@@ -93,6 +93,7 @@ type daemon struct {
 	cluster  *cluster.Cluster
 	pool     *pool.Pool
 	table    *workspace.Table
+	live     *live.Manager
 	notifier *notify.Notifier
 	node     *node.Node
 	api      *api.Server
@@ -165,10 +166,10 @@ func (d *daemon) openWorkspaces(ctx context.Context, cu *cleanup) (*session.Mana
 	}
 	sessions := session.New(d.plan.Sessions, d.table, d.local.engine, d.local.fleet, d.log.With("component", "sessions"))
 	cu.AddFunc(sessions.Close)
-	sandboxes := live.New(d.plan.Sandboxes, live.Deps{Table: d.table, Engine: d.local.engine, Fleet: d.local.fleet,
+	d.live = live.New(d.plan.Sandboxes, live.Deps{Table: d.table, Engine: d.local.engine, Fleet: d.local.fleet,
 		Publisher: d.cluster, Pool: d.pool, Log: d.log.With("component", "sandboxes")})
-	cu.AddFunc(sandboxes.Close)
-	return sessions, sandboxes, nil
+	cu.AddFunc(d.live.Close)
+	return sessions, d.live, nil
 }
 
 // run serves until ctx ends (SIGTERM) or the listener fails; it drains
@@ -209,12 +210,13 @@ func (d *daemon) run(ctx context.Context) error {
 }
 
 // start runs the node's background work on wg until ctx ends: heartbeat,
-// workspace reaper, dispatcher, deliveries, the warming of the host
-// image's caches, and the warm pool classes left out at start once their
-// image is built or runsc arrives.
+// workspace reaper, live sandboxes' usage readings, dispatcher,
+// deliveries, the warming of the host image's caches, and the warm pool
+// classes left out at start once their image is built or runsc arrives.
 func (d *daemon) start(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() { d.cluster.Run(ctx) })
 	wg.Go(func() { d.table.Run(ctx) })
+	wg.Go(func() { d.live.Sample(ctx) })
 	wg.Go(func() {
 		if err := d.node.Run(ctx); err != nil {
 			d.log.Error("node stopped", "err", err)

@@ -264,6 +264,66 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	writeJSON(w, http.StatusOK, info)
 }
 
+// sandboxMetrics answers a sandbox's usage readings (live.Sandbox.Metrics)
+// at or after since and before until.
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request, t *Tenant) {
+	id, ok := s.sandboxRoute(w, r, t, 0)
+	if !ok {
+		return
+	}
+	since, until, e := metricsBounds(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sb, err := s.box(t, id)
+	var out []sandbox.SandboxMetric
+	if err == nil {
+		out, err = sb.Metrics(r.Context(), since, until)
+	}
+	s.reply(w, http.StatusOK, sandbox.SandboxMetrics{Metrics: out}, err)
+}
+
+// metricsBounds reads the since and until of GET
+// /v1/sandboxes/{id}/metrics (zero: none), until after since.
+func metricsBounds(r *http.Request) (since, until time.Time, e *Error) {
+	q := r.URL.Query()
+	for _, b := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &since}, {"until", &until}} {
+		v := q.Get(b.name)
+		if v == "" {
+			continue
+		}
+		ts, err := readTime(v)
+		if err != nil {
+			return since, until, refuse(b.name, "must be an RFC 3339 time or unix seconds")
+		}
+		*b.dst = ts
+	}
+	if !since.IsZero() && !until.IsZero() && !until.After(since) {
+		return since, until, refuse("until", "must be after since")
+	}
+	return since, until, nil
+}
+
+// maxUnix is the last second of year 9999, the last an RFC 3339 time can
+// name.
+const maxUnix = 253402300799
+
+// readTime reads an RFC 3339 time, or a number of seconds since the Unix
+// epoch.
+func readTime(v string) (time.Time, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > maxUnix {
+			return time.Time{}, fmt.Errorf("unix time %d out of range", n)
+		}
+		return time.Unix(n, 0).UTC(), nil
+	}
+	return time.Parse(time.RFC3339Nano, v)
+}
+
 // ---- processes ----
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {

@@ -177,3 +177,45 @@ func manyPairs(n int) map[string]string {
 	}
 	return md
 }
+
+// TestSandboxMetrics: a new sandbox's readings (one, taken on demand)
+// bounded by since and until, as RFC 3339 or unix seconds; bad bounds
+// are refused naming the parameter; another tenant's sandbox is not
+// found.
+func TestSandboxMetrics(t *testing.T) {
+	s := newStack(t, func(o *options) { o.idle = true })
+	s.createBox(keyAlpha, "box", nil)
+	var m sandbox.SandboxMetrics
+	s.call(keyAlpha, "GET", "/v1/sandboxes/box/metrics", "", http.StatusOK, &m)
+	if len(m.Metrics) != 1 {
+		t.Fatalf("a new sandbox's metrics: %+v, want one reading", m)
+	}
+	r := m.Metrics[0]
+	if r.CPUCores <= 0 || r.MemoryLimitBytes <= 0 || r.DiskLimitBytes <= 0 || r.CPUUsedPct < 0 || r.CPUUsedPct > 100 {
+		t.Errorf("reading %+v", r)
+	}
+	at, sec := r.Timestamp, r.Timestamp.Unix()
+	for q, want := range map[string]int{
+		"since=" + url.QueryEscape(at.Format(time.RFC3339Nano)):                      1,
+		"since=" + url.QueryEscape(at.Add(time.Nanosecond).Format(time.RFC3339Nano)): 0,
+		"until=" + url.QueryEscape(at.Format(time.RFC3339Nano)):                      0,
+		fmt.Sprintf("since=%d&until=%d", sec, sec+1):                                 1,
+		fmt.Sprintf("until=%d", sec):                                                 0,
+	} {
+		var got sandbox.SandboxMetrics
+		s.call(keyAlpha, "GET", "/v1/sandboxes/box/metrics?"+q, "", http.StatusOK, &got)
+		if got.Metrics == nil || len(got.Metrics) != want {
+			t.Errorf("metrics?%s: %+v, want %d", q, got, want)
+		}
+	}
+	for q, field := range map[string]string{
+		"since=yesterday": "since", "until=-5": "until", "since=99999999999999": "since",
+		fmt.Sprintf("since=%d&until=%d", sec, sec): "until",
+	} {
+		e, _ := s.fail(keyAlpha, "GET", "/v1/sandboxes/box/metrics?"+q, "", http.StatusBadRequest, "invalid_request")
+		if e.Field != field {
+			t.Errorf("metrics?%s: field %q, want %q", q, e.Field, field)
+		}
+	}
+	s.fail(keyBeta, "GET", "/v1/sandboxes/box/metrics", "", http.StatusNotFound, "not_found")
+}

@@ -139,6 +139,7 @@ func (s *Server) Handler(exts ...Extension) http.Handler {
 	route("POST /v1/sandboxes/{id}/timeout", s.withTenant(s.setSandboxTimeout))
 	route("POST /v1/sandboxes/{id}/pause", s.withTenant(s.pauseSandbox))
 	route("POST /v1/sandboxes/{id}/resume", s.withTenant(s.resumeSandbox))
+	route("GET /v1/sandboxes/{id}/metrics", s.withTenant(s.sandboxMetrics))
 	route("POST /v1/sandboxes/{id}/processes", s.withTenant(s.startProcess))
 	route("GET /v1/sandboxes/{id}/processes", s.withTenant(s.listProcesses))
 	route("GET /v1/sandboxes/{id}/processes/{pid}", s.withTenant(s.getProcess))

@@ -3,6 +3,7 @@ package e2b
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -176,7 +177,8 @@ var e2bID = regexp.MustCompile(`^i[0-9a-f]{19}$`)
 // TestCreateGetKill: create through both paths answers E2B's Sandbox
 // (a fresh E2B id, the tenant's access token, domain null); get answers
 // the detail; timeout moves the end; connect answers the same token;
-// metrics are an empty list; kill is 204, then 404 everywhere.
+// metrics answer a reading, bounded by start and end; kill is 204, then
+// 404 everywhere.
 func TestCreateGetKill(t *testing.T) {
 	u := newUnit(t, "")
 	before := time.Now().Add(-time.Second)
@@ -234,10 +236,43 @@ func TestCreateGetKill(t *testing.T) {
 	}
 	u.call(keyA, "POST", "/sandboxes/"+c.SandboxID+"/connect", `{}`, http.StatusOK, &cn)
 
+	// A new sandbox answers one reading, in E2B's names (timestampUnix
+	// and memCache too); start and end bound them by the second.
+	var raws []map[string]any
+	u.call(keyA, "GET", "/sandboxes/"+c.SandboxID+"/metrics", "", http.StatusOK, &raws)
+	if len(raws) != 1 {
+		t.Fatalf("metrics %v, want one reading", raws)
+	}
+	for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memCache", "memTotal", "diskUsed", "diskTotal"} {
+		if _, ok := raws[0][k]; !ok {
+			t.Errorf("a reading %v without %s", raws[0], k)
+		}
+	}
 	var ms []metric
 	u.call(keyA, "GET", "/sandboxes/"+c.SandboxID+"/metrics", "", http.StatusOK, &ms)
-	if ms == nil || len(ms) != 0 {
-		t.Errorf("metrics %v, want []", ms)
+	m := ms[0]
+	if m.CPUCount != d.CPUCount || m.MemTotal != d.MemoryMB<<20 || m.DiskTotal != d.DiskSizeMB<<20 ||
+		m.TimestampUnix != m.Timestamp.Unix() || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
+		t.Errorf("reading %+v of %+v", m, d)
+	}
+	sec := m.TimestampUnix
+	for q, want := range map[string]int{
+		fmt.Sprintf("?start=%d", sec):                 1,
+		fmt.Sprintf("?start=%d", sec+1):               0,
+		fmt.Sprintf("?end=%d", sec):                   1,
+		fmt.Sprintf("?end=%d", sec-1):                 0,
+		fmt.Sprintf("?start=%d&end=%d", sec, sec):     1,
+		fmt.Sprintf("?start=%d&end=%d", sec-9, sec-1): 0,
+	} {
+		var got []metric
+		u.call(keyA, "GET", "/sandboxes/"+c.SandboxID+"/metrics"+q, "", http.StatusOK, &got)
+		if got == nil || len(got) != want {
+			t.Errorf("metrics%s: %v, want %d", q, got, want)
+		}
+	}
+	for _, q := range []string{"?start=x", "?end=-1", "?start=1e3", fmt.Sprintf("?start=%d&end=%d", sec, sec-1), "?end=99999999999999"} {
+		code, b, _ := u.do("GET", "/sandboxes/"+c.SandboxID+"/metrics"+q, "", "X-API-Key", keyA)
+		e2bError(t, "metrics"+q, code, b, http.StatusBadRequest)
 	}
 
 	u.call(keyA, "DELETE", "/sandboxes/"+c.SandboxID, "", http.StatusNoContent, nil)

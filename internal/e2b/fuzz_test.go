@@ -65,6 +65,31 @@ func FuzzListQuery(f *testing.F) {
 	})
 }
 
+// FuzzMetricsBounds: any start and end of a metrics query are read or
+// refused with E2B's 400, never a panic; bounds read are in order.
+func FuzzMetricsBounds(f *testing.F) {
+	for _, s := range []string{"", "start=1767323045&end=1767323046", "start=5&end=5", "start=6&end=5", "start=-1",
+		"end=253402300799", "end=253402300800", "start=1e3", "start=x", "end=%00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		r := httptest.NewRequest("GET", "/sandboxes/x/metrics", nil)
+		r.URL.RawQuery = q
+		w := httptest.NewRecorder()
+		since, until, ok := metricsBounds(w, r)
+		if !ok {
+			errorAnswer(t, q, w)
+			if w.Code != 400 {
+				t.Fatalf("query %q refused with %d", q, w.Code)
+			}
+			return
+		}
+		if !since.IsZero() && !until.IsZero() && !until.After(since) {
+			t.Fatalf("%q read as [%v, %v)", q, since, until)
+		}
+	})
+}
+
 // errorAnswer checks that w holds E2B's error answer: a 4xx whose body is
 // {"code": status, "message"}.
 func errorAnswer(t *testing.T, what string, w *httptest.ResponseRecorder) {

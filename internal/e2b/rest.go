@@ -76,16 +76,19 @@ type detail struct {
 	Domain *string `json:"domain"`
 }
 
-// metric is one sample of GET /sandboxes/{id}/metrics (E2B's
-// SandboxMetric).
+// metric is one reading of GET /sandboxes/{id}/metrics (E2B's
+// SandboxMetric): a live sandbox's sandbox.SandboxMetric in E2B's names.
+// cpuUsedPct is of the sandbox's CPU limit, which cpuCount rounds up.
 type metric struct {
-	Timestamp  time.Time `json:"timestamp"`
-	CPUCount   int       `json:"cpuCount"`
-	CPUUsedPct float64   `json:"cpuUsedPct"`
-	MemUsed    int64     `json:"memUsed"`
-	MemTotal   int64     `json:"memTotal"`
-	DiskUsed   int64     `json:"diskUsed"`
-	DiskTotal  int64     `json:"diskTotal"`
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       int64     `json:"memUsed"`
+	MemCache      int64     `json:"memCache"`
+	MemTotal      int64     `json:"memTotal"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
 }
 
 // tenantFn is a handler that knows its tenant.
@@ -407,19 +410,62 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, tenant string) {
 	writeJSON(w, http.StatusCreated, s.created(info, token))
 }
 
-// metrics answers a sandbox's samples of use: none, as Corral does not
-// sample a live sandbox's CPU, memory and disk over time.
+// metrics answers a sandbox's readings (live.Sandbox.Metrics) from the
+// second start to the second end, both unix seconds and optional.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, tenant string) {
 	id, ok := s.routed(w, r, tenant, false)
 	if !ok {
 		return
 	}
-	if _, err := s.cfg.Sandboxes.Get(tenant, id); err != nil {
+	since, until, ok := metricsBounds(w, r)
+	if !ok {
+		return
+	}
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	var readings []sandbox.SandboxMetric
+	if err == nil {
+		readings, err = sb.Metrics(r.Context(), since, until)
+	}
+	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, []metric{})
+	out := make([]metric, 0, len(readings))
+	for _, m := range readings {
+		out = append(out, metric{Timestamp: m.Timestamp, TimestampUnix: m.Timestamp.Unix(),
+			CPUCount: int(math.Ceil(m.CPUCores)), CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemoryUsedBytes,
+			MemCache: m.MemoryCacheBytes, MemTotal: m.MemoryLimitBytes, DiskUsed: m.DiskUsedBytes, DiskTotal: m.DiskLimitBytes})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
+
+// metricsBounds reads the start and end of a metrics query (unix
+// seconds, optional) as the bounds of live.Sandbox.Metrics: from start's
+// second to the end of end's; it answers a bad one.
+func metricsBounds(w http.ResponseWriter, r *http.Request) (since, until time.Time, ok bool) {
+	q := r.URL.Query()
+	var bounds [2]time.Time
+	for i, name := range []string{"start", "end"} {
+		v := q.Get(name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > maxUnix {
+			refuse(w, fault.InvalidArgument, name+" is a unix time in seconds")
+			return since, until, false
+		}
+		bounds[i] = time.Unix(n+int64(i), 0) // end: to the end of its second
+	}
+	if !bounds[0].IsZero() && !bounds[1].IsZero() && !bounds[1].After(bounds[0]) {
+		refuse(w, fault.InvalidArgument, "end is before start")
+		return since, until, false
+	}
+	return bounds[0], bounds[1], true
+}
+
+// maxUnix is the last second of year 9999.
+const maxUnix = 253402300799
 
 // listQuery is a list's filter, read from its query.
 type listQuery struct {

@@ -67,6 +67,11 @@ type Config struct {
 	// PausedTTL is how long a paused live sandbox is kept
 	// (DefaultPausedTTL if zero); its own timeout stops while it is paused.
 	PausedTTL time.Duration
+	// MetricsEvery is how often every running sandbox's usage is read
+	// (DefaultMetricsEvery if zero); MetricsKept how many readings each
+	// keeps (DefaultMetricsKept if zero). See metrics.go.
+	MetricsEvery time.Duration
+	MetricsKept  int
 	// StdinStall bounds a write to a process's stdin that cannot go on:
 	// a process that takes none of its stdin for this long fails the
 	// write with ErrNotReading (DefaultStdinStall if zero).
@@ -152,6 +157,9 @@ type Sandbox struct {
 	// pause of its files only (pause.go).
 	moving    []*Process
 	pauseLost int
+
+	// meter keeps its usage readings (metrics.go).
+	meter meter
 }
 
 // ID is the sandbox's id.

@@ -84,6 +84,32 @@ type Stats struct {
 	DiskFull bool
 }
 
+// Usage is a reading of what a sandbox uses now, as its host sees it (on
+// gVisor the Sentry, gVisor's kernel, is part of the sandbox).
+type Usage struct {
+	// CPUNanos is the CPU time the sandbox has used since it started, in
+	// nanoseconds: a counter, whose rise between two readings over the
+	// time between them is the CPU in use.
+	CPUNanos int64
+	// MemoryBytes is the memory the sandbox holds that the kernel cannot
+	// take back without killing (its programs' memory, shared memory and
+	// tmpfs; on gVisor the memory of its programs lives in the Sentry's
+	// shared memory); CacheBytes is the page cache it may reclaim.
+	MemoryBytes, CacheBytes int64
+	// MemoryLimitBytes is its memory limit (0: none).
+	MemoryLimitBytes int64
+	// DiskBytes is what its disk holds, of DiskLimitBytes.
+	DiskBytes, DiskLimitBytes int64
+}
+
+// Meter is a Sandbox that can read its usage of CPU, memory and disk, for
+// the readings a live sandbox's clients follow. A reading is cheap (a few
+// small file reads): a node takes one of every live sandbox every few
+// seconds.
+type Meter interface {
+	Usage(ctx context.Context) (Usage, error)
+}
+
 // Runtime creates sandboxes of one tier. Implementations are safe for
 // concurrent use.
 type Runtime interface {

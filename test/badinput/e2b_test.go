@@ -43,7 +43,7 @@ var restFixtures = map[string]e2bFixture{
 	"POST /v2/sandboxes/{id}/connect": {path: "/v2/sandboxes/{id}/connect", body: `{"timeout":3600}`},
 	"POST /sandboxes/{id}/pause":      {path: "/sandboxes/{id}/pause"},
 	"POST /sandboxes/{id}/resume":     {path: "/sandboxes/{id}/resume", body: `{"timeout":3600}`},
-	"GET /sandboxes/{id}/metrics":     {path: "/sandboxes/{id}/metrics"},
+	"GET /sandboxes/{id}/metrics":     {path: "/sandboxes/{id}/metrics", query: "start=1577836800&end=4102444800"},
 }
 
 // envdFixtures has an entry for every route internal/e2b/envd registers,

@@ -63,6 +63,7 @@ var v1Fixtures = map[string]v1Fixture{
 	"POST /v1/sandboxes/{id}/timeout":       {params: sbP, body: `{"timeout_seconds":3600}`},
 	"POST /v1/sandboxes/{id}/pause":         {params: sbP},
 	"POST /v1/sandboxes/{id}/resume":        {params: sbP},
+	"GET /v1/sandboxes/{id}/metrics":        {params: sbP, query: "since=2020-01-01T00%3A00%3A00Z&until=4102444800"},
 	"POST /v1/sandboxes/{id}/processes": {params: sbP, body: `{"cmd":["echo","hi"],"env":{"A":"1"},"cwd":"/workspace","tag":"t"}`,
 		alt: []string{`{"shell":"echo hi"}`}},
 	"GET /v1/sandboxes/{id}/processes":                    {params: sbP},

@@ -18,9 +18,9 @@ import (
 
 // TestSandboxAcrossNodes: a live sandbox made on node A is used through B
 // and C as on A: a process started through B, its stdin written and its
-// output read live through C, files written through C and read through B;
-// every node lists it by its metadata; another tenant reaches it through
-// none; deleted through C, it is gone everywhere.
+// output read live through C, files written through C and read through B,
+// its metrics read through B; every node lists it by its metadata; another
+// tenant reaches it through none; deleted through C, it is gone everywhere.
 func TestSandboxAcrossNodes(t *testing.T) {
 	nodes := startNodes(t, nil, nil, nil)
 	a, b, c := nodes[0], nodes[1], nodes[2]
@@ -67,6 +67,14 @@ func TestSandboxAcrossNodes(t *testing.T) {
 	var buf bytes.Buffer
 	if err := cb.Sandbox(sbA.ID).Files().Read(ctx, "/workspace/note.txt", &buf); err != nil || buf.String() != "from C" {
 		t.Errorf("read through B: %q, %v", buf.String(), err)
+	}
+	// Its readings, kept on A, through B.
+	if ms, err := cb.Sandbox(sbA.ID).Metrics(ctx, time.Time{}, time.Time{}); err != nil || len(ms) == 0 ||
+		ms[0].MemoryLimitBytes <= 0 || ms[0].DiskUsedBytes <= 0 {
+		t.Errorf("metrics through B: %+v, %v", ms, err)
+	}
+	if _, err := client(c, testserver.BetaKey).Sandbox(sbA.ID).Metrics(ctx, time.Time{}, time.Time{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("beta's metrics through C: %v, want not found", err)
 	}
 	for _, cl := range []*sandbox.Client{ca, cb, cc} {
 		l, err := cl.ListSandboxes(ctx, map[string]string{"run": "across"})

@@ -323,6 +323,25 @@ test('a malformed Connect frame gets a Connect error', async () => {
   assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n')
 })
 
+test('getMetrics answers readings of the sandbox: CPU, memory, disk', async () => {
+  const first = await sbx.getMetrics()
+  assert.ok(first.length >= 1, `${first.length} readings`)
+  const m = first[first.length - 1]
+  const shown = JSON.stringify(m)
+  assert.ok(m.timestamp instanceof Date && Math.abs(Date.now() - m.timestamp.getTime()) < 3_600_000, shown)
+  assert.ok(m.cpuCount >= 1 && m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, shown)
+  assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal && m.memCache >= 0, shown)
+  assert.ok(m.diskUsed > 0 && m.diskUsed < m.diskTotal, shown)
+  // 8 MiB written shows in a later reading (the server reads every 5 s).
+  await sbx.commands.run('head -c 8388608 /dev/zero > metrics.bin && sync')
+  await until('a reading with the file written', async () => {
+    const all = await BaseSandbox.getMetrics(sbx.sandboxId, { start: new Date(Date.now() - 60_000) })
+    return all.some((r) => r.diskUsed >= m.diskUsed + 8_000_000)
+  }, 30_000)
+  assert.deepEqual(await sbx.getMetrics({ start: new Date(Date.now() + 3_600_000) }), [])
+  await sbx.commands.run('rm metrics.bin')
+})
+
 test('setTimeout extends; an expired sandbox is gone', async () => {
   const s = await Sandbox.create(template, { timeoutMs: 20_000, metadata: { suite: run, role: 'timeout' } })
   const before = (await s.getInfo()).endAt

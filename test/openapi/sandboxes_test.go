@@ -48,6 +48,15 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "POST", path: base + "/timeout", want: 401, body: js(map[string]int{"timeout_seconds": 60})})
 	c.do(call{method: "POST", path: "/v1/sandboxes/nope/timeout", key: key, want: 404, body: js(map[string]int{"timeout_seconds": 60})})
 
+	// Metrics: 200 (a reading at once), 400, 401, 404.
+	if m := c.do(call{method: "GET", path: base + "/metrics", key: key, want: 200}); !strings.Contains(string(m), `"cpu_used_pct":`) {
+		t.Errorf("metrics of a new sandbox: %s", m)
+	}
+	c.do(call{method: "GET", path: base + "/metrics?since=2020-01-01T00%3A00%3A00Z&until=4102444800", key: key, want: 200})
+	c.do(call{method: "GET", path: base + "/metrics?since=yesterday", key: key, want: 400})
+	c.do(call{method: "GET", path: base + "/metrics", want: 401})
+	c.do(call{method: "GET", path: "/v1/sandboxes/nope/metrics", key: key, want: 404})
+
 	// Processes.
 	var cat sandbox.ProcessInfo
 	json.Unmarshal(c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,

@@ -1,6 +1,7 @@
 // Package cgroup reads the kernel's per-sandbox accounting — peak memory, OOM
-// kills, refused forks — from cgroup v1 or v2, changes a running sandbox's
-// limits (all or nothing), and removes cgroups a dead process left behind.
+// kills, refused forks, and the CPU time and memory in use — from cgroup v1
+// or v2, changes a running sandbox's limits (all or nothing), and removes
+// cgroups a dead process left behind.
 package cgroup
 
 import (
@@ -507,4 +508,81 @@ func MemoryUsage(path string) (int64, error) {
 		return readInt(dir("", path), "memory.current")
 	}
 	return readInt(dir("memory", path), "memory.usage_in_bytes")
+}
+
+// Usage is what a cgroup uses now.
+type Usage struct {
+	// CPUNanos is the CPU time its tasks used, in nanoseconds (a counter).
+	CPUNanos int64
+	// MemoryBytes is its memory less the page cache it may reclaim
+	// (CacheBytes): shared memory and tmpfs pages stay in MemoryBytes, as
+	// without swap they cannot be reclaimed (a gVisor Sentry keeps its
+	// programs' memory in shared memory).
+	MemoryBytes, CacheBytes int64
+	// MemoryLimitBytes is its memory limit; 0 is none.
+	MemoryLimitBytes int64
+}
+
+// noLimit is above any memory limit a cgroup holds (v1 answers "none" as
+// the largest page-aligned int64).
+const noLimit = 1 << 62
+
+// ReadUsage reads what the cgroup at path uses now.
+func ReadUsage(path string) (Usage, error) {
+	if Unified() {
+		return usageV2(dir("", path))
+	}
+	return usageV1(dir("cpuacct", path), dir("memory", path))
+}
+
+// usageV1 reads cpuacct.usage in the directory cpuacct, and
+// memory.usage_in_bytes, memory.stat and memory.limit_in_bytes in mem.
+func usageV1(cpuacct, mem string) (Usage, error) {
+	var u Usage
+	var err error
+	if u.CPUNanos, err = readInt(cpuacct, "cpuacct.usage"); err != nil {
+		return u, err
+	}
+	return u, memoryUsage(&u, mem, "memory.usage_in_bytes", "total_cache", "total_shmem", "memory.limit_in_bytes")
+}
+
+// usageV2 reads cpu.stat, memory.current, memory.stat and memory.max in
+// the unified directory d.
+func usageV2(d string) (Usage, error) {
+	var u Usage
+	usec, err := readKey(d, "cpu.stat", "usage_usec")
+	if err != nil {
+		return u, err
+	}
+	u.CPUNanos = usec * 1000
+	return u, memoryUsage(&u, d, "memory.current", "file", "shmem", "memory.max")
+}
+
+// memoryUsage fills u's memory from the files of d: current (the
+// cgroup's memory), the page cache and shared memory keys of memory.stat
+// (shared memory is in the page cache), and the limit.
+func memoryUsage(u *Usage, d, current, cache, shmem, limit string) error {
+	cur, err := readInt(d, current)
+	if err != nil {
+		return err
+	}
+	c, err := readKey(d, "memory.stat", cache)
+	if err != nil {
+		return err
+	}
+	sh, err := readKey(d, "memory.stat", shmem)
+	if err != nil {
+		return err
+	}
+	u.CacheBytes = max(c-sh, 0)
+	u.MemoryBytes = max(cur-u.CacheBytes, 0)
+	b, err := os.ReadFile(filepath.Join(d, limit))
+	if err != nil {
+		return fmt.Errorf("read cgroup: %w", err)
+	}
+	// "max" (v2) does not parse: no limit, as a v1 limit of noLimit.
+	if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n < noLimit {
+		u.MemoryLimitBytes = n
+	}
+	return nil
 }

@@ -144,3 +144,45 @@ func with(m map[string]string, kv ...string) map[string]string {
 	}
 	return out
 }
+
+func TestUsage(t *testing.T) {
+	stat := func(lines ...string) string { return strings.Join(lines, "\n") }
+	t.Run("v1", func(t *testing.T) {
+		cpu := files(t, map[string]string{"cpuacct.usage": "1500000000"})
+		mem := files(t, map[string]string{"memory.usage_in_bytes": "300000000",
+			"memory.stat":           stat("cache 5", "rss 6", "total_cache 120000000", "total_rss 150000000", "total_shmem 20000000"),
+			"memory.limit_in_bytes": "536870912"})
+		got, err := usageV1(cpu, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Usage{CPUNanos: 1500000000, MemoryBytes: 200000000, CacheBytes: 100000000, MemoryLimitBytes: 536870912}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("usage (-want +got):\n%s", diff)
+		}
+		// No limit: the largest page-aligned int64.
+		if err := os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), []byte("9223372036854771712\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = usageV1(cpu, mem); err != nil || got.MemoryLimitBytes != 0 {
+			t.Errorf("no limit read as %d (%v), want 0", got.MemoryLimitBytes, err)
+		}
+	})
+	t.Run("v2", func(t *testing.T) {
+		d := files(t, map[string]string{"cpu.stat": stat("usage_usec 2500", "user_usec 2000", "system_usec 500"),
+			"memory.current": "10000", "memory.stat": stat("anon 4000", "file 7000", "shmem 1000"), "memory.max": "max"})
+		got, err := usageV2(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Usage{CPUNanos: 2500000, MemoryBytes: 4000, CacheBytes: 6000}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("usage (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		if _, err := usageV2(t.TempDir()); err == nil {
+			t.Error("a directory without cgroup files read without an error")
+		}
+	})
+}

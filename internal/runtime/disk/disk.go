@@ -220,6 +220,17 @@ func (d *Disk) Full() bool {
 	return st.Bavail < slack || st.Ffree == 0
 }
 
+// Usage returns what the disk holds and its size, in bytes, as its file
+// system counts them (its own metadata included: a fresh disk is not
+// empty).
+func (d *Disk) Usage() (used, size int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.Dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("disk usage: %w", err)
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Blocks) * st.Bsize, nil
+}
+
 // Detach unmounts the disk, waits for its loop device to let go of the
 // image and, if remove, deletes the image.
 func (d *Disk) Detach(remove bool) error {

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -43,9 +44,9 @@ type Runtime struct {
 
 // Call is an operation of the runtime that a hook (SetHook) sees before
 // it happens: Create (Sandbox nil, Spec the sandbox's), or a sandbox's
-// Stats, ResetStats, Update (Limits the new ones) or Destroy.
+// Stats, ResetStats, Usage, Update (Limits the new ones) or Destroy.
 type Call struct {
-	Op      string // "create", "stats", "reset-stats", "update", "destroy"
+	Op      string // "create", "stats", "reset-stats", "usage", "update", "destroy"
 	Sandbox *Sandbox
 	Spec    runtime.Spec
 	Limits  runtime.Limits
@@ -171,6 +172,7 @@ type Sandbox struct {
 	limits atomic.Pointer[runtime.Limits]
 	memory atomic.Int64                  // what MemoryUsage reports (SetMemoryUsage)
 	stats  atomic.Pointer[runtime.Stats] // what Stats reports (SetStats); nil: none
+	usage  atomic.Pointer[runtime.Usage] // what Usage reports (SetUsage); nil: its files
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -226,6 +228,33 @@ func (s *Sandbox) Update(_ context.Context, l runtime.Limits) error {
 	s.limits.Store(&l)
 	return nil
 }
+
+// Usage implements runtime.Meter: what SetUsage set, else the bytes its
+// files hold of its disk's size, and what SetMemoryUsage set: a fake
+// sandbox's processes are not accounted.
+func (s *Sandbox) Usage(context.Context) (runtime.Usage, error) {
+	if err := s.rt.call(Call{Op: "usage", Sandbox: s}); err != nil {
+		return runtime.Usage{}, err
+	}
+	if u := s.usage.Load(); u != nil {
+		return *u, nil
+	}
+	l := s.limits.Load()
+	u := runtime.Usage{MemoryBytes: s.memory.Load(), MemoryLimitBytes: l.MemoryBytes, DiskLimitBytes: l.DiskBytes}
+	err := filepath.WalkDir(s.root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // gone meanwhile: not counted
+		}
+		if info, err := d.Info(); err == nil && d.Type().IsRegular() {
+			u.DiskBytes += info.Size()
+		}
+		return nil
+	})
+	return u, err
+}
+
+// SetUsage sets what Usage reports.
+func (s *Sandbox) SetUsage(u runtime.Usage) { s.usage.Store(&u) }
 
 // MemoryUsage reports what SetMemoryUsage set (0 at first): a fake
 // sandbox's processes are not accounted, so a test says what they hold.
@@ -286,4 +315,5 @@ var (
 	_ runtime.HostWorkspace = (*Sandbox)(nil)
 	_ runtime.EgressPort    = (*Sandbox)(nil)
 	_ runtime.Fixer         = (*Runtime)(nil)
+	_ runtime.Meter         = (*Sandbox)(nil)
 )

@@ -183,6 +183,7 @@ var _ runtime.LimitProber = (*Sandbox)(nil)
 var _ runtime.HostWorkspace = (*Sandbox)(nil)
 var _ runtime.EgressPort = (*Sandbox)(nil)
 var _ runtime.DiskKeeper = (*Sandbox)(nil)
+var _ runtime.Meter = (*Sandbox)(nil)
 var _ runtime.Runtime = (*Runtime)(nil)
 
 func newID() string {
@@ -577,6 +578,21 @@ func (s *Sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 		PidsLimitHits:   cs.PidsLimitHits,
 		DiskFull:        s.disk.Full(),
 	}, nil
+}
+
+// Usage implements runtime.Meter: the sandbox's cgroup (on gVisor the
+// Sentry and gofer with it) and its disk.
+func (s *Sandbox) Usage(ctx context.Context) (runtime.Usage, error) {
+	cu, err := cgroup.ReadUsage(s.cgroup)
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("usage of sandbox %s: %w", s.id, err)
+	}
+	used, size, err := s.disk.Usage()
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("usage of sandbox %s: %w", s.id, err)
+	}
+	return runtime.Usage{CPUNanos: cu.CPUNanos, MemoryBytes: cu.MemoryBytes, CacheBytes: cu.CacheBytes,
+		MemoryLimitBytes: cu.MemoryLimitBytes, DiskBytes: used, DiskLimitBytes: size}, nil
 }
 
 // ResetStats restarts the peak-memory measurement.

@@ -1,7 +1,8 @@
 // Package runtimetest is the conformance suite every runtime.Runtime passes:
 // processes and their output, exit codes and signals, files, the limits and
-// the kernel facts they produce, kill, update, and cleanup after a crash;
-// terminals, live file operations and watches (live.go).
+// the kernel facts they produce, usage readings (usage.go), kill, update,
+// and cleanup after a crash; terminals, live file operations and watches
+// (live.go).
 package runtimetest
 
 import (
@@ -122,6 +123,10 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("Pause", func(t *testing.T) {
 		t.Parallel()
 		Pause(t, rt, env)
+	})
+	t.Run("Usage", func(t *testing.T) {
+		t.Parallel()
+		Usage(t, rt, env)
 	})
 	t.Run("OutputAndExit", func(t *testing.T) {
 		t.Parallel()

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/runtime/cgroup"
+	"github.com/corralhq/corral/internal/tlscert"
 )
 
 type check struct {
@@ -31,6 +34,8 @@ func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	lc := config.DefaultLocal()
 	config.RegisterFlags(fs, &lc)
+	var serve config.Config // serve's settings the doctor looks at
+	config.RegisterFlags(fs, &serve, "tls-cert")
 	if _, err := parseFlags(fs, args); err != nil {
 		return 2
 	}
@@ -39,6 +44,9 @@ func cmdDoctor(args []string) int {
 		return 2
 	}
 	checks := doctorChecks(lc)
+	if serve.TLS.Cert != "" {
+		checks = append(checks, tlsCheck(serve.TLS.Cert, time.Now()))
+	}
 	failed := 0
 	for _, c := range checks {
 		mark := "ok  "
@@ -116,6 +124,44 @@ func doctorChecks(lc config.Local) []check {
 	err = os.MkdirAll(lc.DataDir, 0o711)
 	cs = append(cs, check{name: "data-dir", ok: err == nil, info: lc.DataDir, fix: fmt.Sprint(err)})
 	return append(cs, templateImageCheck(lc))
+}
+
+// renewBefore is how long before its expiry a certificate is reported as
+// due for renewal.
+const renewBefore = 14 * 24 * time.Hour
+
+// tlsCheck reports when the listener's certificate (--tls-cert) expires:
+// a failure once it has, or before it is valid.
+func tlsCheck(file string, now time.Time) check {
+	c := check{name: "tls", fix: "renew the certificate in " + file + " (corral serve reads it again when it changes)"}
+	leaf, err := tlscert.Leaf(file)
+	if err != nil {
+		c.info, c.fix = err.Error(), "give --tls-cert a PEM certificate chain, leaf first"
+		return c
+	}
+	names := strings.Join(append(leaf.DNSNames, ipStrings(leaf.IPAddresses)...), ", ")
+	switch left := leaf.NotAfter.Sub(now); {
+	case now.Before(leaf.NotBefore):
+		c.info = fmt.Sprintf("%s (%s) is not valid before %s", file, names, leaf.NotBefore.UTC().Format(time.RFC3339))
+		c.fix = "check this machine's clock, or use a certificate valid now"
+	case left <= 0:
+		c.info = fmt.Sprintf("%s (%s) expired %s", file, names, leaf.NotAfter.UTC().Format(time.RFC3339))
+	default:
+		c.ok = true
+		c.info = fmt.Sprintf("%s (%s) expires %s, in %d days", file, names, leaf.NotAfter.UTC().Format(time.RFC3339), int(left.Hours()/24))
+		if left < renewBefore {
+			c.info += "; renew it soon"
+		}
+	}
+	return c
+}
+
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
 }
 
 // runtimeCheck reports a runtime's path and version and whether it is the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,7 @@ import (
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/postgres"
 	"github.com/corralhq/corral/internal/store/sqlite"
+	"github.com/corralhq/corral/internal/tlscert"
 	"github.com/corralhq/corral/internal/workspace"
 )
 
@@ -98,19 +100,27 @@ type daemon struct {
 	node     *node.Node
 	api      *api.Server
 	handler  http.Handler
+	// cert is the listener's certificate; nil serves http.
+	cert *tlscert.Reloader
 }
 
-// open opens what p describes, in order: runtimes and engine (reaping
-// what a previous process left), store, state, this node's heartbeat,
-// warm pool, notifier, workspaces with their sessions and live sandboxes,
-// blob store, node, API with E2B's beside it. Each one opened is closed by
-// cu.
+// open opens what p describes, in order: the listener's certificate and
+// the peers' CAs (with TLS), runtimes and engine (reaping what a previous
+// process left), store, state, this node's heartbeat, warm pool,
+// notifier, workspaces with their sessions and live sandboxes, blob store,
+// node, API with E2B's beside it. Each one opened is closed by cu.
 func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, error) {
 	auth, err := api.NewAuth(p.Tenants)
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{plan: p, log: log}
+	var cert *tlscert.Reloader
+	if p.TLS.On() {
+		if cert, p.Cluster.PeerTLS, err = openTLS(p.TLS, log); err != nil {
+			return nil, err
+		}
+	}
+	d := &daemon{plan: p, log: log, cert: cert}
 	if d.local, err = newLocal(ctx, p.Local, p.Engine, log); err != nil {
 		return nil, err
 	}
@@ -185,11 +195,16 @@ func (d *daemon) run(ctx context.Context) error {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	d.start(work, &wg)
-	d.log.Info("corral serving", "listen", ln.Addr().String(), "node", d.plan.Cluster.ID, "store", d.plan.Store.Kind,
+	serveLn := hs.Serve
+	if d.cert != nil {
+		hs.TLSConfig = d.cert.ServerConfig()
+		serveLn = func(ln net.Listener) error { return hs.ServeTLS(ln, "", "") }
+	}
+	d.log.Info("corral serving", "listen", ln.Addr().String(), "tls", d.cert != nil, "node", d.plan.Cluster.ID, "store", d.plan.Store.Kind,
 		"state", d.plan.State.Kind, "max_concurrency", d.plan.Node.MaxConcurrency, "queue_bound", d.plan.Node.QueueBound,
 		"advertise_address", d.plan.Cluster.Address)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- serveLn(ln) }()
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -247,6 +262,22 @@ func (d *daemon) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), d.plan.DrainTimeout)
 	defer cancel()
 	d.node.Drain(ctx)
+}
+
+// openTLS reads the listener's certificate, and the CAs the other nodes'
+// certificates are verified with (nil: the system's roots).
+func openTLS(c config.TLS, log *slog.Logger) (*tlscert.Reloader, *tls.Config, error) {
+	cert, err := tlscert.NewReloader(c.Cert, c.Key, log.With("component", "tls"))
+	if err != nil {
+		return nil, nil, err
+	}
+	peer := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.PeerCA != "" {
+		if peer.RootCAs, err = tlscert.Pool(c.PeerCA); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cert, peer, nil
 }
 
 func openStore(ctx context.Context, b backend) (store.Store, error) {

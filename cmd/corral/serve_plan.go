@@ -55,6 +55,9 @@ type plan struct {
 	API        api.Config
 	E2B        e2bPlan
 	Listen     string
+	// TLS, if on, makes the listener serve https and forwarding between
+	// nodes use it (open reads the files).
+	TLS config.TLS
 	// DrainTimeout is how long what runs may finish after SIGTERM.
 	DrainTimeout time.Duration
 }
@@ -85,7 +88,7 @@ type e2bPlan struct {
 // An error names a setting no component can take.
 func planServe(cfg config.Config) (plan, error) {
 	p := plan{Tenants: tenants(cfg), Local: cfg.Local, Engine: engineConfig(cfg), PublicURL: cfg.PublicURL,
-		Listen: cfg.Listen, DrainTimeout: time.Duration(cfg.DrainTimeout), API: api.Config{MaxBodyBytes: cfg.MaxBodyBytes},
+		Listen: cfg.Listen, TLS: cfg.TLS, DrainTimeout: time.Duration(cfg.DrainTimeout), API: api.Config{MaxBodyBytes: cfg.MaxBodyBytes},
 		E2B: e2bPlan{Domain: cfg.E2B.Domain, Tier: sandbox.Isolation(cfg.E2B.Tier)}}
 	p.Store = storeBackend(cfg)
 	var err error

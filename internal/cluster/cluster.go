@@ -9,9 +9,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -30,6 +32,10 @@ type Config struct {
 	// LostAfter is how long a node may stay silent before it is lost: what
 	// it ran fails as retryable, its sessions and sandboxes are lost. Several heartbeats.
 	LostAfter time.Duration
+	// PeerTLS, if set, is how this node verifies the others, which serve
+	// https (every node of a cluster does, or none): calls are forwarded
+	// over https. Nil: over http.
+	PeerTLS *tls.Config
 }
 
 // OwnerError says why the calls for a session or a live sandbox cannot
@@ -80,8 +86,10 @@ type Cluster struct {
 	cfg   Config
 	store store.Store
 	log   *slog.Logger
-	start time.Time
-	now   func() time.Time
+	// forward carries forwarded calls to their owner.
+	forward *http.Transport
+	start   time.Time
+	now     func() time.Time
 
 	mu sync.Mutex
 	// steadySince is when the current run of successful heartbeats began
@@ -106,7 +114,7 @@ func (c *Cluster) listFresh() time.Duration { return min(nodesFresh, c.cfg.Heart
 
 // New returns the cluster as node cfg.ID sees it; Run announces the node.
 func New(cfg Config, st store.Store, log *slog.Logger) *Cluster {
-	return &Cluster{cfg: cfg, store: st, log: log, start: time.Now().UTC(), now: time.Now}
+	return &Cluster{cfg: cfg, store: st, log: log, forward: forwardTransport(cfg.PeerTLS), start: time.Now().UTC(), now: time.Now}
 }
 
 // Self is this node's id.

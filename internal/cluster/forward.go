@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -27,12 +28,27 @@ func Forwarded(r *http.Request) bool { return r.Header.Get(ForwardedHeader) != "
 // gone refuses at once, one that is cut off must not hold the caller.
 const dialTimeout = 2 * time.Second
 
-var forwardTransport = &http.Transport{
+// plainTransport carries the forwarded calls of the clusters whose nodes
+// serve http: one for all of them, as each owner is one host.
+var plainTransport = &http.Transport{
 	Proxy:                 nil,
 	DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 	MaxIdleConnsPerHost:   32,
 	IdleConnTimeout:       90 * time.Second,
+	TLSHandshakeTimeout:   dialTimeout,
 	ResponseHeaderTimeout: 0, // a sandbox's call may take as long as it takes
+}
+
+// forwardTransport carries forwarded calls: over https verified with
+// peer, or over http if peer is nil. It speaks HTTP/1.1 either way, so
+// that upgraded connections (WebSocket) pass through.
+func forwardTransport(peer *tls.Config) *http.Transport {
+	if peer == nil {
+		return plainTransport
+	}
+	t := plainTransport.Clone()
+	t.TLSClientConfig = peer.Clone()
+	return t
 }
 
 // Forward sends r to the owner of id and relays its answer to w, with
@@ -41,6 +57,9 @@ var forwardTransport = &http.Transport{
 // a *OwnerError that says so.
 func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id string, owner Owner, fail func(http.ResponseWriter, error)) {
 	target := &url.URL{Scheme: "http", Host: owner.Node.Address}
+	if c.cfg.PeerTLS != nil {
+		target.Scheme = "https"
+	}
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -52,7 +71,7 @@ func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id str
 				pr.Out.Body = callerBody{Reader: httpbody.Limit(pr.Out.Body, -1), Closer: pr.Out.Body}
 			}
 		},
-		Transport:     forwardTransport,
+		Transport:     c.forward,
 		FlushInterval: -1, // stream downloads as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var f fault.Faulter

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/tlscert/certtest"
 )
 
 // seen is what the owner got of a forwarded request.
@@ -218,5 +220,62 @@ func TestForwardCallerLeft(t *testing.T) {
 	}
 	if fails := f.failed(); len(fails) != 0 {
 		t.Errorf("fail called for a caller that left: %v", fails)
+	}
+}
+
+// TestForwardTLS: with PeerTLS, calls are forwarded over https to an
+// owner whose certificate the configured CA signed; an owner whose
+// certificate another CA signed, or that serves plain http, is not
+// reached: fail is called, nothing of the owner's is relayed.
+func TestForwardTLS(t *testing.T) {
+	ca := certtest.NewCA(t)
+	tlsOwner := func(ca *certtest.CA) *httptest.Server {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "owner over "+map[bool]string{true: "https", false: "http"}[r.TLS != nil])
+		}))
+		pair := ca.Issue(t, "", time.Time{})
+		cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	at := func(srv *httptest.Server) Owner {
+		_, addr, _ := strings.Cut(srv.URL, "://")
+		return Owner{Node: store.Node{ID: "b", Address: addr}}
+	}
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "owner over http") }))
+	t.Cleanup(plain.Close)
+	for _, c := range []struct {
+		name  string
+		owner *httptest.Server
+		want  string // the owner's answer; "" for none
+	}{
+		{"trusted", tlsOwner(ca), "owner over https"},
+		{"another CA", tlsOwner(certtest.NewCA(t)), ""},
+		{"plain http", plain, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := New(Config{ID: "a", Address: "a.test:7000", Heartbeat: heartbeat, LostAfter: lostAfter,
+				PeerTLS: &tls.Config{RootCAs: ca.Pool()}}, openStore(t), testLog(t))
+			f := newFront(t, a, at(c.owner))
+			resp, err := f.Client().Get(f.URL + "/v1/sandboxes/s1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fails := f.failed()
+			var oe *OwnerError
+			switch {
+			case c.want != "" && (resp.StatusCode != http.StatusOK || string(body) != c.want || len(fails) != 0):
+				t.Errorf("answer %d %q (fails %v), want the owner's %q", resp.StatusCode, body, fails, c.want)
+			case c.want == "" && (resp.StatusCode != http.StatusServiceUnavailable || len(fails) != 1 || !errors.As(fails[0], &oe)):
+				t.Errorf("answer %d %q (fails %v), want fail's with an owner error", resp.StatusCode, body, fails)
+			}
+		})
 	}
 }

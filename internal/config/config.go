@@ -190,7 +190,8 @@ type Config struct {
 	Network netpolicy.Policy `toml:"network"`
 
 	// PublicURL is how clients reach this server, for artifact links the
-	// server signs itself (local blobs); default http://<listen>.
+	// server signs itself (local blobs); default http://<listen>, or
+	// https://<listen> with [tls].
 	PublicURL string `toml:"public_url"`
 
 	Files struct {
@@ -236,6 +237,10 @@ type Config struct {
 		Tier string `toml:"tier"`
 	} `toml:"e2b"`
 
+	// TLS makes the listener serve https, and the nodes of a cluster
+	// forward to each other over https.
+	TLS TLS `toml:"tls"`
+
 	// Inputs bounds files[] downloads.
 	Inputs struct {
 		// AllowPrivate lets input URLs reach private and loopback addresses.
@@ -268,6 +273,21 @@ type Config struct {
 	APIKey         string `toml:"-" flag:"api-key"`
 	CallbackSecret string `toml:"-" flag:"callback-secret"`
 }
+
+// TLS is the listener's certificate, and what nodes verify each other
+// with.
+type TLS struct {
+	// Cert and Key are PEM files (the certificate chain, leaf first, and
+	// its key); both or neither. They are read again when they change.
+	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
+	// PeerCA is a PEM bundle of the CAs that sign the other nodes'
+	// certificates (default: the system's roots).
+	PeerCA string `toml:"peer_ca"`
+}
+
+// On reports whether the listener serves https.
+func (t TLS) On() bool { return t.Cert != "" }
 
 // dnsName is a lowercase DNS name of one label or more.
 var dnsName = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -435,6 +455,12 @@ func (c *Config) Validate() error {
 	if d := c.E2B.Domain; d != "" && !dnsName.MatchString(d) {
 		bad("e2b.domain %q: a DNS name such as sandboxes.example.com", d)
 	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		bad("tls.cert and tls.key: give both or neither")
+	}
+	if c.TLS.PeerCA != "" && !c.TLS.On() {
+		bad("tls.peer_ca %q: only with tls.cert and tls.key (nodes forward over https only when they serve it)", c.TLS.PeerCA)
+	}
 	for _, p := range c.Network.Allow {
 		if err := netpolicy.CheckPattern(p); err != nil {
 			bad("network.allow: %v", err)
@@ -460,6 +486,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.Listen
+		if c.TLS.On() {
+			c.PublicURL = "https://" + c.Listen
+		}
 	}
 	if c.NodeID == "" {
 		if host, err := os.Hostname(); err != nil {

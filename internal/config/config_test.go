@@ -52,6 +52,41 @@ func TestSummaryAndMemory(t *testing.T) {
 	}
 }
 
+// TestTLS: [tls] takes a certificate with its key, and a peer CA only
+// with them; the public URL a node signs links with is https then.
+func TestTLS(t *testing.T) {
+	for _, c := range []struct {
+		name, toml string
+		want       string // substring of the error; "" for none
+		public     string // the derived public_url's scheme
+	}{
+		{"none", ``, "", "http://"},
+		{"pair", "[tls]\ncert = \"/etc/corral/tls.crt\"\nkey = \"/etc/corral/tls.key\"\n", "", "https://"},
+		{"pair and peer CA", "[tls]\ncert = \"c\"\nkey = \"k\"\npeer_ca = \"/etc/corral/ca.pem\"\n", "", "https://"},
+		{"cert alone", "[tls]\ncert = \"c\"\n", "give both or neither", ""},
+		{"key alone", "[tls]\nkey = \"k\"\n", "give both or neither", ""},
+		{"peer CA alone", "[tls]\npeer_ca = \"ca.pem\"\n", "tls.peer_ca", ""},
+		{"misspelt", "[tls]\ncertificate = \"c\"\n", "tls.certificate", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.MaxConcurrency = 1
+			err := Load(writeFile(t, c.toml), &cfg)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want one about %q", err, c.want)
+			case c.want == "" && !strings.HasPrefix(cfg.PublicURL, c.public):
+				t.Errorf("public_url %q, want %s...", cfg.PublicURL, c.public)
+			}
+		})
+	}
+}
+
 // TestRunscBuildLock: the lock a runsc build holds is an absolute path, or
 // empty for scripts/deps.sh's own.
 func TestRunscBuildLock(t *testing.T) {

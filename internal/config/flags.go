@@ -48,6 +48,9 @@ var usage = map[string]string{
 	"runsc-build-lock":  "lock scripts/deps.sh holds while it builds runsc: while held and runsc is missing, the gvisor tier is pending (default /var/cache/corral/runsc.lock)",
 	"image-dir":         "directory for images (default DATA-DIR/images)",
 	"image-budget":      "disk space built and imported images may use, a `size` such as 20GiB; the least recently used images not in use are evicted to make room",
+	"tls-cert":          "serve https with this PEM certificate chain (leaf first), read again when it changes; with --tls-key",
+	"tls-key":           "the PEM key of --tls-cert",
+	"tls-peer-ca":       "PEM bundle of the CAs the other nodes' certificates are verified with (default: the system's roots)",
 	"default-images":    "each language's default image, `language=image,...` such as python=python,javascript=node (default: host for every language)",
 }
 

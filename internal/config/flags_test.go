@@ -247,7 +247,8 @@ func TestExistingFlags(t *testing.T) {
 	RegisterFlags(fs, &c)
 	for _, name := range []string{"listen", "data-dir", "store", "state", "blob", "api-key", "callback-secret", "node-id",
 		"advertise-address", "log-level", "log-format", "max-concurrency", "queue-bound", "cache-dir", "cgroup-parent",
-		"runc", "runsc", "runsc-build-lock", "image-dir", "image-budget", "default-images", "memory-secret"} {
+		"runc", "runsc", "runsc-build-lock", "image-dir", "image-budget", "default-images", "memory-secret",
+		"tls-cert", "tls-key", "tls-peer-ca"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("no --%s", name)
 		}

@@ -175,7 +175,7 @@ func rawCall(t *testing.T, s *testserver.Server, method, path string) (int, apiE
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+testserver.AlphaKey)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.HTTP.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

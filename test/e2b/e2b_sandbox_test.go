@@ -1,9 +1,11 @@
 // Package e2b runs E2B's own SDKs, unmodified, against a real corral serve:
 // the node suite suite.test.js on the pinned e2b and @e2b/code-interpreter
 // packages (package.json, package-lock.json, installed by
-// scripts/npm-deps.sh from a cache outside the clone), on each tier, and
-// the agent-style example examples/e2b-js. The SDKs are pointed at the
-// server by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY alone.
+// scripts/npm-deps.sh from a cache outside the clone), on each tier and a
+// part of it over https with a local CA, and the agent-style example
+// examples/e2b-js. The SDKs are pointed at the server by E2B_API_URL,
+// E2B_SANDBOX_URL and E2B_API_KEY alone (and NODE_EXTRA_CA_CERTS over
+// https).
 package e2b
 
 import (
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/tlscert/certtest"
 	"github.com/corralhq/corral/test/testserver"
 )
 
@@ -75,6 +78,39 @@ func TestStockSDK(t *testing.T) {
 			}
 			t.Logf("the stock-SDK suite on %s passed in %s:\n%s", tier, time.Since(start).Round(time.Millisecond), summary(out))
 		})
+	}
+}
+
+// TestStockSDKOverHTTPS runs a part of suite.test.js (create, runCode,
+// commands.run, kill) against a server that serves https with a local CA,
+// which node trusts through NODE_EXTRA_CA_CERTS as a user of a private CA
+// would; without it the SDK's first call fails on the certificate.
+func TestStockSDKOverHTTPS(t *testing.T) {
+	node := prepare(t)
+	files := testserver.LocalTLS(t, certtest.NewCA(t), "sandbox.test")
+	s := testserver.Start(t, testserver.Options{NoPool: true, TLS: files,
+		Extra:  []string{"--image-dir", testenv.ImageDir()},
+		Config: "\n[e2b]\ntier = \"container\"\ndomain = \"sandbox.test\"\n"})
+	run := func(env ...string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, "--test", "--test-force-exit", "--test-reporter=spec",
+			"--test-name-pattern=^runCode keeps state between cells$",
+			"--test-name-pattern=^commands.run gives stdout, stderr and the exit code$",
+			"--test-name-pattern=^kill$", "suite.test.js")
+		cmd.Env = append(sdkEnv(s), append([]string{"E2B_DOMAIN=sandbox.test", "CORRAL_E2B_TIER=container"}, env...)...)
+		return cmd.CombinedOutput()
+	}
+	out, err := run("NODE_EXTRA_CA_CERTS=" + files.CA)
+	if err != nil {
+		t.Fatalf("the stock SDK over https: %v\n%s", err, out)
+	}
+	if sum := summary(out); !strings.Contains(sum, "ℹ pass 3") {
+		t.Fatalf("the stock SDK over https ran other than the 3 tests chosen:\n%s", out)
+	}
+	t.Logf("the stock SDK over https:\n%s", summary(out))
+	if out, err := run(); err == nil || !strings.Contains(string(out), "unable to verify the first certificate") {
+		t.Errorf("without the CA trusted: %v, want a failure naming the certificate\n%s", err, out)
 	}
 }
 

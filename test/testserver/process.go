@@ -37,11 +37,16 @@ func (s *Server) PeakRSS() int64 {
 // returns the status and the raw body.
 func (s *Server) Call(key, method, path string, body any, out any) (int, []byte) {
 	s.t.Helper()
-	return Do(s.t, s.URL, key, method, path, body, out)
+	return do(s.t, s.HTTP, s.URL, key, method, path, body, out)
 }
 
 // Do is Call for a server at url, failing t.
 func Do(t testing.TB, url, key, method, path string, body any, out any) (int, []byte) {
+	t.Helper()
+	return do(t, http.DefaultClient, url, key, method, path, body, out)
+}
+
+func do(t testing.TB, client *http.Client, url, key, method, path string, body any, out any) (int, []byte) {
 	t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
@@ -67,7 +72,7 @@ func Do(t testing.TB, url, key, method, path string, body any, out any) (int, []
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

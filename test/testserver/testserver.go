@@ -7,6 +7,7 @@ package testserver
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/internal/tlscert"
+	"github.com/corralhq/corral/internal/tlscert/certtest"
 )
 
 // Keys and callback secrets of the tenants every test server knows.
@@ -49,12 +52,49 @@ type Options struct {
 	// NoPool turns the embedded warm pool off, for tests that count the
 	// sandboxes their executions leave.
 	NoPool bool
+	// TLS, if set, makes the server serve https with its files (nodes
+	// verify each other with its CA); the server's HTTP client trusts the
+	// CA.
+	TLS *TLS
+}
+
+// TLS is a certificate and key in PEM files, and the CA that signed them.
+type TLS struct {
+	Cert, Key, CA string
+}
+
+// LocalTLS writes a leaf of ca for 127.0.0.1, localhost and, if domain is
+// not empty, *.domain, in a directory of the test's.
+func LocalTLS(t testing.TB, ca *certtest.CA, domain string) *TLS {
+	t.Helper()
+	dir := t.TempDir()
+	f := &TLS{Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key"), CA: filepath.Join(dir, "ca.pem")}
+	ca.Issue(t, domain, time.Time{}).Write(t, f.Cert, f.Key)
+	certtest.WriteFile(t, f.CA, ca.PEM)
+	return f
+}
+
+// Client is an HTTP client that trusts the CA alone.
+func (f *TLS) Client(t testing.TB) *http.Client {
+	t.Helper()
+	pool, err := tlscert.Pool(f.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	return &http.Client{Transport: tr}
 }
 
 // Server is a running corral serve.
 type Server struct {
 	URL  string
 	Data string
+	// HTTP is a client of the server: one that trusts its CA when it
+	// serves https.
+	HTTP *http.Client
+	// TLS is what the server serves https with, if it does.
+	TLS *TLS
 
 	t    testing.TB
 	args []string
@@ -120,6 +160,11 @@ base_delay = "300ms"
 	if o.NoPool {
 		cfg += "\n[pool]\nwarm = []\n"
 	}
+	s := &Server{URL: "http://" + listen, Data: data, t: t, HTTP: http.DefaultClient, logs: &lockedBuffer{}}
+	if o.TLS != nil {
+		s.URL, s.HTTP, s.TLS = "https://"+listen, o.TLS.Client(t), o.TLS
+		cfg += fmt.Sprintf("\n[tls]\ncert = %q\nkey = %q\npeer_ca = %q\n", o.TLS.Cert, o.TLS.Key, o.TLS.CA)
+	}
 	cfgPath := filepath.Join(data, "corral.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -132,7 +177,7 @@ base_delay = "300ms"
 	if o.State != "" {
 		args = append(args, "--state", o.State)
 	}
-	s := &Server{URL: "http://" + listen, Data: data, t: t, args: append(args, o.Extra...), logs: &lockedBuffer{}}
+	s.args = append(args, o.Extra...)
 	t.Cleanup(func() {
 		s.Stop()
 		if t.Failed() {
@@ -155,7 +200,8 @@ func (s *Server) Launch() {
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if dir := os.Getenv("CORRAL_TEST_LOG_DIR"); dir != "" {
 		// Whole logs for a look by hand; a failed test prints the tail.
-		name := strings.NewReplacer("/", "_", ":", "_").Replace(s.t.Name() + "-" + strings.TrimPrefix(s.URL, "http://") + ".log")
+		_, addr, _ := strings.Cut(s.URL, "://")
+		name := strings.NewReplacer("/", "_", ":", "_").Replace(s.t.Name() + "-" + addr + ".log")
 		if f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
 			s.t.Cleanup(func() { f.Close() })
 			w := io.MultiWriter(s.logs, f)
@@ -172,7 +218,7 @@ func (s *Server) Launch() {
 		close(done)
 	}(s.cmd, s.done)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(s.URL + "/readyz"); err == nil {
+		if resp, err := s.HTTP.Get(s.URL + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return

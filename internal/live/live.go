@@ -535,7 +535,7 @@ func (s *Sandbox) infoLocked() sandbox.Info {
 	info := sandbox.Info{SandboxID: s.id, Language: r.Language, Image: s.spec.Image, Tier: s.spec.Tier,
 		Limits: r.Limits, Network: r.Network, Metadata: r.Metadata, State: "running",
 		TimeoutSeconds: wi.TTLSeconds, CreatedAt: wi.CreatedAt, ExpiresAt: wi.ExpiresAt,
-		Executions: wi.Executions, Restarts: s.spec.Restarts}
+		Executions: wi.Executions, Restarts: s.spec.Restarts, PublicPorts: r.PublicPorts}
 	if info.Limits.CPUCores == 0 {
 		// Made by a server before cpu_cores was its name: cpus alone.
 		info.Limits.CPUCores = info.Limits.CPUs

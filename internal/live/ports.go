@@ -33,3 +33,28 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	}
 	return conn, nil
 }
+
+// PublicPorts reports whether the sandbox's ports are served without its
+// access token (sandbox.CreateSandboxRequest.PublicPorts).
+func (s *Sandbox) PublicPorts() bool {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return s.spec.Request.PublicPorts
+}
+
+// Public returns this node's live sandbox id, of any tenant, if its ports
+// are public: what a request without a token may reach (a sandbox id is
+// unguessable, and a tenant's name is not needed to use a public URL).
+func (m *Manager) Public(id string) (*Sandbox, bool) {
+	for _, w := range m.table.All() {
+		s, ok := m.table.State(w).Occupant.(*Sandbox)
+		if !ok || s.id != id || !s.PublicPorts() {
+			continue
+		}
+		if _, err := m.Get(s.tenant, s.id); err != nil {
+			return nil, false // expired
+		}
+		return s, true
+	}
+	return nil, false
+}

@@ -169,7 +169,10 @@ func forbidden(w http.ResponseWriter, msg string) {
 // (E2B-Traffic-Access-Token; X-Access-Token too, the same token here);
 // a sandbox made with public ports (network.allowPublicTraffic) takes
 // none. Without a token, only this node's public sandboxes are found:
-// the token's tenant is what routes a call to its owner node.
+// the token's tenant is what routes a call to its owner node. A missing
+// or malformed token is 403 (whether the sandbox exists or not); a token
+// that does not open the sandbox is answered as for envd, as a sandbox
+// gone (502), so that no answer tells which ids exist.
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, port int) {
 	if err := ports.CheckPath(r.URL.EscapedPath()); err != nil {
 		s.portFail(w, err)
@@ -213,7 +216,8 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		s.portFail(w, err)
 		return
 	case !tokenMatches(token, want) && !sb.PublicPorts():
-		forbidden(w, "the traffic access token does not open this sandbox")
+		// As envd's: the same answer whether the sandbox exists or not.
+		closed(w, id)
 		return
 	}
 	s.proxy(w, r, sb, port)

@@ -65,9 +65,11 @@ func appServer(t *testing.T) int {
 // TestTrafficPorts: a port other than envd's and the interpreter's is the
 // sandbox's own server, through the header form and the host form, its
 // traffic token (as E2B-Traffic-Access-Token or X-Access-Token) required
-// unless the sandbox was made with network.allowPublicTraffic: a missing,
-// foreign or wrong token is 403; Corral's headers do not reach the
-// server; an upgrade is spliced; a port nothing listens on is 502.
+// unless the sandbox was made with network.allowPublicTraffic: a missing
+// or malformed token is 403, a wrong one the answer for a sandbox gone
+// (502, the same whether it exists: TestPortTokensTellNothing); Corral's
+// headers do not reach the server; an upgrade is spliced; a port nothing
+// listens on is 502.
 func TestTrafficPorts(t *testing.T) {
 	u := newUnit(t, "sb.example.test")
 	a := u.create(keyA, `{"templateID":"base"}`)
@@ -105,7 +107,7 @@ func TestTrafficPorts(t *testing.T) {
 	}{
 		{"no token", []string{"E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", port}, http.StatusForbidden},
 		{"host form, no token", []string{"Host", port + "-" + a.SandboxID + ".sb.example.test"}, http.StatusForbidden},
-		{"a wrong token", []string{"E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", port, "E2B-Traffic-Access-Token", "alpha." + strings.Repeat("0", 64)}, http.StatusForbidden},
+		{"a wrong token", []string{"E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", port, "E2B-Traffic-Access-Token", "alpha." + strings.Repeat("0", 64)}, http.StatusBadGateway},
 		{"a token of no tenant's shape", []string{"E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", port, "E2B-Traffic-Access-Token", "nodot"}, http.StatusForbidden},
 		{"alpha's token for alpha's other sandbox", []string{"E2b-Sandbox-Id", pub.SandboxID, "E2b-Sandbox-Port", port, "E2B-Traffic-Access-Token", "alpha." + strings.Repeat("0", 64)}, http.StatusOK},
 		{"beta's token for alpha's sandbox", []string{"E2b-Sandbox-Id", a.SandboxID, "E2b-Sandbox-Port", port, "E2B-Traffic-Access-Token", b.TrafficAccessToken}, http.StatusBadGateway},
@@ -149,5 +151,28 @@ func TestTrafficPorts(t *testing.T) {
 	io.WriteString(c, "ping\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "echo ping\n" {
 		t.Fatalf("upgraded: %q, %v", line, err)
+	}
+}
+
+// TestPortTokensTellNothing: traffic to a port with a token that does not
+// open the sandbox gets the same answer, to the byte, whether the sandbox
+// exists or not; so does traffic without a token.
+func TestPortTokensTellNothing(t *testing.T) {
+	u := newUnit(t, "")
+	a := u.create(keyA, `{"templateID":"base"}`)
+	wrong := "alpha." + strings.Repeat("0", 64)
+	for _, token := range []string{wrong, ""} {
+		var answers []string
+		for _, id := range []string{a.SandboxID, "i0000000000000000000"} {
+			h := []string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "8000"}
+			if token != "" {
+				h = append(h, "E2B-Traffic-Access-Token", token)
+			}
+			code, body, _ := u.do("GET", "/", "", h...)
+			answers = append(answers, fmt.Sprintf("%d %s", code, strings.ReplaceAll(string(body), id, "ID")))
+		}
+		if answers[0] != answers[1] {
+			t.Errorf("token %q: %q for the sandbox, %q for no sandbox", token, answers[0], answers[1])
+		}
 	}
 }

@@ -29,7 +29,8 @@ import (
 // python, testdata/ws_echo.py) on 8765; a 1 KiB file comes whole through
 // E2B's header form, its host form (Host set directly: no DNS) and /v1's
 // route; a WebSocket round trip works through the header form and the
-// route; a missing or wrong traffic token is 403; a port nothing listens
+// route; a missing traffic token is 403, a wrong one 502 as for a sandbox
+// gone; a port nothing listens
 // on is 502 with the reason; `corral sandbox url` prints both forms.
 func TestPorts(t *testing.T) {
 	s := testserver.Start(t, testserver.Options{NoPool: true, Config: "\n[e2b]\ndomain = \"sb.test\"\ntier = \"container\"\n"})
@@ -123,13 +124,17 @@ func TestPorts(t *testing.T) {
 		req  *http.Request
 	}{
 		{"no token", request("GET", "/f.bin", nil, "E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "8000")},
-		{"a wrong token", request("GET", "/f.bin", nil, "E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "8000",
-			"E2B-Traffic-Access-Token", "alpha."+strings.Repeat("0", 64))},
 		{"host form, no token", request("GET", "/f.bin", nil, "Host", "8000-"+id+".sb.test")},
 	} {
 		if code, b := do(c.req); code != http.StatusForbidden {
 			t.Errorf("%s: %d %s, want 403", c.what, code, b)
 		}
+	}
+	// A wrong token: the answer for a sandbox gone, which tells nobody
+	// whether it exists.
+	if code, b := do(request("GET", "/f.bin", nil, "E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "8000",
+		"E2B-Traffic-Access-Token", "alpha."+strings.Repeat("0", 64))); code != http.StatusBadGateway || !bytes.Contains(b, []byte("not found")) {
+		t.Errorf("a wrong token: %d %s, want 502 not found", code, b)
 	}
 	code, b = do(request("GET", route+"8001/", nil, "Authorization", key))
 	var e struct {

@@ -15,11 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/testenv"
+	"github.com/corralhq/corral/sandbox"
 	"github.com/corralhq/corral/test/testserver"
 )
 
@@ -147,6 +150,8 @@ func TestPorts(t *testing.T) {
 		t.Errorf("a closed port through the header form: %d %s", code, b)
 	}
 
+	logRoundTrips(t, s, id, token)
+
 	wsRoundTrip(t, s.URL, "/", "E2b-Sandbox-Id: "+id+"\r\nE2b-Sandbox-Port: 8765\r\nE2B-Traffic-Access-Token: "+token+"\r\n")
 	wsRoundTrip(t, s.URL, route+"8765/", "Authorization: "+key+"\r\n")
 
@@ -247,4 +252,50 @@ func readWSFrame(t *testing.T, r *bufio.Reader) (byte, []byte) {
 		t.Fatalf("read a websocket frame's %d bytes: %v", n, err)
 	}
 	return h[0] & 0x0F, data
+}
+
+// logRoundTrips logs the median of 50 GETs of the 1 KiB file through the
+// header form from the host (one kept-alive connection), and of the same
+// GETs made inside the sandbox (python's urllib, a connection each, as
+// http.server closes them): the figure the issue's bench row compares.
+func logRoundTrips(t *testing.T, s *testserver.Server, id, token string) {
+	t.Helper()
+	var outside []time.Duration
+	for range 50 {
+		req, err := http.NewRequestWithContext(t.Context(), "GET", s.URL+"/f.bin", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("E2b-Sandbox-Port", "8000")
+		req.Header.Set("E2B-Traffic-Access-Token", token)
+		start := time.Now()
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		outside = append(outside, time.Since(start))
+	}
+	slices.Sort(outside)
+	script := `import time, urllib.request
+ts = []
+for _ in range(50):
+    t0 = time.perf_counter()
+    urllib.request.urlopen("http://127.0.0.1:8000/f.bin").read()
+    ts.append(time.perf_counter() - t0)
+ts.sort()
+print(int(ts[25] * 1e6))`
+	sb := sandbox.NewClient(sandbox.Config{Endpoint: s.URL, APIKey: testserver.AlphaKey, Timeout: time.Minute}).Sandbox(id)
+	stdout, stderr, exit, err := sb.Run(t.Context(), sandbox.StartProcessRequest{Cmd: []string{"python3", "-c", script}})
+	if err != nil || exit == nil || exit.ExitCode != 0 {
+		t.Fatalf("GETs inside the sandbox: %v %+v %s", err, exit, stderr)
+	}
+	inside, err := strconv.Atoi(strings.TrimSpace(string(stdout)))
+	if err != nil {
+		t.Fatalf("GETs inside the sandbox printed %q", stdout)
+	}
+	t.Logf("GET of 1 KiB, median of 50: %v through the header form from the host, %v inside the sandbox (%.1f×)",
+		outside[25], time.Duration(inside)*time.Microsecond, float64(outside[25])/float64(time.Duration(inside)*time.Microsecond))
 }

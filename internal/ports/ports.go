@@ -36,15 +36,16 @@ const MaxPath = 4096
 var ErrFailed = &fault.Error{Kind: fault.Unavailable, Code: "port_failed",
 	Message: "the server on this port of the sandbox ended the connection without a whole answer"}
 
-// Credentials are the headers a request through Corral carries to reach a
+// credentials are the headers a request through Corral carries to reach a
 // sandbox's port (E2B's dispatch headers and access tokens, the node
 // forward's mark); none reaches the sandbox.
-var Credentials = []string{"X-Access-Token", "E2b-Traffic-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port",
+var credentials = []string{"X-Access-Token", "E2b-Traffic-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port",
 	"Corral-Forwarded-By"}
 
 // Proxy serves requests to sandboxes' ports. It keeps idle connections
-// (tunnels) per sandbox and port for a while, as a browser's next request
-// usually comes soon. It is safe for concurrent use.
+// (tunnels) per sandbox and port for 30 s, as a browser's next request
+// usually comes soon; they end then, or with their sandbox. It is safe for
+// concurrent use.
 type Proxy struct {
 	transport *http.Transport
 	log       *slog.Logger
@@ -78,9 +79,6 @@ func New(log *slog.Logger) *Proxy {
 	return &Proxy{transport: t, log: log}
 }
 
-// Close drops the idle connections.
-func (p *Proxy) Close() { p.transport.CloseIdleConnections() }
-
 // Request is one request to serve to a sandbox's port.
 type Request struct {
 	Sandbox *live.Sandbox
@@ -88,7 +86,7 @@ type Request struct {
 	// Path is the path in the sandbox (from "/"), escaped as on the
 	// wire; the request's query goes with it. CheckPath has checked it.
 	Path string
-	// Strip names headers dropped besides Credentials (/v1: its API
+	// Strip names headers dropped besides Corral's own (/v1: its API
 	// key's Authorization).
 	Strip []string
 	// Fail answers an error before anything was relayed, by the wire's
@@ -142,7 +140,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, req Request) {
 			pr.Out.URL.Path, _ = url.PathUnescape(req.Path)
 			pr.Out.URL.RawPath = req.Path
 			pr.Out.Host = pr.In.Host
-			for _, h := range Credentials {
+			for _, h := range credentials {
 				pr.Out.Header.Del(h)
 			}
 			for _, h := range req.Strip {

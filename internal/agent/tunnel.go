@@ -42,6 +42,20 @@ import (
 // only a full accept queue delays.
 const dialTimeout = 10 * time.Second
 
+// MaxTunnels caps the tunnels an agent holds at once: each costs it two
+// goroutines and a buffer in the sandbox's own memory, and a public port
+// is anyone's to open connections to. A dial past it is refused with
+// KindLimit.
+const MaxTunnels = 1024
+
+// Read buffers: a tunnel reads into a small one until a read fills it,
+// then into a large one, so that the many tunnels that carry little (idle
+// keep-alive connections, WebSockets) cost the sandbox little memory.
+const (
+	tunnelSmallRead = 8 << 10
+	tunnelLargeRead = tunnelChunk
+)
+
 // tunnel is one connection the host dialed.
 type tunnel struct {
 	id uint32
@@ -80,13 +94,18 @@ func (s *tunnelSet) get(id uint32) *tunnel {
 	return s.m[id]
 }
 
-func (s *tunnelSet) put(t *tunnel) {
+// put adds t, unless the set holds MaxTunnels.
+func (s *tunnelSet) put(t *tunnel) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.m) >= MaxTunnels {
+		return false
+	}
 	if s.m == nil {
 		s.m = map[uint32]*tunnel{}
 	}
 	s.m[t.id] = t
+	return true
 }
 
 func (s *tunnelSet) remove(id uint32) {
@@ -117,7 +136,10 @@ func (a *Agent) onDial(f frame) {
 	// Registered before the dial, so that a close that comes meanwhile
 	// finds it.
 	t := &tunnel{id: f.id, in: newStdinQueue(), credit: TunnelWindow, wake: make(chan struct{}, 1)}
-	a.tunnels.put(t)
+	if !a.tunnels.put(t) {
+		a.fail(f.id, refuse(KindLimit, "dial: %d tunnels are open", MaxTunnels))
+		return
+	}
 	go a.dial(t, req.Port)
 }
 
@@ -159,7 +181,7 @@ func (a *Agent) dial(t *tunnel, port int) {
 // tunnelReader sends what the connection's peer writes to the host, within
 // the host's window.
 func (a *Agent) tunnelReader(t *tunnel) {
-	buf := make([]byte, tunnelChunk)
+	buf := make([]byte, tunnelSmallRead)
 	for {
 		t.mu.Lock()
 		for t.credit <= 0 && !t.ended {
@@ -183,6 +205,9 @@ func (a *Agent) tunnelReader(t *tunnel) {
 				return
 			}
 			a.send(msgTunnelOut, t.id, buf[:k])
+		}
+		if k == len(buf) && len(buf) < tunnelLargeRead {
+			buf = make([]byte, tunnelLargeRead)
 		}
 		if errors.Is(err, io.EOF) {
 			if !a.tunnelHalf(t, false) {
@@ -230,15 +255,19 @@ func (a *Agent) tunnelWriter(t *tunnel) {
 
 // tunnelHalf records that one direction of t finished cleanly (write: the
 // host's to the port) and, when both have, ends t with msgTunnelEnd. It
-// reports whether t ended.
+// reports whether t is over, so that nothing more is sent for it.
 func (a *Agent) tunnelHalf(t *tunnel, write bool) bool {
 	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		return true
+	}
 	if write {
 		t.writeDone = true
 	} else {
 		t.readDone = true
 	}
-	done := t.readDone && t.writeDone && !t.ended
+	done := t.readDone && t.writeDone
 	if done {
 		t.ended = true
 	}

@@ -342,3 +342,35 @@ func TestTunnelAgentGone(t *testing.T) {
 		t.Fatalf("read after the agent died: %v, want ErrLost", err)
 	}
 }
+
+// TestTunnelLimit: an agent holds MaxTunnels tunnels at once; a dial past
+// them is refused with KindLimit, and one closed makes room again.
+func TestTunnelLimit(t *testing.T) {
+	l, _ := startLocal(t)
+	port := serve(t, func(c *net.TCPConn) { io.Copy(io.Discard, c) })
+	open := make([]*Tunnel, 0, MaxTunnels)
+	defer func() {
+		for _, tn := range open {
+			tn.Close()
+		}
+	}()
+	for range MaxTunnels {
+		tn, err := l.DialPort(t.Context(), port)
+		if err != nil {
+			t.Fatalf("tunnel %d of %d: %v", len(open)+1, MaxTunnels, err)
+		}
+		open = append(open, tn)
+	}
+	if _, err := l.DialPort(t.Context(), port); !errors.Is(err, KindLimit) {
+		t.Fatalf("a tunnel past %d: %v, want KindLimit", MaxTunnels, err)
+	}
+	open[0].Close()
+	open = open[1:]
+	// The agent drops the closed tunnel when it reads the close, which
+	// the next dial follows on the stream.
+	tn, err := l.DialPort(t.Context(), port)
+	if err != nil {
+		t.Fatalf("a tunnel after one closed: %v", err)
+	}
+	open = append(open, tn)
+}

@@ -157,8 +157,9 @@ func tokenMatches(got, want string) bool {
 	return subtle.ConstantTimeCompare(g[:], h[:]) == 1
 }
 
-// forbidden answers traffic to a sandbox's port that its token does not
-// open: 403, as E2B's edge answers a missing or wrong traffic token.
+// forbidden answers traffic to a sandbox's port without a token it could
+// take (none, or one of no tenant's shape): 403, as E2B's edge answers a
+// missing traffic token.
 func forbidden(w http.ResponseWriter, msg string) {
 	target.WriteError(w, http.StatusForbidden, msg)
 }

@@ -46,6 +46,11 @@ type CreateSandboxRequest struct {
 	// Metadata are the client's labels, listed and filtered on (at most 32
 	// pairs, 4 KiB in all).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// PublicPorts serves the sandbox's ports through E2B's forms
+	// (E2b-Sandbox-Port, {port}-{id}.{domain}) without its access token:
+	// anyone with the URL reaches them. /v1's ports route always takes
+	// the API key.
+	PublicPorts bool `json:"public_ports,omitempty"`
 }
 
 // Info describes a live sandbox (GET /v1/sandboxes/{id}; the OpenAPI
@@ -71,6 +76,9 @@ type Info struct {
 	Restarts int64 `json:"restarts"`
 	// Pause describes the pause of a paused sandbox.
 	Pause *SandboxPause `json:"pause,omitempty"`
+	// PublicPorts: its ports are served without its access token
+	// (CreateSandboxRequest.PublicPorts).
+	PublicPorts bool `json:"public_ports,omitempty"`
 	// Resume says what the resume kept, in the answer of Sandbox.Resume.
 	Resume *SandboxResume `json:"resume,omitempty"`
 }

@@ -130,6 +130,13 @@ func (s *Sandbox) Info(ctx context.Context) (*Info, error) {
 	return &info, nil
 }
 
+// PortURL is the URL of port on the sandbox's loopback through the
+// server's /v1 route: a request to it (with the API key) reaches the
+// server a program in the sandbox listens with there, at PortURL's "/".
+func (s *Sandbox) PortURL(port int) string {
+	return s.c.endpoint + s.path() + "/ports/" + strconv.Itoa(port) + "/"
+}
+
 // SetTimeout makes the sandbox end d from now.
 func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) (*Info, error) {
 	var info Info

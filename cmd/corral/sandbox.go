@@ -33,6 +33,7 @@ func init() {
 		{"run", "run code in a sandbox's code context; variables persist", cmdSandboxRun},
 		{"ps", "list a sandbox's processes", cmdSandboxPs},
 		{"files", "ls, cat, put or rm a sandbox's files", cmdSandboxFiles},
+		{"url", "print the URL of a port of a sandbox", cmdSandboxURL},
 	}
 }
 

@@ -30,7 +30,8 @@ import (
 // process.go runs processes, stdin.go writes their stdin, pty.go gives them
 // terminals, files.go places and reads files, fileops.go stats, lists,
 // makes and moves them, watch.go reports changes in directories,
-// forward.go relays TCP to the host, zygote.go talks to zygotes, reset.go
+// forward.go relays TCP to the host, tunnel.go relays the host's
+// connections to the sandbox's ports, zygote.go talks to zygotes, reset.go
 // (and reset_live.go) returns a pooled sandbox to a clean state.
 type Agent struct {
 	in  io.Reader
@@ -57,6 +58,9 @@ type Agent struct {
 	files  map[uint32]*upload
 	// watches are the host's directory watches (watch.go).
 	watches watchSet
+	// tunnels are the host's connections to the sandbox's ports
+	// (tunnel.go).
+	tunnels tunnelSet
 	// resume is the state of suspending (resume.go); only the goroutine
 	// that reads the control stream touches it.
 	resume resumeState

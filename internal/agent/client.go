@@ -56,6 +56,9 @@ type Client struct {
 	waiters map[uint32]*call
 	procs   map[uint32]*Process
 	watches map[uint32]*clientWatch
+	// tunnels are the connections to the sandbox's ports
+	// (client_tunnel.go), by id.
+	tunnels map[uint32]*Tunnel
 	// held are a resumed agent's processes not attached yet, by id.
 	held map[uint32]*Process
 }
@@ -173,6 +176,7 @@ func (c *Client) readLoop() {
 		for _, w := range watches {
 			w.finish(c.lostErr())
 		}
+		c.failTunnels(c.lostErr())
 	}()
 	// Buffered: a frame's header and payload (or several small frames) in
 	// one read instead of one each.
@@ -242,6 +246,10 @@ func (c *Client) readLoop() {
 			}
 		case msgWatchEvents, msgWatchEnd:
 			if err = c.watchFrame(f); err != nil {
+				return
+			}
+		case msgTunnelOut, msgTunnelOutEOF, msgTunnelTook, msgTunnelEnd:
+			if err = c.tunnelFrame(f); err != nil {
 				return
 			}
 		case msgStarted, msgOK, msgError, msgHello: // a later hello answers Resume

@@ -27,8 +27,9 @@ import (
 // host's own installation), so the host speaks one version only. 2: error
 // frames carry a Kind. 3: listings stream as lines of JSON in msgFileData
 // frames; terminals, stat, mkdir, move and watches. 4: stdin flow control
-// (msgStdinAck, msgStdinEnd).
-const Version = 4
+// (msgStdinAck, msgStdinEnd). 5: tunnels to the sandbox's TCP ports
+// (msgDial, tunnel.go).
+const Version = 5
 
 // MaxPayload caps one frame's payload in either direction.
 const MaxPayload = 1 << 20
@@ -62,8 +63,16 @@ const (
 	// until msgWatchEnd.
 	msgWatch   byte = 18
 	msgUnwatch byte = 19 // under a watch's id: stop it; answered by msgWatchEnd
-	msgSuspend byte = 28 // the agent stops sending (resume.go); answered by msgOK
-	msgResume  byte = 29 // id 0; the agent sends again; answered by msgHello with Resume
+	// msgDial: JSON dialRequest; answered by msgOK once connected to the
+	// port, or msgError; then the tunnel's frames below, under its id
+	// (tunnel.go).
+	msgDial        byte = 40
+	msgTunnelData  byte = 41 // raw bytes for the port, within TunnelWindow
+	msgTunnelEOF   byte = 42 // half-close the connection, after the data before it
+	msgTunnelAck   byte = 43 // JSON stdinAck: the host took that many more bytes of msgTunnelOut
+	msgTunnelClose byte = 44 // end the tunnel at once; nothing more comes for it
+	msgSuspend     byte = 28 // the agent stops sending (resume.go); answered by msgOK
+	msgResume      byte = 29 // id 0; the agent sends again; answered by msgHello with Resume
 )
 
 // Frame types sent by the agent.
@@ -88,6 +97,15 @@ const (
 	// nothing more (the process closed it, or has none, or the host sent
 	// past the window); what was not acknowledged is dropped.
 	msgStdinEnd byte = 81
+	// Under a tunnel's id (tunnel.go): msgTunnelOut, raw bytes from the
+	// port, within TunnelWindow; msgTunnelOutEOF, the port's side
+	// half-closed; msgTunnelTook, JSON stdinAck, the port took that many
+	// more bytes of msgTunnelData; msgTunnelEnd, JSON errorReply, the
+	// tunnel's last frame (an empty kind: both directions done).
+	msgTunnelOut    byte = 90
+	msgTunnelOutEOF byte = 91
+	msgTunnelTook   byte = 92
+	msgTunnelEnd    byte = 93
 )
 
 // ErrProtocol reports a malformed frame.

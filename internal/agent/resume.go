@@ -69,6 +69,8 @@ func (a *Agent) onResume(f frame) {
 	}
 	a.resume.suspended = false
 	defer a.wmu.Unlock()
+	// The tunnels were the old host's; the new one knows none of them.
+	a.closeTunnels()
 	st := &ResumeState{LastID: a.resume.lastID, Processes: a.live()}
 	b, err := json.Marshal(Hello{Version: Version, PID: os.Getpid(), UID: os.Getuid(), Resume: st})
 	if err != nil {

@@ -66,6 +66,8 @@ func (c *Client) Suspend(ctx context.Context) error {
 		c.forgetCall(id)
 		return fmt.Errorf("%w: %w", ErrLost, err)
 	}
+	// The agent drops every tunnel when it resumes: they end now.
+	c.failTunnels(fmt.Errorf("tunnel: %w", ErrSuspended))
 	if _, err := c.wait(ctx, id, k); err != nil {
 		return fmt.Errorf("suspend agent: %w", err)
 	}

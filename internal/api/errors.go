@@ -59,6 +59,10 @@ var v1 = fault.Table[v1Answer]{
 		// A path the sandbox's agent refuses as existing or not
 		// accessible: answered so since before kinds (internal/agent).
 		"invalid_request": {http.StatusBadRequest, "invalid_request"},
+		// A sandbox's port nothing listens on, or whose server failed
+		// (internal/ports): a proxy's 502.
+		"port_closed": {http.StatusBadGateway, "port_closed"},
+		"port_failed": {http.StatusBadGateway, "port_failed"},
 	},
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
+	"github.com/corralhq/corral/internal/ports"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/ui"
 )
@@ -71,6 +72,8 @@ type Server struct {
 	cluster  *cluster.Cluster // nil: every session is this node's
 	blobs    http.Handler     // nil: no /v1/blobs/
 	stats    StatsSource      // nil: GET /v1/stats is 404
+	// ports serves /v1/sandboxes/{id}/ports/… (internal/ports).
+	ports *ports.Proxy
 	// draining is set once the node is told to stop: /readyz answers 503
 	// so load balancers send its traffic elsewhere while it finishes.
 	draining atomic.Bool
@@ -104,7 +107,8 @@ func New(cfg Config, d Deps) *Server {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: cfg, node: d.Node, auth: d.Auth, metrics: d.Metrics, ready: d.Ready, log: d.Log,
-		sessions: d.Sessions, live: d.Sandboxes, cluster: d.Cluster, blobs: d.Blobs, stats: d.Stats}
+		sessions: d.Sessions, live: d.Sandboxes, cluster: d.Cluster, blobs: d.Blobs, stats: d.Stats,
+		ports: ports.New(d.Log)}
 }
 
 // authed is a handler that knows its tenant.
@@ -163,6 +167,14 @@ func (s *Server) Handler(exts ...Extension) http.Handler {
 	route("POST /v1/sandboxes/{id}/contexts/{cid}/restart", s.withTenant(s.restartContext))
 	route("POST /v1/sandboxes/{id}/contexts/{cid}/fork", s.withTenant(s.forkContext))
 	route("POST /v1/sandboxes/{id}/contexts/{cid}/interrupt", s.withTenant(s.interruptContext))
+	// A server in the sandbox: any method it answers (GET answers HEAD
+	// too), WebSocket included.
+	route("GET /v1/sandboxes/{id}/ports/{port}/{path...}", s.withTenant(s.sandboxPort))
+	route("POST /v1/sandboxes/{id}/ports/{port}/{path...}", s.withTenant(s.sandboxPort))
+	route("PUT /v1/sandboxes/{id}/ports/{port}/{path...}", s.withTenant(s.sandboxPort))
+	route("PATCH /v1/sandboxes/{id}/ports/{port}/{path...}", s.withTenant(s.sandboxPort))
+	route("DELETE /v1/sandboxes/{id}/ports/{port}/{path...}", s.withTenant(s.sandboxPort))
+	route("OPTIONS /v1/sandboxes/{id}/ports/{port}/{path...}", s.withTenant(s.sandboxPort))
 	if s.blobs != nil {
 		// Signed links carry their own authorisation: no API key.
 		route("GET /v1/blobs/{key...}", s.blobs.ServeHTTP)

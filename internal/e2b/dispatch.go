@@ -13,6 +13,7 @@ import (
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/ports"
 	"github.com/corralhq/corral/internal/validate"
 )
 
@@ -74,7 +75,8 @@ func (s *Server) hostTarget(host string) (port int, id string, ok bool) {
 // ServeTraffic serves in-sandbox traffic: the access token names the
 // tenant, the call goes to the node that owns the sandbox, which checks
 // the token and hands the call, its Target in the context, to the service
-// of its port.
+// of its port: envd's and the code interpreter's are Corral's own, any
+// other is the sandbox's (servePort).
 func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 	// Without E2b-Sandbox-Port, the call is envd's (the SDKs always send
 	// it).
@@ -94,6 +96,10 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 			refuse(w, fault.NotFound, "no sandbox is named by this request")
 			return
 		}
+	}
+	if port != EnvdPort && port != InterpPort {
+		s.servePort(w, r, id, port)
+		return
 	}
 	token := r.Header.Get("X-Access-Token")
 	if token == "" {
@@ -129,15 +135,9 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	var h http.Handler
-	switch port {
-	case EnvdPort:
-		h = s.cfg.Envd
-	case InterpPort:
+	h := s.cfg.Envd
+	if port == InterpPort {
 		h = s.cfg.Interp
-	default:
-		target.WriteError(w, http.StatusBadGateway, fmt.Sprintf("port %d of a sandbox cannot be reached: this server serves ports %d (envd) and %d (code interpreter)", port, EnvdPort, InterpPort))
-		return
 	}
 	if h == nil {
 		target.WriteError(w, http.StatusBadGateway, fmt.Sprintf("the service of port %d is not available on this server", port))
@@ -155,4 +155,85 @@ func tokenMatches(got, want string) bool {
 	}
 	g, h := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], h[:]) == 1
+}
+
+// forbidden answers traffic to a sandbox's port without a token it could
+// take (none, or one of no tenant's shape): 403, as E2B's edge answers a
+// missing traffic token.
+func forbidden(w http.ResponseWriter, msg string) {
+	target.WriteError(w, http.StatusForbidden, msg)
+}
+
+// servePort serves traffic to a port other than envd's and the code
+// interpreter's: a server a program started in the sandbox
+// (internal/ports). The token is the sandbox's traffic access token
+// (E2B-Traffic-Access-Token; X-Access-Token too, the same token here);
+// a sandbox made with public ports (network.allowPublicTraffic) takes
+// none. Without a token, only this node's public sandboxes are found:
+// the token's tenant is what routes a call to its owner node. A missing
+// or malformed token is 403 (whether the sandbox exists or not); a token
+// that does not open the sandbox is answered as for envd, as a sandbox
+// gone (502), so that no answer tells which ids exist.
+func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, port int) {
+	if err := ports.CheckPath(r.URL.EscapedPath()); err != nil {
+		s.portFail(w, err)
+		return
+	}
+	token := r.Header.Get("E2B-Traffic-Access-Token")
+	if token == "" {
+		token = r.Header.Get("X-Access-Token")
+	}
+	if token == "" {
+		if sb, ok := s.cfg.Sandboxes.Public(id); ok {
+			s.proxy(w, r, sb, port)
+			return
+		}
+		forbidden(w, "this sandbox's ports take its traffic access token: send the trafficAccessToken its create answered "+
+			"as the E2B-Traffic-Access-Token header (or create it with network.allowPublicTraffic: true)")
+		return
+	}
+	tenant, ok := tokenTenant(token)
+	if !ok {
+		forbidden(w, "the traffic access token is not one this server made")
+		return
+	}
+	if !validate.ValidID(id) {
+		closed(w, id)
+		return
+	}
+	if !s.cfg.Node.RouteSandbox(w, r, tenant, id, false, s.portFail) {
+		return
+	}
+	sb, err := s.cfg.Sandboxes.Get(tenant, id)
+	var want string
+	if err == nil {
+		want, err = sb.AccessToken()
+	}
+	switch {
+	case errors.Is(err, live.ErrNotFound):
+		closed(w, id)
+		return
+	case err != nil:
+		s.portFail(w, err)
+		return
+	case !tokenMatches(token, want) && !sb.PublicPorts():
+		// As envd's: the same answer whether the sandbox exists or not.
+		closed(w, id)
+		return
+	}
+	s.proxy(w, r, sb, port)
+}
+
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, sb *live.Sandbox, port int) {
+	s.ports.Serve(w, r, ports.Request{Sandbox: sb, Port: port, Path: r.URL.EscapedPath(), Fail: s.portFail})
+}
+
+// portFail answers an error of traffic to a sandbox's port by the
+// in-sandbox table (a port nothing listens on: 502).
+func (s *Server) portFail(w http.ResponseWriter, err error) {
+	f := fault.Of(err)
+	if f.Kind == fault.Internal {
+		s.cfg.Log.Error("sandbox port traffic", "err", err)
+	}
+	target.Answer(w, target.Statuses, f)
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/corralhq/corral/internal/live"
+	"github.com/corralhq/corral/internal/ports"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -79,6 +80,8 @@ type Server struct {
 	// sandbox made through /v1) one at a time on this node, which owns
 	// the sandbox: two connects get the same token.
 	mintMu sync.Mutex
+	// ports serves the traffic to other ports of a sandbox.
+	ports *ports.Proxy
 }
 
 // New returns the E2B API.
@@ -89,7 +92,7 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg}
+	return &Server{cfg: cfg, ports: ports.New(cfg.Log)}
 }
 
 // Routes registers the control-plane routes with route. Both the paths

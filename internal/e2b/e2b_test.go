@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -530,8 +531,10 @@ func TestTraffic(t *testing.T) {
 		code, body := send(c.id, "49983", c.token)
 		e2bError(t, c.what, code, body, c.want)
 	}
-	code, body = send(a.SandboxID, "8080", a.EnvdAccessToken)
-	e2bError(t, "another port", code, body, http.StatusBadGateway)
+	code, body = send(a.SandboxID, strconv.Itoa(closedPort(t)), a.EnvdAccessToken)
+	if msg := e2bError(t, "a port nothing listens on", code, body, http.StatusBadGateway); !strings.Contains(msg, "nothing listens on port") {
+		t.Errorf("a port nothing listens on: %q", msg)
+	}
 	code, body = send(a.SandboxID, "http", a.EnvdAccessToken)
 	e2bError(t, "a port that is no number", code, body, http.StatusBadRequest)
 	code, body, _ = u.do("GET", "/health", "", "Host", "49983-"+a.SandboxID+".elsewhere.test", "X-Access-Token", a.EnvdAccessToken)

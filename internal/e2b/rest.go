@@ -33,6 +33,9 @@ type createBody struct {
 	EnvVars    map[string]string `json:"envVars"`
 	Network    *struct {
 		AllowOut []string `json:"allowOut"`
+		// AllowPublicTraffic true serves the sandbox's ports without
+		// its traffic access token (live: PublicPorts).
+		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
 	} `json:"network"`
 }
 
@@ -240,6 +243,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 	req.Metadata, req.Env = body.Metadata, body.EnvVars
 	if body.Network != nil && len(body.Network.AllowOut) > 0 {
 		req.Network = &sandbox.Network{Allow: body.Network.AllowOut}
+	}
+	if body.Network != nil && body.Network.AllowPublicTraffic != nil {
+		req.PublicPorts = *body.Network.AllowPublicTraffic
 	}
 	// A fresh id is no other node's: it is made here.
 	sb, info, err := s.cfg.Sandboxes.Create(r.Context(), tenant, req)

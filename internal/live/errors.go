@@ -58,6 +58,10 @@ var (
 	// ErrNotPaused: a resume of a sandbox that is not paused.
 	ErrNotPaused = &fault.Error{Kind: fault.FailedPrecondition, Code: "not_paused",
 		Message: "the sandbox is not paused; it runs"}
+	// ErrPortClosed: nothing listens on the port of the sandbox a
+	// connection was for. Its code is answered 502 on every wire.
+	ErrPortClosed = &fault.Error{Kind: fault.Unavailable, Code: "port_closed",
+		Message: "nothing listens on this port in the sandbox; start the server there and retry"}
 	// ErrLost: the sandbox ended during the call; the next call makes it
 	// again on its disk.
 	ErrLost = agent.ErrLost

@@ -6,8 +6,9 @@
 // a *Sandbox is the handle of one, which offers its processes (a *Process
 // handle each: output replayed to every reader, stdin, signals, terminal
 // size, a typed exit), its files by path, its code contexts
-// (internal/kernel), pause and resume, its timeout and its access token
-// for E2B's in-sandbox traffic. This package is the only one above the
+// (internal/kernel), pause and resume, its timeout, its access token
+// for E2B's in-sandbox traffic, and connections to its TCP ports
+// (DialPort). This package is the only one above the
 // agent that knows the agent's error kinds: it exposes them as sentinels
 // (errors.go). An execution whose session_id names a live sandbox runs in
 // it as one more process (Sandbox.Lend, through internal/session).
@@ -542,7 +543,7 @@ func (s *Sandbox) infoLocked() sandbox.Info {
 	info := sandbox.Info{SandboxID: s.id, Language: r.Language, Image: s.spec.Image, Tier: s.spec.Tier,
 		Limits: r.Limits, Network: r.Network, Metadata: r.Metadata, State: "running",
 		TimeoutSeconds: wi.TTLSeconds, CreatedAt: wi.CreatedAt, ExpiresAt: wi.ExpiresAt,
-		Executions: wi.Executions, Restarts: s.spec.Restarts}
+		Executions: wi.Executions, Restarts: s.spec.Restarts, PublicPorts: r.PublicPorts}
 	if info.Limits.CPUCores == 0 {
 		// Made by a server before cpu_cores was its name: cpus alone.
 		info.Limits.CPUCores = info.Limits.CPUs

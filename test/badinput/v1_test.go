@@ -33,6 +33,7 @@ var (
 	sbP   = map[string]string{"id": "$sb"}
 	procP = map[string]string{"id": "$sb", "pid": "$cat"}
 	ctxP  = map[string]string{"id": "$sb", "cid": "$cid"}
+	portP = map[string]string{"id": "$sb", "port": "8000", "path": "index.html"}
 	execP = map[string]string{"id": "sweep-exec"}
 	sesP  = map[string]string{"id": "sweep-session"}
 	fileP = map[string]string{"id": "sweep-session", "path": "f.txt"}
@@ -88,6 +89,12 @@ var v1Fixtures = map[string]v1Fixture{
 	"POST /v1/sandboxes/{id}/contexts/{cid}/restart":      {params: ctxP},
 	"POST /v1/sandboxes/{id}/contexts/{cid}/fork":         {params: ctxP},
 	"POST /v1/sandboxes/{id}/contexts/{cid}/interrupt":    {params: ctxP},
+	"GET /v1/sandboxes/{id}/ports/{port}/{path}":          {params: portP},
+	"POST /v1/sandboxes/{id}/ports/{port}/{path}":         {params: portP},
+	"PUT /v1/sandboxes/{id}/ports/{port}/{path}":          {params: portP},
+	"PATCH /v1/sandboxes/{id}/ports/{port}/{path}":        {params: portP},
+	"DELETE /v1/sandboxes/{id}/ports/{port}/{path}":       {params: portP},
+	"OPTIONS /v1/sandboxes/{id}/ports/{port}/{path}":      {params: portP},
 	"GET /v1/blobs/{key}":                                 {params: map[string]string{"key": "sweep/blob.txt"}, query: "$blobquery"},
 	"HEAD /v1/blobs/{key}":                                {params: map[string]string{"key": "sweep/blob.txt"}, query: "$blobquery"},
 	"GET /healthz":                                        {},

@@ -291,6 +291,7 @@ func TestSandboxCLIDoc(t *testing.T) {
 		`SANDBOX +LANGUAGE +TIER +STATE +EXPIRES +METADATA\n(sbx_\w+) +python +container +running .* project=cli-demo\n`,
 		`^42\noops\nexit 3\n`,
 		`PID +STATE +TAG +STARTED +CMD\n`, `\d+ +running +web .* python3 -m http.server 8000\n`,
+		`/v1/sandboxes/sbx_\w+/ports/8000/\n`, `^200\n`,
 		`/workspace/data/in.csv \(4 bytes\)\n`, `file +4 .* /workspace/data/in.csv\n`, `a,b\n`,
 		`sbx_\w+: expires .*\n`, `^42\n`, `sbx_\w+: paused with its files only.*\n`,
 		`sbx_\w+: resumed with its files only; lost 1 process\(es\) and its code contexts\n`, `sbx_\w+: killed\n$`,

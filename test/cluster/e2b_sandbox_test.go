@@ -43,8 +43,9 @@ func e2bCall(t *testing.T, s *testserver.Server, method, path, body string, h ..
 // TestE2BAcrossNodes: an E2B sandbox made on node A is reached through B
 // and C as on A: get, timeout and connect through B, listed by metadata on
 // every node, in-sandbox traffic with its token forwarded to A (a wrong
-// token refused there), another tenant refused everywhere, killed through
-// C and gone on all.
+// token refused there; a server the sandbox runs answering through B, and
+// through C's /v1 port route), another tenant refused everywhere, killed
+// through C and gone on all.
 func TestE2BAcrossNodes(t *testing.T) {
 	nodes := startNodes(t, nil, nil, nil)
 	a, b, c := nodes[0], nodes[1], nodes[2]
@@ -89,14 +90,34 @@ func TestE2BAcrossNodes(t *testing.T) {
 	}
 
 	// Through B to A: with its token the call passes the check on A and
-	// reaches the port (which no service serves: 502); B alone would not
+	// reaches the sandbox's own server on the port (started through B);
+	// a port nothing listens on is A's 502 port_closed; B alone would not
 	// know the sandbox, and A answers a wrong token as a sandbox gone
 	// (502), the same answer as once the sandbox is killed.
+	if code, body := e2bCall(t, b, "POST", "/v1/sandboxes/"+sb.SandboxID+"/processes",
+		`{"cmd": ["python3", "-m", "http.server", "8080", "--bind", "127.0.0.1", "--directory", "/tmp"]}`,
+		"Authorization", "Bearer "+testserver.AlphaKey); code != http.StatusCreated {
+		t.Fatalf("start a server through B: %d %s", code, body)
+	}
 	traffic := func(token string) []string {
 		return []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-Access-Token", token}
 	}
-	if code, body := e2bCall(t, b, "GET", "/", "", traffic(sb.EnvdAccessToken)...); code != http.StatusBadGateway {
-		t.Errorf("traffic through B with the token: %d %s, want the owner's 502 for an unserved port", code, body)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		code, body := e2bCall(t, b, "GET", "/", "", traffic(sb.EnvdAccessToken)...)
+		if code == http.StatusOK && bytes.Contains(body, []byte("Directory listing")) {
+			break
+		}
+		if !bytes.Contains(body, []byte("nothing listens on port 8080")) || time.Now().After(deadline) {
+			t.Fatalf("traffic to the sandbox's server through B: %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, body := e2bCall(t, c, "GET", "/v1/sandboxes/"+sb.SandboxID+"/ports/8080/", "", "Authorization", "Bearer "+testserver.AlphaKey); code != http.StatusOK || !bytes.Contains(body, []byte("Directory listing")) {
+		t.Errorf("/v1's port route through C: %d %s", code, body)
+	}
+	if code, body := e2bCall(t, b, "GET", "/", "", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8081",
+		"X-Access-Token", sb.EnvdAccessToken); code != http.StatusBadGateway || !bytes.Contains(body, []byte("nothing listens on port 8081")) {
+		t.Errorf("a port nothing listens on, through B: %d %s", code, body)
 	}
 	wrongCode, wrongBody := e2bCall(t, b, "GET", "/", "", traffic("alpha."+strings.Repeat("0", 64))...)
 	if wrongCode != http.StatusBadGateway {

@@ -292,6 +292,33 @@ test('a wrong or missing access token is refused', async () => {
   await assert.rejects(forged.files.read('/etc/hostname'))
 })
 
+test('a server started in the sandbox answers on its port, with the traffic token or made public', async () => {
+  await sbx.commands.run('mkdir -p /tmp/www && echo served > /tmp/www/hello.txt')
+  await sbx.commands.run('python3 -m http.server 3000 --directory /tmp/www', { background: true })
+  assert.ok(sbx.getHost(3000).startsWith(`3000-${sbx.sandboxId}.`), sbx.getHost(3000))
+  const get = (port, token, id = sbx.sandboxId) =>
+    fetch(`${sandboxURL}/hello.txt`, {
+      headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': String(port), ...(token ? { 'E2B-Traffic-Access-Token': token } : {}) },
+    })
+  await until('the server listens', async () => (await get(3000, sbx.trafficAccessToken)).status === 200)
+  const ok = await get(3000, sbx.trafficAccessToken)
+  assert.equal(await ok.text(), 'served\n')
+  assert.equal((await get(3000, undefined)).status, 403)
+  const closed = await get(3001, sbx.trafficAccessToken)
+  assert.equal(closed.status, 502)
+  assert.match((await closed.json()).message, /nothing listens on port 3001/)
+  // Made with allowPublicTraffic, its ports take no token.
+  const pub = await BaseSandbox.create(template, { timeoutMs: 120_000, network: { allowPublicTraffic: true } })
+  try {
+    await pub.commands.run('mkdir -p /tmp/www && echo public > /tmp/www/hello.txt')
+    await pub.commands.run('python3 -m http.server 3000 --directory /tmp/www', { background: true })
+    await until('the public server listens', async () => (await get(3000, undefined, pub.sandboxId)).status === 200)
+    assert.equal(await (await get(3000, undefined, pub.sandboxId)).text(), 'public\n')
+  } finally {
+    await pub.kill()
+  }
+})
+
 test('a malformed Connect frame gets a Connect error', async () => {
   const token = sbx.envdAccessToken
   const unary = await sandboxFetch('/filesystem.Filesystem/Stat', 49983, token, {

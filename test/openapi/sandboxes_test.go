@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/corralhq/corral/sandbox"
 )
@@ -56,6 +57,32 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "GET", path: base + "/metrics?since=yesterday", key: key, want: 400})
 	c.do(call{method: "GET", path: base + "/metrics", want: 401})
 	c.do(call{method: "GET", path: "/v1/sandboxes/nope/metrics", key: key, want: 404})
+	// Ports: a server in the sandbox that answers every method; each
+	// method's 200, 400, 401, 404 and 502 (nothing listens on 8001).
+	c.do(call{method: "POST", path: base + "/processes", key: key, want: 201,
+		body: js(sandbox.StartProcessRequest{Cmd: []string{"python3", "-c", anyMethodServer}})})
+	for i := 0; ; i++ {
+		got := c.do(call{method: "GET", path: base + "/ports/8000/up", key: key})
+		if strings.HasPrefix(string(got), "GET /up") {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("the server in the sandbox never answered: %s", clip(got))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
+		// One segment: the spec's router takes {path} as one (the
+		// route takes any number).
+		got := c.do(call{method: m, path: base + "/ports/8000/ab?q=1", key: key, want: 200, header: http.Header{"Content-Type": {"text/plain"}}})
+		if !strings.HasPrefix(string(got), m+" /ab?q=1") {
+			t.Errorf("%s through the port: %s", m, clip(got))
+		}
+		c.do(call{method: m, path: base + "/ports/0/x", key: key, want: 400, invalid: true})
+		c.do(call{method: m, path: base + "/ports/8000/x", want: 401})
+		c.do(call{method: m, path: "/v1/sandboxes/nope/ports/8000/x", key: key, want: 404})
+		c.do(call{method: m, path: base + "/ports/8001/x", key: key, want: 502})
+	}
 
 	// Processes.
 	var cat sandbox.ProcessInfo
@@ -254,3 +281,19 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "DELETE", path: base, key: key, want: 204})
 	c.do(call{method: "DELETE", path: base, key: key, want: 404})
 }
+
+// anyMethodServer is a python HTTP server on 127.0.0.1:8000 that answers
+// every method with the method, the path and the body.
+const anyMethodServer = `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        out = (self.command + " " + self.path + "\n").encode() + self.rfile.read(n)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = any
+http.server.ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
+`

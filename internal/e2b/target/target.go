@@ -71,7 +71,10 @@ var Statuses = fault.Table[int]{
 		fault.Canceled:           499,
 		fault.DeadlineExceeded:   http.StatusGatewayTimeout,
 	},
-	Codes: map[string]int{"payload_too_large": http.StatusRequestEntityTooLarge},
+	Codes: map[string]int{"payload_too_large": http.StatusRequestEntityTooLarge,
+		// A sandbox's port nothing listens on, or whose server failed
+		// (internal/ports): the proxy's 502.
+		"port_closed": http.StatusBadGateway, "port_failed": http.StatusBadGateway},
 }
 
 // Answer writes E2B's answer to f by table t: its status, Retry-After when f has one, and

@@ -153,7 +153,7 @@ func poolConfig(cfg config.Config) pool.Config {
 	pc.IdleTimeout = time.Duration(cfg.Pool.IdleTimeout)
 	for _, w := range cfg.Pool.Warm {
 		pc.Warm = append(pc.Warm, pool.Warm{Image: w.Image, Tier: runtime.Tier(w.Tier), Language: w.Language,
-			MinIdle: w.MinIdle, MaxIdle: w.MaxIdle, Zygote: w.Zygote, Preload: w.Preload})
+			MinIdle: w.MinIdle, MaxIdle: w.MaxIdle, Zygote: w.Zygote, Preload: w.Preload, System: w.System})
 	}
 	return pc
 }

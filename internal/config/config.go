@@ -60,6 +60,9 @@ type PoolWarm struct {
 	// Preload, and forks each execution from it.
 	Zygote  bool     `toml:"zygote"`
 	Preload []string `toml:"preload"`
+	// System keeps live sandboxes ready (a writable system, users): only
+	// a live sandbox's create takes them, and no execution does.
+	System bool `toml:"system"`
 }
 
 // Local is how this machine makes sandboxes: the part of corral serve's

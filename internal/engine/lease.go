@@ -56,6 +56,7 @@ func (e *Engine) Spec(ctx context.Context, p *Placement) (runtime.Spec, error) {
 		Rootfs:   p.Image.Rootfs,
 		Mounts:   p.Image.Mounts,
 		Overlays: overlays,
+		System:   p.System,
 		Limits: runtime.Limits{
 			MemoryBytes: l.MemoryMB << 20,
 			CPUCores:    l.CPUCores,
@@ -66,8 +67,9 @@ func (e *Engine) Spec(ctx context.Context, p *Placement) (runtime.Spec, error) {
 }
 
 // WarmSpec returns the spec of a sandbox for language's executions on
-// image with the server's default limits: what a warm pool keeps ready.
-func (e *Engine) WarmSpec(ctx context.Context, tier runtime.Tier, language, image string) (runtime.Spec, images.Image, error) {
+// image with the server's default limits (with system, a live sandbox's):
+// what a warm pool keeps ready.
+func (e *Engine) WarmSpec(ctx context.Context, tier runtime.Tier, language, image string, system bool) (runtime.Spec, images.Image, error) {
 	if _, ok := e.fleet.Runtime(tier); !ok {
 		return runtime.Spec{}, images.Image{}, fmt.Errorf("no %s runtime", tier)
 	}
@@ -83,7 +85,7 @@ func (e *Engine) WarmSpec(ctx context.Context, tier runtime.Tier, language, imag
 		return runtime.Spec{}, images.Image{}, err
 	}
 	d := e.cfg.Default
-	spec, err := e.Spec(ctx, &Placement{Runner: r, Image: img, Tier: tier,
+	spec, err := e.Spec(ctx, &Placement{Runner: r, Image: img, Tier: tier, System: system,
 		Limits: Limits{MemoryMB: d.MemoryMB, CPUCores: d.CPUCores, DiskMB: d.DiskMB, Pids: e.cfg.Pids}})
 	return spec, img, err
 }

@@ -39,7 +39,10 @@ type SandboxRequest struct {
 	Code      string
 	TimeoutMS int64
 	Untrusted bool
-	Names     Names
+	// System asks for a machine of its own (a live sandbox): a writable
+	// root and users (runtime.Spec.System).
+	System bool
+	Names  Names
 }
 
 // Limits are a sandbox's limits. Zero takes the server's default
@@ -78,6 +81,7 @@ type Placement struct {
 	Image      images.Image
 	Limits     Limits
 	Egress     []string
+	System     bool
 }
 
 // Claim is what p's sandbox must be, made to spec.
@@ -95,7 +99,7 @@ func (e *Engine) PrepareSandbox(r SandboxRequest) (*Placement, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Placement{Tenant: r.Tenant, Runner: runner, Limits: r.Limits}
+	p := &Placement{Tenant: r.Tenant, Runner: runner, Limits: r.Limits, System: r.System}
 	if r.Network != nil {
 		allow, i, err := e.cfg.Network.Narrow(r.Network.Allow)
 		if err != nil {

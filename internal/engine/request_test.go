@@ -92,7 +92,7 @@ func isRefusalOf(err error, field string) bool {
 func TestWarmSpec(t *testing.T) {
 	e := tiersEngine(t, "absent")
 	cfg := e.Config()
-	spec, img, err := e.WarmSpec(t.Context(), runtime.TierContainer, "bash", "")
+	spec, img, err := e.WarmSpec(t.Context(), runtime.TierContainer, "bash", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +100,10 @@ func TestWarmSpec(t *testing.T) {
 	if spec.Limits != want || spec.Rootfs != img.Rootfs || img.Name == "" {
 		t.Errorf("spec %+v of image %+v; want limits %+v", spec, img, want)
 	}
-	if _, _, err := e.WarmSpec(t.Context(), runtime.TierGVisor, "bash", ""); err == nil {
+	if _, _, err := e.WarmSpec(t.Context(), runtime.TierGVisor, "bash", "", false); err == nil {
 		t.Error("a warm spec on a tier this server lacks")
 	}
-	if _, _, err := e.WarmSpec(t.Context(), runtime.TierContainer, "cobol", ""); err == nil {
+	if _, _, err := e.WarmSpec(t.Context(), runtime.TierContainer, "cobol", "", false); err == nil {
 		t.Error("a warm spec for an unknown language")
 	}
 }

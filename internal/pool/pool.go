@@ -47,6 +47,9 @@ type Warm struct {
 	// Zygote runs a pre-started interpreter that imports Preload.
 	Zygote  bool
 	Preload []string
+	// System keeps live sandboxes ready (runtime.Spec.System): only a
+	// live sandbox's create claims them, and no execution does.
+	System bool
 }
 
 // Config configures a pool.
@@ -75,7 +78,7 @@ func DefaultConfig() Config {
 // Interpreters is what the pool needs of the engine: the spec of a class's
 // sandboxes, and the pre-started interpreter of a language.
 type Interpreters interface {
-	WarmSpec(ctx context.Context, tier runtime.Tier, language, image string) (runtime.Spec, images.Image, error)
+	WarmSpec(ctx context.Context, tier runtime.Tier, language, image string, system bool) (runtime.Spec, images.Image, error)
 	StartZygote(ctx context.Context, sb runtime.Sandbox, language string, img images.Image, preload []string) (*fleet.Zygote, error)
 }
 
@@ -215,7 +218,7 @@ func (p *Pool) start(ctx context.Context, i int) error {
 	if w.MaxIdle < w.MinIdle {
 		w.MaxIdle = w.MinIdle
 	}
-	spec, img, err := p.e.WarmSpec(ctx, w.Tier, w.Language, w.Image)
+	spec, img, err := p.e.WarmSpec(ctx, w.Tier, w.Language, w.Image, w.System)
 	if err != nil {
 		return fmt.Errorf("pool class %d (%s %s on %s): %w", i, w.Language, w.Image, w.Tier, err)
 	}

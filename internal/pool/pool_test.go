@@ -93,7 +93,7 @@ func newUnitOn(t *testing.T, f *testenv.Fake, w pool.Warm, mutate ...func(*pool.
 	}
 	u := &unit{t: t, f: f, m: metrics.New(), clock: newClock(), warm: w, rt: f.Runtimes[w.Tier]}
 	var err error
-	u.spec, u.img, err = f.WarmSpec(t.Context(), w.Tier, w.Language, images.HostName)
+	u.spec, u.img, err = f.WarmSpec(t.Context(), w.Tier, w.Language, images.HostName, w.System)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -945,7 +945,7 @@ func TestAddTierStartsClass(t *testing.T) {
 		t.Fatalf("classes hold %v ready, want one gvisor class with 1", p.Idle())
 	}
 	ready := idsOf(p.IdleSandboxes(""))
-	spec, img, err := f.WarmSpec(t.Context(), runtime.TierGVisor, "python", images.HostName)
+	spec, img, err := f.WarmSpec(t.Context(), runtime.TierGVisor, "python", images.HostName, false)
 	if err != nil {
 		t.Fatal(err)
 	}

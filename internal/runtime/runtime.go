@@ -58,6 +58,12 @@ type Spec struct {
 	Mounts   []Mount
 	Overlays []Overlay
 	Limits   Limits
+	// System makes the sandbox a machine of its own (a live sandbox): a
+	// writable root whose changes live on its disk, the agent as root
+	// inside, programs as the unprivileged user unless asked (see
+	// internal/runtime/oci/system.go). Otherwise the root is read-only and
+	// everything runs as the unprivileged user.
+	System bool
 	// Workspace, if set, is the path of a disk image that persists after
 	// the sandbox (a session's workspace), made with Limits.DiskBytes if it
 	// does not exist yet; otherwise the sandbox gets a fresh disk that is
@@ -271,13 +277,14 @@ func (e *LimitBelowUsageError) Is(target error) bool { return target == ErrLimit
 var ErrUnavailable = errors.New("runtime unavailable")
 
 // Key says what a running sandbox can serve: the same tier, root
-// filesystem, mounts and overlays. Limits come on top (see Fixer).
+// filesystem, mounts, overlays and system. Limits come on top (see Fixer).
 func Key(tier Tier, spec Spec) string {
 	b, _ := json.Marshal(struct {
 		Tier     Tier
 		Rootfs   string
 		Mounts   []Mount
 		Overlays []Overlay
-	}{tier, spec.Rootfs, spec.Mounts, spec.Overlays})
+		System   bool `json:",omitempty"`
+	}{tier, spec.Rootfs, spec.Mounts, spec.Overlays, spec.System})
 	return string(b)
 }

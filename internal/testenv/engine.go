@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/corralhq/corral/internal/engine"
@@ -56,7 +57,7 @@ func Runtimes(t testing.TB, dataDir string) []runtime.Runtime {
 // nothing left.
 func Engine(t testing.TB, mutate ...func(*engine.Config)) *engine.Engine {
 	t.Helper()
-	dir := t.TempDir()
+	dir := DataDir(t)
 	cfg := engine.DefaultConfig()
 	cfg.CacheDir = CacheDir()
 	cfg.UID, cfg.GID = 1000, 1000
@@ -94,4 +95,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 func Warm(t testing.TB, e *engine.Engine) {
 	t.Helper()
 	e.Warm(context.Background(), images.HostName)
+}
+
+// DataDir returns a fresh t.TempDir whose parents are searchable by other
+// users, as a server's data directory is (/var/lib): root of a live sandbox
+// on runc is an unprivileged host user that must reach its root file
+// system through it.
+func DataDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	top := filepath.Clean(os.TempDir())
+	for d := filepath.Dir(dir); strings.HasPrefix(d, top+"/"); d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -33,7 +33,7 @@ func ImageStore(t testing.TB) *images.Store {
 // instead of a fresh host-only store.
 func ImageEngine(t testing.TB, imgs engine.ImageResolver, mutate ...func(*engine.Config)) *engine.Engine {
 	t.Helper()
-	dir := t.TempDir()
+	dir := DataDir(t)
 	cfg := engine.DefaultConfig()
 	cfg.CacheDir = CacheDir()
 	cfg.UID, cfg.GID = 1000, 1000

@@ -127,7 +127,7 @@ func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.Runtime(t, "runc")
-	data := t.TempDir()
+	data := testenv.DataDir(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

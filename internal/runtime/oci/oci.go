@@ -81,6 +81,12 @@ type Runtime struct {
 	rollbacks sync.WaitGroup
 	// starts holds a slot per sandbox starting (Config.MaxStarting).
 	starts chan struct{}
+	// The user namespace system sandboxes' idmapped mounts name (system.go).
+	usernsOnce sync.Once
+	usernsFile *os.File
+	usernsErr  error
+	reachOnce  sync.Once
+	reachErr   error
 }
 
 // New checks cfg and prepares the data directory.
@@ -122,6 +128,17 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	// Root of a runc system sandbox is an unprivileged host user (system.go)
+	// that must reach its root file system: the directories on the way may
+	// be passed through, not listed.
+	for d := r.sandboxes; ; d = filepath.Dir(d) {
+		if err := searchable(d); err != nil {
+			return nil, err
+		}
+		if d == filepath.Clean(cfg.DataDir) || d == filepath.Dir(d) {
+			break
+		}
+	}
 	// Corral's own work (the API, the store, a cancel's kill) comes before
 	// the sandboxes' when the CPU is short.
 	if err := cgroup.Yield("/" + cfg.CgroupParent); err != nil {
@@ -137,6 +154,9 @@ func (r *Runtime) Close() error {
 	r.rollbacks.Wait()
 	path := filepath.Join(r.state, "null-netns")
 	for unix.Unmount(path, unix.MNT_DETACH) == nil {
+	}
+	if r.usernsFile != nil {
+		r.usernsFile.Close()
 	}
 	return nil
 }
@@ -248,6 +268,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
+	if spec.System {
+		if err := searchable(s.dir); err != nil {
+			return nil, err
+		}
+	}
 	// The lock marks the sandbox as owned by a live process; Reap takes
 	// over sandboxes whose lock is free.
 	if s.lock, err = lockFile(filepath.Join(s.dir, "lock"), false); err != nil {
@@ -284,8 +309,15 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 		}
 		mounts = append(mounts, runtime.Mount{Source: target, Destination: o.Destination, Writable: true})
 	}
+	rootfs := spec.Rootfs
+	if spec.System {
+		if rootfs, err = s.systemRoot(spec.Rootfs); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := config(bundle{
-		Rootfs:         spec.Rootfs,
+		Rootfs:         rootfs,
+		System:         spec.System,
 		Mounts:         mounts,
 		Limits:         spec.Limits,
 		DiskDir:        s.disk.Dir,
@@ -726,6 +758,12 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 			unix.Close(fd)
 		}
 		s.adopted, s.initFD = nil, -1
+		// A system sandbox's root, then the image it lies on (system.go).
+		for _, m := range []string{"rootfs", "lower"} {
+			if err := disk.Unmount(filepath.Join(s.dir, m)); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		overlays, _ := filepath.Glob(filepath.Join(s.dir, "overlay*"))
 		for _, o := range overlays {
 			if err := disk.Unmount(o); err != nil {

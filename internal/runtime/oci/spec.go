@@ -36,6 +36,9 @@ type bundle struct {
 	AgentBinary string // host path of the agent, bound read-only
 	CgroupsPath string
 	UID, GID    uint32
+	// System makes a system sandbox (system.go): a writable root, the
+	// agent as root with systemCaps, and on runc a user namespace.
+	System bool
 	// SwapAccounting says whether the memory+swap limit can be set.
 	SwapAccounting bool
 	// GVisor adapts the config to runsc:
@@ -145,7 +148,17 @@ func config(b bundle) (*specs.Spec, error) {
 		n := uint64(gvisorTasks(b.Limits))
 		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
-	sc, err := cachedSeccomp(b.GVisor)
+	if b.System {
+		s.Root.Readonly = false
+		s.Process.User = specs.User{UID: 0, GID: 0, Umask: &umask}
+		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: systemCaps, Effective: systemCaps, Permitted: systemCaps}
+		if !b.GVisor {
+			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+			s.Linux.UIDMappings = idMappings(b.UID)
+			s.Linux.GIDMappings = idMappings(b.GID)
+		}
+	}
+	sc, err := cachedSeccomp(b.GVisor, b.System)
 	if err != nil {
 		return nil, err
 	}
@@ -153,20 +166,34 @@ func config(b bundle) (*specs.Spec, error) {
 	return s, nil
 }
 
-// The profile depends only on the tier (capabilities are always empty), so
-// it is derived once per process.
-var seccompProfiles = [2]func() (*specs.LinuxSeccomp, error){
-	sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(noCaps, false) }),
-	sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(noCaps, true) }),
+// The profile depends only on the tier and the capabilities (none, or a
+// system sandbox's), so it is derived once per process for each.
+var seccompProfiles = [2][2]func() (*specs.LinuxSeccomp, error){
+	{
+		sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(noCaps, false) }),
+		sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(withCaps, false) }),
+	},
+	{
+		sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(noCaps, true) }),
+		sync.OnceValues(func() (*specs.LinuxSeccomp, error) { return seccompProfile(withCaps, true) }),
+	},
 }
 
-var noCaps = &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+var (
+	noCaps   = &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+	withCaps = &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{
+		Bounding: systemCaps, Effective: systemCaps, Permitted: systemCaps}}}
+)
 
-func cachedSeccomp(gvisor bool) (*specs.LinuxSeccomp, error) {
-	if gvisor {
-		return seccompProfiles[1]()
+func cachedSeccomp(gvisor, system bool) (*specs.LinuxSeccomp, error) {
+	return seccompProfiles[b2i(gvisor)][b2i(system)]()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	return seccompProfiles[0]()
+	return 0
 }
 
 func mounts(b bundle) []specs.Mount {

@@ -217,7 +217,9 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		if stats.OOMKills < 1 {
 			t.Errorf("OOMKills = %d, want ≥ 1 (stats %+v, status %+v)", stats.OOMKills, stats, st)
 		}
-		if stats.PeakMemoryBytes < 32<<20 || stats.PeakMemoryBytes > 64<<20 {
+		// The kernel may charge a page or a few past the limit on its way
+		// to the OOM kill (seen here: 4 KiB over, on gVisor's host cgroup).
+		if stats.PeakMemoryBytes < 32<<20 || stats.PeakMemoryBytes > 64<<20+256<<10 {
 			t.Errorf("peak memory %d, want near the 64 MB limit", stats.PeakMemoryBytes)
 		}
 	})

@@ -47,6 +47,10 @@ type Mount struct {
 type Overlay struct {
 	Lower       string
 	Destination string
+	// System: a part of the image's system (a system sandbox's /usr on
+	// the host image), owned by root inside; otherwise a cache, owned by
+	// the sandbox user.
+	System bool `json:",omitempty"`
 }
 
 // Spec describes a sandbox to create.

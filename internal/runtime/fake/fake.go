@@ -117,7 +117,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	}
 	s.limits.Store(&spec.Limits)
 	s.spec = spec
-	for _, d := range []string{"workspace", "tmp", "dev/shm", runtime.EgressPath} {
+	dirs := []string{"workspace", "tmp", "dev/shm", runtime.EgressPath}
+	if spec.System {
+		// A system sandbox's home (in local mode, programs run as the
+		// test's own user: there are no users to switch between).
+		dirs = append(dirs, "home/user")
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(s.root, d), 0o755); err != nil {
 			return nil, fmt.Errorf("create fake sandbox: %w", err)
 		}

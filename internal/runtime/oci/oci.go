@@ -295,6 +295,19 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 		return nil, fmt.Errorf("sandbox disk: %w", err)
 	}
 	mounts := slices.Clone(spec.Mounts)
+	overlays := spec.Overlays
+	if spec.System {
+		// The image's read-only binds (the host image's /usr) become
+		// writable views like its root.
+		mounts, overlays = nil, slices.Clone(overlays)
+		for _, m := range spec.Mounts {
+			if m.Writable {
+				mounts = append(mounts, m)
+				continue
+			}
+			overlays = append(overlays, runtime.Overlay{Lower: m.Source, Destination: m.Destination, System: true})
+		}
+	}
 	// The egress port: empty until an execution with network access puts
 	// its proxy's socket there. Root's, so no program can put anything
 	// else in its place.
@@ -302,8 +315,8 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 		return nil, fmt.Errorf("create egress dir: %w", err)
 	}
 	mounts = append(mounts, runtime.Mount{Source: s.EgressDir(), Destination: runtime.EgressPath})
-	for i, o := range spec.Overlays {
-		target, err := s.overlay(i, o.Lower)
+	for i, o := range overlays {
+		target, err := s.overlay(i, o, spec.System)
 		if err != nil {
 			return nil, err
 		}
@@ -356,9 +369,22 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 	return s, nil
 }
 
-// overlay mounts a private writable view of lower whose changes live on the
-// sandbox's disk, and returns its host path.
-func (s *Sandbox) overlay(i int, lower string) (string, error) {
+// overlay mounts a private writable view of o.Lower whose changes live on
+// the sandbox's disk, and returns its host path. In a system sandbox on
+// runc, the lower layer is seen through an idmapped mount (system.go); an
+// overlay of the system's (not a cache's) belongs to root inside.
+func (s *Sandbox) overlay(i int, o runtime.Overlay, system bool) (string, error) {
+	lower := o.Lower
+	owner := int(s.rt.cfg.UID)
+	if o.System {
+		owner = s.rootOwner()
+	}
+	if system && s.rt.cfg.Tier != runtime.TierGVisor {
+		lower = filepath.Join(s.dir, "lower"+strconv.Itoa(i))
+		if err := s.rt.idmapped(o.Lower, lower); err != nil {
+			return "", err
+		}
+	}
 	base := filepath.Join(s.disk.Dir, ".overlay", strconv.Itoa(i))
 	upper, work := filepath.Join(base, "upper"), filepath.Join(base, "work")
 	for _, d := range []string{upper, work} {
@@ -366,7 +392,11 @@ func (s *Sandbox) overlay(i int, lower string) (string, error) {
 			return "", fmt.Errorf("create overlay: %w", err)
 		}
 	}
-	if err := os.Chown(upper, int(s.rt.cfg.UID), int(s.rt.cfg.GID)); err != nil {
+	gid := int(s.rt.cfg.GID)
+	if o.System {
+		gid = owner
+	}
+	if err := os.Chown(upper, owner, gid); err != nil {
 		return "", fmt.Errorf("create overlay: %w", err)
 	}
 	target := filepath.Join(s.dir, "overlay"+strconv.Itoa(i))
@@ -375,7 +405,7 @@ func (s *Sandbox) overlay(i int, lower string) (string, error) {
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off", lower, upper, work)
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return "", fmt.Errorf("mount overlay of %s: %w", lower, err)
+		return "", fmt.Errorf("mount overlay of %s: %w", o.Lower, err)
 	}
 	return target, nil
 }
@@ -758,15 +788,12 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 			unix.Close(fd)
 		}
 		s.adopted, s.initFD = nil, -1
-		// A system sandbox's root, then the image it lies on (system.go).
-		for _, m := range []string{"rootfs", "lower"} {
-			if err := disk.Unmount(filepath.Join(s.dir, m)); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		// A system sandbox's root, the overlays, then the idmapped
+		// layers they lie on (system.go).
 		overlays, _ := filepath.Glob(filepath.Join(s.dir, "overlay*"))
-		for _, o := range overlays {
-			if err := disk.Unmount(o); err != nil {
+		lowers, _ := filepath.Glob(filepath.Join(s.dir, "lower*"))
+		for _, m := range slices.Concat([]string{filepath.Join(s.dir, "rootfs")}, overlays, lowers) {
+			if err := disk.Unmount(m); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -80,13 +80,12 @@ func (s *Sandbox) systemRoot(image string) (string, error) {
 			return "", fmt.Errorf("create system layer: %w", err)
 		}
 	}
-	owner := 0
+	owner := s.rootOwner()
 	lower := image
 	if s.rt.cfg.Tier != runtime.TierGVisor {
 		if err := s.rt.reachable(); err != nil {
 			return "", err
 		}
-		owner = RootHostID
 		lower = filepath.Join(s.dir, "lower")
 		if err := s.rt.idmapped(image, lower); err != nil {
 			return "", err
@@ -294,4 +293,12 @@ func searchable(dir string) error {
 		}
 	}
 	return nil
+}
+
+// rootOwner is root inside a system sandbox as the host sees it.
+func (s *Sandbox) rootOwner() int {
+	if s.rt.cfg.Tier == runtime.TierGVisor {
+		return 0
+	}
+	return RootHostID
 }

@@ -3,11 +3,13 @@ package images
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -319,7 +321,8 @@ func (p *mmProgress) line(l string) (string, float64, bool) {
 // vendorNpm installs npm packages with the host's npm into a directory
 // beside the rootfs (install scripts off: no package code runs on the host)
 // and moves them to /usr/local/lib/node_modules, with /node_modules linking
-// there so ES modules find them too.
+// there so ES modules find them too, and their commands linked into
+// /usr/local/bin as npm install -g would (npm itself: npm and npx).
 func vendorNpm(ctx context.Context, npm string, pkgs []string, stageDir, cacheDir string, log io.Writer) error {
 	work := filepath.Join(stageDir, "npm")
 	if err := os.MkdirAll(work, 0o755); err != nil {
@@ -353,6 +356,11 @@ func vendorNpm(ctx context.Context, npm string, pkgs []string, stageDir, cacheDi
 	}
 	if err := os.Symlink("usr/local/lib/node_modules", filepath.Join(rootfs, "node_modules")); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("vendor npm packages: %w", err)
+	}
+	for _, p := range pkgs {
+		if err := linkNpmBins(rootfs, npmName(p)); err != nil {
+			return fmt.Errorf("vendor npm packages: %w", err)
+		}
 	}
 	// The lock file records what npm resolved, for the record.
 	if err := os.Rename(filepath.Join(work, "package-lock.json"), filepath.Join(stageDir, "npm-lock.json")); err != nil {
@@ -397,4 +405,61 @@ func PackageList(rootfs string) ([]string, error) {
 	}
 	slices.Sort(lines)
 	return lines, nil
+}
+
+// npmName is the package name of an exact "name@version" (scopes kept).
+func npmName(spec string) string {
+	if i := strings.LastIndex(spec, "@"); i > 0 {
+		return spec[:i]
+	}
+	return spec
+}
+
+// linkNpmBins links the commands vendored package name declares ("bin" in
+// its package.json: one named after the package, or a map) into
+// /usr/local/bin of rootfs, executable.
+func linkNpmBins(rootfs, name string) error {
+	dir := filepath.Join("usr", "local", "lib", "node_modules", name)
+	b, err := os.ReadFile(filepath.Join(rootfs, dir, "package.json"))
+	if err != nil {
+		return err
+	}
+	var meta struct {
+		Bin json.RawMessage `json:"bin"`
+	}
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return fmt.Errorf("%s/package.json: %w", name, err)
+	}
+	bins := map[string]string{}
+	var one string
+	switch {
+	case len(meta.Bin) == 0:
+		return nil
+	case json.Unmarshal(meta.Bin, &one) == nil:
+		bins[path.Base(name)] = one
+	default:
+		if err := json.Unmarshal(meta.Bin, &bins); err != nil {
+			return fmt.Errorf("%s/package.json: bin: %w", name, err)
+		}
+	}
+	binDir := filepath.Join(rootfs, "usr", "local", "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return err
+	}
+	for cmd, target := range bins {
+		if cmd != path.Base(cmd) || cmd == "." || cmd == ".." || strings.HasPrefix(path.Clean(target), "..") || path.IsAbs(target) {
+			return fmt.Errorf("%s/package.json: bin %q: %q leads outside the package", name, cmd, target)
+		}
+		if err := os.Chmod(filepath.Join(rootfs, dir, target), 0o755); err != nil {
+			return err
+		}
+		link := filepath.Join(binDir, cmd)
+		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.Symlink(filepath.Join("..", "lib", "node_modules", name, target), link); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -40,6 +40,8 @@ type warmPool struct {
 	maxIdle     int
 	zygote      bool
 	preload     []string
+	// system: live sandboxes' class (pool.Warm.System).
+	system bool
 }
 
 func (p warmPool) toml() string {
@@ -47,8 +49,8 @@ func (p warmPool) toml() string {
 	if p.preload == nil {
 		pre = []byte("[]")
 	}
-	return fmt.Sprintf("\n[[pool.warm]]\nimage = %q\ntier = %q\nmin_idle = %d\nmax_idle = %d\nzygote = %t\npreload = %s\n",
-		p.image, p.tier, p.minIdle, p.maxIdle, p.zygote, pre)
+	return fmt.Sprintf("\n[[pool.warm]]\nimage = %q\ntier = %q\nmin_idle = %d\nmax_idle = %d\nzygote = %t\npreload = %s\nsystem = %t\n",
+		p.image, p.tier, p.minIdle, p.maxIdle, p.zygote, pre, p.system)
 }
 
 // poolConfig is the [pool] section for pools; none turns off the embedded

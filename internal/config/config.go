@@ -330,7 +330,10 @@ func Default() Config {
 	// served from it, not cold (docs/pool.md).
 	c.Pool.Warm = []PoolWarm{
 		{Image: images.HostName, Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16, Zygote: true},
-		{Image: "python", Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16},
+		// Live sandboxes: /v1's python and E2B's base template (the host
+		// image), E2B's code-interpreter template (the python image).
+		{Image: images.HostName, Tier: "container", Language: "python", MinIdle: 1, MaxIdle: 8, System: true},
+		{Image: "python", Tier: "container", Language: "python", MinIdle: 2, MaxIdle: 16, System: true},
 	}
 	c.Log.Level = LogLevel(slog.LevelInfo)
 	c.Log.Format = "json"

@@ -627,13 +627,20 @@ func (p *Pool) replaced(c *class, reason string) {
 	}
 }
 
+// gauge sets the idle gauge of c's tier and image: the sum over the
+// classes that share them (one for executions, one for live sandboxes).
 func (p *Pool) gauge(c *class) {
 	if p.m == nil {
 		return
 	}
-	c.mu.Lock()
-	n := len(c.idle)
-	c.mu.Unlock()
+	n := 0
+	for _, o := range p.all() {
+		if o.warm.Tier == c.warm.Tier && o.img.Name == c.img.Name {
+			o.mu.Lock()
+			n += len(o.idle)
+			o.mu.Unlock()
+		}
+	}
 	p.m.PoolIdle.WithLabelValues(string(c.warm.Tier), c.img.Name).Set(float64(n))
 }
 

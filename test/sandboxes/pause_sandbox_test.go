@@ -214,6 +214,7 @@ tier = "gvisor"
 language = "python"
 min_idle = 1
 max_idle = 1
+system = true
 `})
 	c := client(s)
 	ctx := t.Context()

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/oci"
 )
@@ -31,23 +29,8 @@ type runscWait struct {
 
 // runscBuilding reports whether scripts/deps.sh is building runsc: it
 // holds an exclusive flock on lock from before the build starts until
-// runsc is installed. The kernel drops a flock with the last process
-// holding it, so a build that died is never taken for one in progress.
-func runscBuilding(lock string) bool {
-	f, err := os.Open(lock)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	// Shared, and dropped at once: a build about to start waits for its
-	// lock, never fails for this look.
-	err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-	if err != nil {
-		return errors.Is(err, unix.EWOULDBLOCK)
-	}
-	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	return false
-}
+// runsc is installed (images.Held).
+func runscBuilding(lock string) bool { return images.Held(lock) }
 
 // runscBuildLog returns the newest build log next to lock
 // (runsc-VERSION.log), for the operator; "" if there is none.

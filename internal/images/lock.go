@@ -92,6 +92,25 @@ func flock(f *os.File, how int) error {
 	}
 }
 
+// Held reports whether a process holds an exclusive flock on the file at
+// path: a build in progress (an image's, runsc's in scripts/deps.sh). The
+// look takes a shared lock and drops it at once, so a build about to start
+// waits for its lock, never fails for it; the kernel drops a flock with
+// the last process holding it, so a build that died is never taken for
+// one in progress.
+func Held(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := flock(f, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return err == unix.EWOULDBLOCK
+	}
+	_ = flock(f, unix.LOCK_UN)
+	return false
+}
+
 // tryLock takes an exclusive lock on f without waiting: false (and no
 // error) if another open file holds a lock on it. The lock lasts until f is
 // closed.

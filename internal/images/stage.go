@@ -162,16 +162,7 @@ func (s *Store) Building(name string) bool {
 	if CheckName(name) != nil {
 		return false
 	}
-	f, err := os.Open(s.buildLockPath(name))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if err := flock(f, unix.LOCK_SH|unix.LOCK_NB); err != nil {
-		return err == unix.EWOULDBLOCK
-	}
-	_ = flock(f, unix.LOCK_UN)
-	return false
+	return Held(s.buildLockPath(name))
 }
 
 // buildLockPath is the file a build of name holds locked while it runs.

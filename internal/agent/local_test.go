@@ -476,7 +476,7 @@ func TestOnlyPID1(t *testing.T) {
 			t.Errorf("Main(%q) = %d, want 2", args, code)
 		}
 	}
-	if err := ServeLocal(strings.NewReader(""), io.Discard, slog.New(slog.DiscardHandler), "relative"); err == nil {
+	if err := ServeLocal(strings.NewReader(""), io.Discard, slog.New(slog.DiscardHandler), "relative", false); err == nil {
 		t.Error("ServeLocal on a relative root")
 	}
 	if !slices.Contains(ignoredSignals, os.Signal(syscall.SIGTERM)) {

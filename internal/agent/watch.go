@@ -66,9 +66,11 @@ type watch struct {
 	id        uint32
 	root      string
 	recursive bool
-	dirs      map[int32]string // the directories watched, by descriptor
-	pending   []WatchEvent     // for the host
-	overflow  bool             // events were lost since pending was sent
+	// user reaches and watches the directories (asUser).
+	user     identity
+	dirs     map[int32]string // the directories watched, by descriptor
+	pending  []WatchEvent     // for the host
+	overflow bool             // events were lost since pending was sent
 	// end is set when the watch ends: an empty kind when the host stopped
 	// it, else why the agent did.
 	end  *errorReply
@@ -119,11 +121,15 @@ func (w *watch) lost() {
 
 // startWatch begins the watch the host asked for under id.
 func (a *Agent) startWatch(id uint32, req watchRequest) (*watch, error) {
-	root, comps, err := confine(req.Path, true)
+	root, comps, err := a.confine(req.Path, true)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := a.walkDir(root, comps, unix.O_RDONLY)
+	user, err := a.resolveUser(req.User)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := asUser(user, func() (int, error) { return a.walkDir(root, comps, unix.O_RDONLY) })
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +156,9 @@ func (a *Agent) startWatch(id uint32, req watchRequest) (*watch, error) {
 		s.byID, s.byWD = map[uint32]*watch{}, map[int32]map[*watch]string{}
 		go a.readWatches(s.ino)
 	}
-	w := &watch{id: id, root: req.Path, recursive: req.Recursive, dirs: map[int32]string{}, wake: make(chan struct{}, 1), sent: make(chan struct{})}
-	if err := a.addDir(w, fd, req.Path, false); err != nil {
+	w := &watch{id: id, root: req.Path, recursive: req.Recursive, user: user, dirs: map[int32]string{},
+		wake: make(chan struct{}, 1), sent: make(chan struct{})}
+	if err := asUserDo(user, func() error { return a.addDir(w, fd, req.Path, false) }); err != nil {
 		s.drop(w)
 		return nil, err
 	}
@@ -394,12 +401,15 @@ func (a *Agent) watchChange(w *watch, p string, mask uint32, name string) {
 				w.lost()
 				return
 			}
-			root, comps, err := confine(cp, false)
+			root, comps, err := a.confine(cp, false)
 			if err == nil {
-				var fd int
-				if fd, err = a.walkDir(root, comps, unix.O_RDONLY); err == nil {
-					err = a.addDir(w, fd, cp, true)
-				}
+				err = asUserDo(w.user, func() error {
+					fd, err := a.walkDir(root, comps, unix.O_RDONLY)
+					if err != nil {
+						return err
+					}
+					return a.addDir(w, fd, cp, true)
+				})
 			}
 			if err != nil && !errors.Is(err, unix.ENOENT) && kindOf(err) != KindSymlink {
 				w.lost()

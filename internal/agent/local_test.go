@@ -24,7 +24,7 @@ import (
 // mode: no root, no runtime, no sandbox. The agent is this test binary,
 // started again with the agent's own arguments.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == "local" {
+	if len(os.Args) == 3 && (os.Args[1] == "local" || os.Args[1] == "local-system") {
 		os.Exit(Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())

@@ -184,6 +184,12 @@ func (id identity) credential() *syscall.Credential {
 // unlocked: it ends with its goroutine, and no other goroutine runs on it
 // with the user's credentials.
 func asUser[T any](id identity, op func() (T, error)) (T, error) {
+	return asUserBy(id, false, op)
+}
+
+// asUserBy is asUser; effective: switch the effective ids, as where there
+// is no setfsuid (for tests of that way on a kernel that has it).
+func asUserBy[T any](id identity, effective bool, op func() (T, error)) (T, error) {
 	if !id.cred {
 		return op()
 	}
@@ -194,7 +200,7 @@ func asUser[T any](id identity, op func() (T, error)) (T, error) {
 	done := make(chan result, 1)
 	go func() {
 		goruntime.LockOSThread()
-		restore, err := switchFS(id)
+		restore, err := switchFS(id, effective)
 		var r result
 		if err == nil {
 			r.v, r.err = op()
@@ -214,16 +220,15 @@ func asUser[T any](id identity, op func() (T, error)) (T, error) {
 
 // switchFS gives the calling thread id's file-system credentials and
 // returns what restores the thread's own (to be called in every case).
-// Where there is no setfsuid (gVisor answers ENOSYS), it switches the
-// thread's effective ids, which the file-system ones follow: the real and
-// saved uid stay 0, so the thread can switch back.
-func switchFS(id identity) (restore func() error, err error) {
+// Where there is no setfsuid (gVisor answers ENOSYS), or with effective,
+// it switches the thread's effective ids, which the file-system ones
+// follow: the real and saved uid stay 0, so the thread can switch back.
+func switchFS(id identity, effective bool) (restore func() error, err error) {
 	groups, err := unix.Getgroups() // the thread's own, by a raw system call
 	if err != nil {
 		return func() error { return nil }, fmt.Errorf("getgroups: %w", err)
 	}
 	egid := unix.Getegid()
-	effective := false
 	restore = func() error {
 		var errs []error
 		if effective {
@@ -237,17 +242,20 @@ func switchFS(id identity) (restore func() error, err error) {
 	if err := setThreadGroups(id.groups); err != nil {
 		return restore, err
 	}
-	switch err := setfs(unix.SYS_SETFSGID, id.gid); {
-	case errors.Is(err, unix.ENOSYS):
-		effective = true
-		if err := setres(unix.SYS_SETRESGID, id.gid); err != nil {
-			return restore, err
+	if !effective {
+		err := setfs(unix.SYS_SETFSGID, id.gid)
+		if !errors.Is(err, unix.ENOSYS) {
+			if err != nil {
+				return restore, err
+			}
+			return restore, setfs(unix.SYS_SETFSUID, id.uid)
 		}
-		return restore, setres(unix.SYS_SETRESUID, id.uid)
-	case err != nil:
+		effective = true
+	}
+	if err := setres(unix.SYS_SETRESGID, id.gid); err != nil {
 		return restore, err
 	}
-	return restore, setfs(unix.SYS_SETFSUID, id.uid)
+	return restore, setres(unix.SYS_SETRESUID, id.uid)
 }
 
 // setfs sets the calling thread's fsuid or fsgid (trap SYS_SETFSUID or

@@ -42,10 +42,8 @@ func (a *Agent) confine(p string, rootOK bool) (string, []string, error) {
 		return "", nil, fmt.Errorf("path of %d bytes: %w", len(p), unix.ENAMETOOLONG)
 	}
 	if a.users {
-		for _, sp := range systemPlaces {
-			if p == sp || strings.HasPrefix(p, sp+"/") {
-				return "", nil, refuse(KindInvalid, "path %q is in %s, which is the system's", p, sp)
-			}
+		if a.systemPlace(p) {
+			return "", nil, refuse(KindInvalid, "path %q is in the system's %v", p, systemPlaces)
 		}
 		switch {
 		case p != "/":
@@ -64,6 +62,21 @@ func (a *Agent) confine(p string, rootOK bool) (string, []string, error) {
 		}
 	}
 	return "", nil, refuse(KindInvalid, "path %q is outside %v", p, writableRoots)
+}
+
+// systemPlace reports whether p is, or is under, one of systemPlaces, for
+// a system sandbox's agent: no request names it, and a listing or watch of
+// a directory above does not go into it.
+func (a *Agent) systemPlace(p string) bool {
+	if !a.users {
+		return false
+	}
+	for _, sp := range systemPlaces {
+		if p == sp || strings.HasPrefix(p, sp+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // dirFlags open a directory and nothing else: with O_DIRECTORY a FIFO is
@@ -359,7 +372,7 @@ func (l *lister) dir(fd int, p string, depth int) error {
 		if err := l.add(e); err != nil {
 			return err
 		}
-		if !e.Dir || depth == 1 {
+		if !e.Dir || depth == 1 || l.a.systemPlace(cp) {
 			continue
 		}
 		sub, err := stepDir(fd, name, cp, unix.O_RDONLY)

@@ -230,6 +230,25 @@ func TestSystemFiles(t *testing.T) {
 	if got := strings.Join(names, " "); !strings.Contains(got, "/srv") || !strings.Contains(got, "/workspace") {
 		t.Errorf("list /: %s", got)
 	}
+	// A deeper listing of / does not go into the system's places.
+	if err := os.MkdirAll(filepath.Join(root, "proc", "1", "fd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	es, err = l.ListDepth(ctx, "/", 3, agent.AsUser("root"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawProc, sawSrv bool
+	for _, e := range es {
+		sawProc = sawProc || e.Path == "/proc"
+		sawSrv = sawSrv || e.Path == "/srv/secret"
+		if strings.HasPrefix(e.Path, "/proc/") {
+			t.Errorf("list / to depth 3 went into /proc: %s", e.Path)
+		}
+	}
+	if !sawProc || !sawSrv {
+		t.Errorf("list / to depth 3: /proc %v, /srv/secret %v; want both", sawProc, sawSrv)
+	}
 	if e, err := l.Stat(ctx, "/"); err != nil || !e.Dir || e.Path != "/" {
 		t.Errorf("stat /: %+v, %v", e, err)
 	}
@@ -250,6 +269,27 @@ func TestSystemFiles(t *testing.T) {
 	} else {
 		stop()
 	}
+	// A recursive watch of / names what changes by its path.
+	events := make(chan agent.WatchEvent, 64)
+	stop, err = l.Watch(ctx, "/", true, func(e agent.WatchEvent) { events <- e }, agent.AsUser("root"))
+	if err != nil {
+		t.Fatalf("watch /: %v", err)
+	}
+	if err := write("/srv/private/w", agent.AsUser("root")); err != nil {
+		t.Fatal(err)
+	}
+	for seen := false; !seen; {
+		select {
+		case e := <-events:
+			seen = e.Path == "/srv/private/w"
+			if strings.HasPrefix(e.Path, "//") || strings.HasPrefix(e.Path, "/proc/") {
+				t.Errorf("watch /: event %+v", e)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("watch /: no event for /srv/private/w")
+		}
+	}
+	stop()
 	// The agent's own threads are root's still: a process as root after
 	// all this can write anywhere.
 	after := shAs("root", `echo ok > "$1"`)

@@ -245,7 +245,7 @@ func nextDirent(b []byte) (string, byte, []byte) {
 // if emit, and watches it if it is a directory (typ is its d_type). s.mu is
 // held.
 func (a *Agent) addEntry(w *watch, fd int, p, name string, typ byte, emit, deep bool) {
-	cp := p + "/" + name
+	cp := subPath(p, name)
 	if emit {
 		w.push(cp, OpCreate)
 	}
@@ -257,6 +257,9 @@ func (a *Agent) addEntry(w *watch, fd int, p, name string, typ byte, emit, deep 
 			return
 		}
 	default:
+		return
+	}
+	if a.systemPlace(cp) {
 		return
 	}
 	if deep {
@@ -271,6 +274,15 @@ func (a *Agent) addEntry(w *watch, fd int, p, name string, typ byte, emit, deep 
 		return
 	}
 	_ = a.addDir(w, sub, cp, emit)
+}
+
+// subPath is the path of name in the directory p (which may be / in a
+// system sandbox).
+func subPath(p, name string) string {
+	if p == "/" {
+		return p + name
+	}
+	return p + "/" + name
 }
 
 // ref records that descriptor wd stands for directory p in w.
@@ -388,7 +400,7 @@ func (a *Agent) watchEvent(wd int32, mask uint32, name string) {
 // watchChange reports a change of name in w's directory p.
 func (a *Agent) watchChange(w *watch, p string, mask uint32, name string) {
 	s := &a.watches
-	cp := p + "/" + name
+	cp := subPath(p, name)
 	dir := mask&unix.IN_ISDIR != 0
 	switch {
 	case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:

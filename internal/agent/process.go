@@ -87,7 +87,6 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)
 	path := req.Argv[0]
 	if req.Via == 0 {
-		var err error
 		if path, err = lookPath(req.Argv[0], req.Env); err != nil {
 			return 0, err
 		}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -218,6 +219,10 @@ func asUserBy[T any](id identity, effective bool, op func() (T, error)) (T, erro
 	return r.v, r.err
 }
 
+// noSetfsuid: setfsgid answered ENOSYS once (gVisor); it is not asked
+// again (gVisor reports each unsupported call).
+var noSetfsuid atomic.Bool
+
 // switchFS gives the calling thread id's file-system credentials and
 // returns what restores the thread's own (to be called in every case).
 // Where there is no setfsuid (gVisor answers ENOSYS), or with effective,
@@ -229,6 +234,7 @@ func switchFS(id identity, effective bool) (restore func() error, err error) {
 		return func() error { return nil }, fmt.Errorf("getgroups: %w", err)
 	}
 	egid := unix.Getegid()
+	effective = effective || noSetfsuid.Load()
 	restore = func() error {
 		var errs []error
 		if effective {
@@ -250,6 +256,7 @@ func switchFS(id identity, effective bool) (restore func() error, err error) {
 			}
 			return restore, setfs(unix.SYS_SETFSUID, id.uid)
 		}
+		noSetfsuid.Store(true)
 		effective = true
 	}
 	if err := setres(unix.SYS_SETRESGID, id.gid); err != nil {

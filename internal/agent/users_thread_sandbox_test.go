@@ -4,6 +4,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -87,10 +88,14 @@ func TestAsUserThreads(t *testing.T) {
 			defer wg.Done()
 			goruntime.LockOSThread()
 			defer goruntime.UnlockOSThread()
-			fsuid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+			// No setfsuid (gVisor): the fsuid is the euid.
+			fsuid, _, errno := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+			if errno == unix.ENOSYS {
+				fsuid = uintptr(unix.Geteuid())
+			}
 			groups, _ := unix.Getgroups()
 			if unix.Geteuid() != 0 || unix.Getegid() != 0 || fsuid != 0 || !slices.Equal(groups, rootGroups) {
-				bad <- "a thread is not root's"
+				bad <- fmt.Sprintf("a thread is not root's: euid %d egid %d fsuid %d groups %v", unix.Geteuid(), unix.Getegid(), fsuid, groups)
 			}
 		}()
 	}

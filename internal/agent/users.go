@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -95,8 +96,46 @@ func (a *Agent) lookupPasswd(name string, uid int) (passwdEntry, bool) {
 	return passwdEntry{}, false
 }
 
+// gidMapped reports whether the agent's user namespace maps gid: a group
+// it does not map cannot be held (setgroups(2) refuses it), so a member
+// of it is not given it. Without a readable map, every gid is.
+var gidMapped = sync.OnceValue(func() func(int) bool {
+	b, err := os.ReadFile("/proc/self/gid_map")
+	if err != nil {
+		return func(int) bool { return true }
+	}
+	return idMap(b)
+})
+
+// idMap reads a uid_map or gid_map (user_namespaces(7)) into whether it
+// maps an id.
+func idMap(b []byte) func(int) bool {
+	var ranges [][2]int
+	for _, line := range strings.Split(string(b), "\n") {
+		// inside outside count
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		in, err1 := strconv.Atoi(f[0])
+		n, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil {
+			ranges = append(ranges, [2]int{in, in + n})
+		}
+	}
+	return func(gid int) bool {
+		for _, r := range ranges {
+			if gid >= r[0] && gid < r[1] {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // supplementaryGroups lists the groups of /etc/group that name user as a
-// member, gid (its primary group) first.
+// member and the agent's user namespace maps, gid (its primary group)
+// first.
 func (a *Agent) supplementaryGroups(user string, gid int) []int {
 	groups := []int{gid}
 	f, err := os.Open(a.hostPath(groupPath))
@@ -112,7 +151,7 @@ func (a *Agent) supplementaryGroups(user string, gid int) []int {
 			continue
 		}
 		g, err := strconv.Atoi(fs[2])
-		if err != nil || g < 0 || slices.Contains(groups, g) {
+		if err != nil || g < 0 || slices.Contains(groups, g) || !gidMapped()(g) {
 			continue
 		}
 		if slices.Contains(strings.Split(fs[3], ","), user) {

@@ -27,7 +27,9 @@ import (
 
 const (
 	sysPasswd = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
-	sysGroup  = "root:x:0:\nuser:x:1000:\nwheel:x:10:user\n"
+	// user is in root's group, which every user namespace a sandbox runs
+	// in maps (a group it does not map is not given).
+	sysGroup = "root:x:0:user\nuser:x:1000:\n"
 )
 
 // startSystem starts a system agent on a fresh root that uid 1000 can
@@ -118,8 +120,8 @@ func TestSystemProcesses(t *testing.T) {
 	}
 	const script = `echo "$(id -u) $(id -g) $(id -G) $HOME $USER $LOGNAME"`
 	for user, want := range map[string]string{
-		"":     "1000 1000 1000 10 /home/user user user\n",
-		"user": "1000 1000 1000 10 /home/user user user\n",
+		"":     "1000 1000 1000 0 /home/user user user\n",
+		"user": "1000 1000 1000 0 /home/user user user\n",
 		"root": "0 0 0 /root root root\n",
 	} {
 		if got := runAs(t, l, shAs(user, script)); got != want {

@@ -134,3 +134,20 @@ func TestLocalOwnUser(t *testing.T) {
 		t.Errorf("write to /etc: %v, want %s", err, KindInvalid)
 	}
 }
+
+func TestIDMap(t *testing.T) {
+	host := idMap([]byte("         0          0 4294967295\n"))
+	runc := idMap([]byte("         0     100000       1000\n      1000       1000          1\n"))
+	narrow := idMap([]byte("0 100000 1\n1000 1000 1\n"))
+	for _, c := range []struct {
+		gid                  int
+		host, runc, narrowOK bool
+	}{
+		{0, true, true, true}, {10, true, true, false}, {999, true, true, false},
+		{1000, true, true, true}, {1001, true, false, false}, {65534, true, false, false},
+	} {
+		if host(c.gid) != c.host || runc(c.gid) != c.runc || narrow(c.gid) != c.narrowOK {
+			t.Errorf("gid %d: %v %v %v, want %v %v %v", c.gid, host(c.gid), runc(c.gid), narrow(c.gid), c.host, c.runc, c.narrowOK)
+		}
+	}
+}

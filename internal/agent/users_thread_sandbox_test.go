@@ -55,7 +55,8 @@ func TestAsUserThreads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user := identity{name: "user", uid: 1000, gid: 1000, groups: []int{1000, 10}, cred: true}
+	// Groups the user namespace maps (runc's maps 0 and 1000 at least).
+	user := identity{name: "user", uid: 1000, gid: 1000, groups: []int{1000, 0}, cred: true}
 	for _, effective := range []bool{false, true} {
 		for i := range 20 {
 			f := filepath.Join(open, "f")

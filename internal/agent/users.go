@@ -173,7 +173,7 @@ func (a *Agent) resolveUser(user string) (identity, error) {
 		}
 		if e.uid != a.uid {
 			return identity{}, refuse(KindInvalid,
-				"user %q: only a live sandbox runs processes and file operations as a user of their choosing; this sandbox's run as uid %d", user, a.uid)
+				"user %q: only a live sandbox's processes and file operations can run as another user; this sandbox's all run as uid %d", user, a.uid)
 		}
 		return identity{name: e.name, uid: e.uid, gid: e.gid, home: e.home, env: true}, nil
 	}

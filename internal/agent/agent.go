@@ -22,8 +22,10 @@ import (
 // streams their output back, reaps every zombie and, when a process ends,
 // kills what that process left behind.
 //
-// It runs with the sandbox's unprivileged uid and no capabilities, and marks
-// itself non-dumpable so that programs in the sandbox cannot read its memory,
+// It runs with the sandbox's unprivileged uid and no capabilities or, in a
+// system sandbox (a live sandbox), as the sandbox's root, running processes
+// and file operations as the sandbox's users (users.go). It marks itself
+// non-dumpable so that programs in the sandbox cannot read its memory,
 // environment or file descriptors through /proc.
 //
 // This file is its start-up; dispatch.go reads the host's frames,
@@ -40,6 +42,11 @@ type Agent struct {
 	// and its own descendants (local.go), not as a sandbox's PID 1.
 	local bool
 	root  string
+	// uid is the agent's own; users: it is root and runs processes and
+	// file operations as the sandbox's users, and places files anywhere
+	// but the kernel's and Corral's own places (users.go, fileops.go).
+	uid   int
+	users bool
 
 	wmu sync.Mutex // serialises frames on out
 	out io.Writer
@@ -77,15 +84,18 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 }
 
 func newAgent(in io.Reader, out io.Writer, log *slog.Logger) *Agent {
+	uid := os.Getuid()
 	return &Agent{in: in, out: out, log: log, procs: map[int]*proc{}, files: map[uint32]*upload{},
-		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}, spares: map[int]bool{}}
+		orphans: map[int]ExitStatus{}, zygotes: map[uint32]*zygote{}, spares: map[int]bool{},
+		uid: uid, users: uid == 0}
 }
 
 // Main runs the agent on the process's stdin and stdout with the command
 // line args (those after the program's name and an "agent" subcommand),
 // and returns the exit status. No arguments: a sandbox's PID 1 (Serve),
 // which is how every runtime starts it. "local ROOT": an ordinary process
-// for tests (ServeLocal), which only a caller that means it asks for.
+// for tests (ServeLocal), which only a caller that means it asks for;
+// "local-system ROOT" the same as a system sandbox's agent (ServeLocal).
 func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
@@ -93,7 +103,9 @@ func Main(args []string) int {
 	case len(args) == 0:
 		err = Serve(os.Stdin, os.Stdout, log)
 	case len(args) == 2 && args[0] == "local":
-		err = ServeLocal(os.Stdin, os.Stdout, log, args[1])
+		err = ServeLocal(os.Stdin, os.Stdout, log, args[1], false)
+	case len(args) == 2 && args[0] == "local-system":
+		err = ServeLocal(os.Stdin, os.Stdout, log, args[1], true)
 	default:
 		fmt.Fprintln(os.Stderr, "corral agent is started by corral inside a sandbox, not by hand (tests: agent local ROOT)")
 		return 2
@@ -168,7 +180,7 @@ func (a *Agent) serve() error {
 		}
 	}()
 
-	hello, _ := json.Marshal(Hello{Version: Version, PID: os.Getpid(), UID: os.Getuid()})
+	hello, _ := json.Marshal(Hello{Version: Version, PID: os.Getpid(), UID: a.uid, Users: a.users})
 	if err := a.send(msgHello, 0, hello); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}

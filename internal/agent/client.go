@@ -405,12 +405,13 @@ func (c *Client) procCall(ctx context.Context, typ byte, procID uint32, b []byte
 	return err
 }
 
-// WriteFile creates path (absolute, under /workspace or /tmp) in the sandbox
-// with mode and the contents of r, streamed in frames. The agent writes as
-// the sandbox's user, so a link planted by a program cannot redirect a write
-// to the host.
-func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader) error {
-	placed, err := c.SendFile(ctx, path, mode, r)
+// WriteFile creates path (absolute, under /workspace or /tmp; in a system
+// sandbox anywhere but /proc, /sys, /dev and /.corral) in the sandbox with
+// mode and the contents of r, streamed in frames. The agent writes as the
+// sandbox's user (AsUser), so a link planted by a program cannot redirect a
+// write to the host.
+func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader, opts ...FileOption) error {
+	placed, err := c.SendFile(ctx, path, mode, r, opts...)
 	if err != nil {
 		return err
 	}
@@ -421,8 +422,8 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.R
 // waits for. The agent handles frames in order, so a process started after
 // SendFile returns sees the file (if placed reports no error): a caller can
 // save a round trip by starting the process first and calling placed after.
-func (c *Client) SendFile(ctx context.Context, path string, mode uint32, r io.Reader) (placed func(context.Context) error, err error) {
-	h, _ := json.Marshal(fileHeader{Path: path, Mode: mode})
+func (c *Client) SendFile(ctx context.Context, path string, mode uint32, r io.Reader, opts ...FileOption) (placed func(context.Context) error, err error) {
+	h, _ := json.Marshal(fileHeader{Path: path, Mode: mode, User: fileUser(opts)})
 	id, k := c.newCall()
 	if err := c.send(msgFileBegin, id, h); err != nil {
 		c.forgetCall(id)
@@ -478,8 +479,28 @@ func (c *Client) Reset(ctx context.Context, req ResetRequest) error {
 	return err
 }
 
-func (c *Client) pathCall(ctx context.Context, typ byte, path string, data io.Writer) ([]byte, error) {
-	return c.request(ctx, typ, pathRequest{Path: path}, data)
+func (c *Client) pathCall(ctx context.Context, typ byte, path string, data io.Writer, opts []FileOption) ([]byte, error) {
+	return c.request(ctx, typ, pathRequest{Path: path, User: fileUser(opts)}, data)
+}
+
+// FileOption changes how the agent does a file operation.
+type FileOption func(*fileOptions)
+
+type fileOptions struct{ user string }
+
+// AsUser does a file operation as user, a user of the sandbox's
+// /etc/passwd: in a system sandbox (Hello.Users) the agent does it with
+// that user's credentials, so what it makes is the user's and what the
+// user may not touch it may not either; "" (as without the option) is the
+// default user. Elsewhere only the agent's own user may be named.
+func AsUser(user string) FileOption { return func(o *fileOptions) { o.user = user } }
+
+func fileUser(opts []FileOption) string {
+	var o fileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.user
 }
 
 // request sends a request with req as its JSON payload and waits for the
@@ -504,24 +525,24 @@ func (c *Client) request(ctx context.Context, typ byte, req any, data io.Writer)
 
 // ReadFile streams a regular file of the sandbox (under /workspace or /tmp)
 // into w.
-func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) error {
-	_, err := c.pathCall(ctx, msgFileRead, path, w)
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer, opts ...FileOption) error {
+	_, err := c.pathCall(ctx, msgFileRead, path, w, opts)
 	return err
 }
 
 // List lists a directory of the sandbox (/workspace, or one under
 // /workspace or /tmp), at most MaxListEntries entries.
-func (c *Client) List(ctx context.Context, path string) ([]Entry, error) {
+func (c *Client) List(ctx context.Context, path string, opts ...FileOption) ([]Entry, error) {
 	var l entryLines
-	if _, err := c.pathCall(ctx, msgList, path, &l); err != nil {
+	if _, err := c.pathCall(ctx, msgList, path, &l, opts); err != nil {
 		return nil, err
 	}
 	return l.result()
 }
 
 // Remove removes a file or directory tree of the sandbox.
-func (c *Client) Remove(ctx context.Context, path string) error {
-	_, err := c.pathCall(ctx, msgRemove, path, nil)
+func (c *Client) Remove(ctx context.Context, path string, opts ...FileOption) error {
+	_, err := c.pathCall(ctx, msgRemove, path, nil, opts)
 	return err
 }
 

@@ -24,8 +24,8 @@ func (p *Process) Resize(ctx context.Context, cols, rows uint16) error {
 }
 
 // Stat describes path, which may be /workspace or /tmp itself.
-func (c *Client) Stat(ctx context.Context, path string) (Entry, error) {
-	payload, err := c.pathCall(ctx, msgStat, path, nil)
+func (c *Client) Stat(ctx context.Context, path string, opts ...FileOption) (Entry, error) {
+	payload, err := c.pathCall(ctx, msgStat, path, nil, opts)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -41,9 +41,9 @@ func (c *Client) Stat(ctx context.Context, path string) (Entry, error) {
 // it: each directory's entries by name, a directory's contents right after
 // its entry. Links are listed, not followed. At most MaxListEntries
 // entries: a listing of exactly that many may be cut.
-func (c *Client) ListDepth(ctx context.Context, path string, depth int) ([]Entry, error) {
+func (c *Client) ListDepth(ctx context.Context, path string, depth int, opts ...FileOption) ([]Entry, error) {
 	var l entryLines
-	if _, err := c.request(ctx, msgListDepth, listRequest{Path: path, Depth: depth}, &l); err != nil {
+	if _, err := c.request(ctx, msgListDepth, listRequest{Path: path, Depth: depth, User: fileUser(opts)}, &l); err != nil {
 		return nil, err
 	}
 	return l.result()
@@ -52,16 +52,16 @@ func (c *Client) ListDepth(ctx context.Context, path string, depth int) ([]Entry
 // Mkdir makes the directory path, and with parents the directories on the
 // way to it; with parents a directory already there is no error, without
 // it is EEXIST.
-func (c *Client) Mkdir(ctx context.Context, path string, parents bool) error {
-	_, err := c.request(ctx, msgMkdir, mkdirRequest{Path: path, Parents: parents}, nil)
+func (c *Client) Mkdir(ctx context.Context, path string, parents bool, opts ...FileOption) error {
+	_, err := c.request(ctx, msgMkdir, mkdirRequest{Path: path, Parents: parents, User: fileUser(opts)}, nil)
 	return err
 }
 
 // Move renames from to to; what is at to is replaced as rename(2) replaces
 // it. /workspace and /tmp are separate mounts in a sandbox: a move between
 // them is EXDEV.
-func (c *Client) Move(ctx context.Context, from, to string) error {
-	_, err := c.request(ctx, msgMove, moveRequest{From: from, To: to}, nil)
+func (c *Client) Move(ctx context.Context, from, to string, opts ...FileOption) error {
+	_, err := c.request(ctx, msgMove, moveRequest{From: from, To: to, User: fileUser(opts)}, nil)
 	return err
 }
 
@@ -124,8 +124,8 @@ const maxWatchBacklog = 4096
 // watch's own, in order; it may call stop. Events fn is too slow for are
 // dropped past a bound and reported as OpOverflow, as are the agent's own
 // overflows.
-func (c *Client) Watch(ctx context.Context, path string, recursive bool, fn func(WatchEvent)) (stop func() error, err error) {
-	b, _ := json.Marshal(watchRequest{Path: path, Recursive: recursive})
+func (c *Client) Watch(ctx context.Context, path string, recursive bool, fn func(WatchEvent), opts ...FileOption) (stop func() error, err error) {
+	b, _ := json.Marshal(watchRequest{Path: path, Recursive: recursive, User: fileUser(opts)})
 	id, k := c.newCall()
 	w := &clientWatch{c: c, id: id, root: path, fn: fn, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	// Registered before sending: events follow the answer closely.

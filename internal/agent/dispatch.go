@@ -166,38 +166,45 @@ func (a *Agent) onForward(f frame) {
 }
 
 // pathFrame decodes a request naming a path the host may read or remove
-// (under writableRoots, or /workspace itself when listing); on failure it
-// answers the request and returns false.
-func (a *Agent) pathFrame(f frame) (string, bool) {
+// (under writableRoots, or /workspace itself when listing; anywhere but
+// systemPlaces in a system sandbox, / itself when listing) and who does
+// it; on failure it answers the request and returns false.
+func (a *Agent) pathFrame(f frame) (pathRequest, identity, bool) {
 	var req pathRequest
 	if !a.decode(f, "path", &req) {
-		return "", false
+		return req, identity{}, false
 	}
-	if err := checkPath(req.Path); err != nil && (f.typ != msgList || req.Path != "/workspace") {
+	rootOK := f.typ == msgList && (a.users || req.Path == "/workspace")
+	if _, _, err := a.confine(req.Path, rootOK); err != nil {
 		a.fail(f.id, err)
-		return "", false
+		return req, identity{}, false
 	}
-	return req.Path, true
+	user, err := a.resolveUser(req.User)
+	if err != nil {
+		a.fail(f.id, err)
+		return req, identity{}, false
+	}
+	return req, user, true
 }
 
 func (a *Agent) onFileRead(f frame) {
-	if p, ok := a.pathFrame(f); ok {
+	if req, user, ok := a.pathFrame(f); ok {
 		// Streamed from a goroutine: a large file must not stall the
 		// control stream's reader.
-		go a.readFile(f.id, p)
+		go a.readFile(f.id, req.Path, user)
 	}
 }
 
 // onList lists one directory: a listing to depth 1, streamed (at most
 // MaxListEntries entries do not fit in one frame).
 func (a *Agent) onList(f frame) {
-	if p, ok := a.pathFrame(f); ok {
-		go a.listDepth(f.id, listRequest{Path: p, Depth: 1})
+	if req, _, ok := a.pathFrame(f); ok {
+		go a.listDepth(f.id, listRequest{Path: req.Path, Depth: 1, User: req.User})
 	}
 }
 
 func (a *Agent) onRemove(f frame) {
-	if p, ok := a.pathFrame(f); ok {
-		a.reply(f.id, a.remove(p))
+	if req, user, ok := a.pathFrame(f); ok {
+		a.reply(f.id, a.remove(req.Path, user))
 	}
 }

@@ -19,8 +19,10 @@ type Kind string
 
 // The agent's own kinds, for failures that are not a system call's.
 const (
-	// KindInvalid: the request is malformed, or names a path the host
-	// may not use (not absolute and clean, outside /workspace and /tmp).
+	// KindInvalid: the request is malformed, names a path the host may
+	// not use (not absolute and clean, outside /workspace and /tmp; in a
+	// system sandbox, under /proc, /sys, /dev or /.corral), or names a
+	// user the sandbox has not or (not a system sandbox) may not run as.
 	KindInvalid Kind = "invalid_request"
 	// KindNotRegular: a file to read is not a regular file (a directory,
 	// a FIFO, a device).

@@ -25,12 +25,14 @@ import (
 // gVisor and every kernel have (every step is an O_PATH open: see
 // stepDir), where openat2 would do only the opens: a removal, a rename and
 // a mkdir still act by name in a directory held open. As for every file
-// operation, the agent acts as the sandbox's user.
+// operation, the agent acts as the sandbox's user (the one the request
+// names in a system sandbox: asUser, users.go).
 
-// confine splits p, an absolute and clean path, into the writable root it
-// lies under and its components below that root. rootOK admits the root
-// itself (no components).
-func confine(p string, rootOK bool) (string, []string, error) {
+// confine splits p, an absolute and clean path, into the root it lies
+// under (one of writableRoots or, for a system sandbox's agent, "/") and
+// its components below that root. rootOK admits the root itself (no
+// components).
+func (a *Agent) confine(p string, rootOK bool) (string, []string, error) {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsRune(p, 0) {
 		return "", nil, refuse(KindInvalid, "path %q is not absolute and clean", p)
 	}
@@ -38,6 +40,18 @@ func confine(p string, rootOK bool) (string, []string, error) {
 		// What the kernel answers for a path this long, though the walk
 		// never hands it the whole path.
 		return "", nil, fmt.Errorf("path of %d bytes: %w", len(p), unix.ENAMETOOLONG)
+	}
+	if a.users {
+		if a.systemPlace(p) {
+			return "", nil, refuse(KindInvalid, "path %q is in the system's %v", p, systemPlaces)
+		}
+		switch {
+		case p != "/":
+			return "/", strings.Split(p[1:], "/"), nil
+		case rootOK:
+			return "/", nil, nil
+		}
+		return "", nil, refuse(KindInvalid, "path %q is the root directory", p)
 	}
 	for _, root := range writableRoots {
 		if p == root && rootOK {
@@ -48,6 +62,21 @@ func confine(p string, rootOK bool) (string, []string, error) {
 		}
 	}
 	return "", nil, refuse(KindInvalid, "path %q is outside %v", p, writableRoots)
+}
+
+// systemPlace reports whether p is, or is under, one of systemPlaces, for
+// a system sandbox's agent: no request names it, and a listing or watch of
+// a directory above does not go into it.
+func (a *Agent) systemPlace(p string) bool {
+	if !a.users {
+		return false
+	}
+	for _, sp := range systemPlaces {
+		if p == sp || strings.HasPrefix(p, sp+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // dirFlags open a directory and nothing else: with O_DIRECTORY a FIFO is
@@ -97,7 +126,7 @@ func (a *Agent) walkDir(root string, comps []string, flags int) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open %s: %w", root, err)
 	}
-	p := root
+	p := strings.TrimSuffix(root, "/")
 	for i, c := range comps {
 		p += "/" + c
 		step := unix.O_PATH
@@ -122,7 +151,7 @@ func (a *Agent) walkMaking(root string, comps []string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	p := root
+	p := strings.TrimSuffix(root, "/")
 	for _, c := range comps {
 		p += "/" + c
 		next, err := stepDir(fd, c, p, unix.O_PATH)
@@ -147,7 +176,7 @@ func (a *Agent) walkMaking(root string, comps []string) (int, error) {
 // openParent opens the directory holding p (under a writable root, not one
 // itself) with O_PATH and returns it with p's last component.
 func (a *Agent) openParent(p string) (int, string, error) {
-	root, comps, err := confine(p, false)
+	root, comps, err := a.confine(p, false)
 	if err != nil {
 		return -1, "", err
 	}
@@ -190,9 +219,13 @@ func entryAt(dir int, name, p string) (Entry, error) {
 	return e, nil
 }
 
-// stat describes p: a writable root, or a path under one.
-func (a *Agent) stat(p string) (Entry, error) {
-	root, comps, err := confine(p, true)
+// stat describes p, a root or a path under one, as user.
+func (a *Agent) stat(p string, user identity) (Entry, error) {
+	return asUser(user, func() (Entry, error) { return a.statAs(p) })
+}
+
+func (a *Agent) statAs(p string) (Entry, error) {
+	root, comps, err := a.confine(p, true)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -206,7 +239,11 @@ func (a *Agent) stat(p string) (Entry, error) {
 		if err := unix.Fstat(fd, &st); err != nil {
 			return Entry{}, fmt.Errorf("stat %s: %w", p, err)
 		}
-		return entryOf(filepath.Base(root), root, &st), nil
+		name := filepath.Base(root)
+		if root == "/" {
+			name = ""
+		}
+		return entryOf(name, root, &st), nil
 	}
 	dir, name, err := a.openParent(p)
 	if err != nil {
@@ -292,17 +329,23 @@ func (a *Agent) listDepth(id uint32, req listRequest) {
 		l.done(refuse(KindInvalid, "list depth %d is not within 1..%d", req.Depth, MaxListDepth))
 		return
 	}
-	root, comps, err := confine(req.Path, true)
+	root, comps, err := a.confine(req.Path, true)
 	if err != nil {
 		l.done(err)
 		return
 	}
-	fd, err := a.walkDir(root, comps, unix.O_RDONLY)
+	user, err := a.resolveUser(req.User)
 	if err != nil {
 		l.done(err)
 		return
 	}
-	l.done(l.dir(fd, req.Path, req.Depth))
+	l.done(asUserDo(user, func() error {
+		fd, err := a.walkDir(root, comps, unix.O_RDONLY)
+		if err != nil {
+			return err
+		}
+		return l.dir(fd, strings.TrimSuffix(req.Path, "/"), req.Depth)
+	}))
 }
 
 // dir lists the directory open at fd, whose path is p, to depth levels,
@@ -329,7 +372,7 @@ func (l *lister) dir(fd int, p string, depth int) error {
 		if err := l.add(e); err != nil {
 			return err
 		}
-		if !e.Dir || depth == 1 {
+		if !e.Dir || depth == 1 || l.a.systemPlace(cp) {
 			continue
 		}
 		sub, err := stepDir(fd, name, cp, unix.O_RDONLY)
@@ -349,10 +392,19 @@ func (l *lister) dir(fd int, p string, depth int) error {
 // mkdir makes req.Path, and with req.Parents the directories on the way;
 // with req.Parents a directory that is there already is no error.
 func (a *Agent) mkdir(req mkdirRequest) error {
-	root, comps, err := confine(req.Path, false)
+	root, comps, err := a.confine(req.Path, false)
 	if err != nil {
 		return err
 	}
+	user, err := a.resolveUser(req.User)
+	if err != nil {
+		return err
+	}
+	return asUserDo(user, func() error { return a.mkdirAs(req, root, comps) })
+}
+
+func (a *Agent) mkdirAs(req mkdirRequest, root string, comps []string) error {
+	var err error
 	var dir int
 	if req.Parents {
 		dir, err = a.walkMaking(root, comps[:len(comps)-1])
@@ -386,6 +438,14 @@ func (a *Agent) mkdir(req mkdirRequest) error {
 // To is replaced as rename(2) replaces it. /workspace and /tmp are separate
 // mounts in a sandbox, so a move from one to the other is EXDEV.
 func (a *Agent) move(req moveRequest) error {
+	user, err := a.resolveUser(req.User)
+	if err != nil {
+		return err
+	}
+	return asUserDo(user, func() error { return a.moveAs(req) })
+}
+
+func (a *Agent) moveAs(req moveRequest) error {
 	from, fromName, err := a.openParent(req.From)
 	if err != nil {
 		return err
@@ -407,7 +467,12 @@ func (a *Agent) onStat(f frame) {
 	if !a.decode(f, "stat", &req) {
 		return
 	}
-	e, err := a.stat(req.Path)
+	user, err := a.resolveUser(req.User)
+	if err != nil {
+		a.fail(f.id, err)
+		return
+	}
+	e, err := a.stat(req.Path, user)
 	if err != nil {
 		a.fail(f.id, err)
 		return

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -26,19 +24,18 @@ import (
 // sandbox's PID 1 and may read what the program may not (its own /proc/1,
 // non-dumpable), so a link a program planted could lead a read there.
 
-// writableRoots are where the host may place files.
+// writableRoots are where the host may place files, unless the agent is a
+// system sandbox's: then it may place them anywhere but in systemPlaces.
 var writableRoots = []string{"/workspace", "/tmp"}
 
-func checkPath(p string) error {
-	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return refuse(KindInvalid, "path %q is not absolute and clean", p)
-	}
-	for _, root := range writableRoots {
-		if strings.HasPrefix(p, root+"/") {
-			return nil
-		}
-	}
-	return refuse(KindInvalid, "path %q is outside %v", p, writableRoots)
+// systemPlaces are the kernel's and Corral's own places in a system
+// sandbox, where no file operation goes.
+var systemPlaces = []string{"/proc", "/sys", "/dev", "/.corral"}
+
+// checkPath refuses a path the host may not place a file at.
+func (a *Agent) checkPath(p string) error {
+	_, _, err := a.confine(p, false)
+	return err
 }
 
 // upload is a file the host is sending: written to a hidden file beside
@@ -47,6 +44,8 @@ func checkPath(p string) error {
 // file cut short that looks whole) and a reader never sees half of it.
 type upload struct {
 	f *os.File
+	// user does the upload.
+	user identity
 	// dir is the directory it is placed in, open with O_PATH: the hidden
 	// file is made, renamed and removed there by name, so that no link
 	// put in the way meanwhile is gone through.
@@ -62,20 +61,27 @@ const discardUpload = "discard"
 // createFile begins the upload h names, making the directories on its way
 // (mode 0755).
 func (a *Agent) createFile(h fileHeader) (*upload, error) {
-	root, comps, err := confine(h.Path, false)
+	root, comps, err := a.confine(h.Path, false)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := a.walkMaking(root, comps[:len(comps)-1])
+	user, err := a.resolveUser(h.User)
 	if err != nil {
 		return nil, err
 	}
-	u, err := startUpload(dir, comps[len(comps)-1], h)
-	if err != nil {
-		unix.Close(dir)
-		return nil, err
-	}
-	return u, nil
+	return asUser(user, func() (*upload, error) {
+		dir, err := a.walkMaking(root, comps[:len(comps)-1])
+		if err != nil {
+			return nil, err
+		}
+		u, err := startUpload(dir, comps[len(comps)-1], h)
+		if err != nil {
+			unix.Close(dir)
+			return nil, err
+		}
+		u.user = user
+		return u, nil
+	})
 }
 
 // startUpload makes the hidden file of the upload of name in dir.
@@ -126,11 +132,12 @@ func (u *upload) write(p []byte) error {
 func (u *upload) place() error {
 	defer unix.Close(u.dir)
 	if err := u.f.Close(); err != nil {
-		unix.Unlinkat(u.dir, u.tmp, 0)
+		u.unlink()
 		return fmt.Errorf("close %s: %w", u.sandboxDst, err)
 	}
-	if err := unix.Renameat(u.dir, u.tmp, u.dir, u.name); err != nil {
-		unix.Unlinkat(u.dir, u.tmp, 0)
+	err := asUserDo(u.user, func() error { return unix.Renameat(u.dir, u.tmp, u.dir, u.name) })
+	if err != nil {
+		u.unlink()
 		return fmt.Errorf("place %s: %w", u.sandboxDst, err)
 	}
 	return nil
@@ -139,13 +146,23 @@ func (u *upload) place() error {
 // discard drops the upload.
 func (u *upload) discard() {
 	u.f.Close()
-	unix.Unlinkat(u.dir, u.tmp, 0)
+	u.unlink()
 	unix.Close(u.dir)
+}
+
+// unlink removes the hidden file, as its user.
+func (u *upload) unlink() {
+	_ = asUserDo(u.user, func() error { return unix.Unlinkat(u.dir, u.tmp, 0) })
 }
 
 // openFile opens the regular file at p for reading; a link there is
 // KindSymlink, anything else that is not a regular file KindNotRegular.
-func (a *Agent) openFile(p string) (*os.File, error) {
+func (a *Agent) openFile(p string, user identity) (*os.File, error) {
+	return asUser(user, func() (*os.File, error) { return a.openFileAs(p) })
+}
+
+// openFileAs is openFile with the thread's credentials.
+func (a *Agent) openFileAs(p string) (*os.File, error) {
 	dir, name, err := a.openParent(p)
 	if err != nil {
 		return nil, err
@@ -175,8 +192,8 @@ func (a *Agent) openFile(p string) (*os.File, error) {
 }
 
 // readFile streams a regular file to the host.
-func (a *Agent) readFile(id uint32, p string) {
-	f, err := a.openFile(p)
+func (a *Agent) readFile(id uint32, p string, user identity) {
+	f, err := a.openFile(p, user)
 	if err != nil {
 		a.fail(id, err)
 		return
@@ -201,9 +218,13 @@ func (a *Agent) readFile(id uint32, p string) {
 	}
 }
 
-// remove removes the file, link or directory tree at p; nothing there is
-// no error.
-func (a *Agent) remove(p string) error {
+// remove removes the file, link or directory tree at p as user; nothing
+// there is no error.
+func (a *Agent) remove(p string, user identity) error {
+	return asUserDo(user, func() error { return a.removeAs(p) })
+}
+
+func (a *Agent) removeAs(p string) error {
 	dir, name, err := a.openParent(p)
 	if errors.Is(err, unix.ENOENT) {
 		return nil

@@ -37,6 +37,13 @@ import (
 //   - A reset clears ROOT/dev/shm, not the host's, and leaves System V
 //     IPC alone: without an IPC namespace those objects are the host's.
 //   - No signal shield and no PR_SET_DUMPABLE: it is any process.
+//   - It runs processes and file operations as itself, as a one-shot
+//     sandbox's agent does, whatever its uid; in system mode (ServeLocal's
+//     system, "local-system ROOT") it is a system sandbox's agent instead,
+//     which needs uid 0: it runs them as the users of ROOT/etc/passwd and
+//     places files anywhere under ROOT but its /proc, /sys, /dev and
+//     /.corral (users.go). Programs then run as those users on the host's
+//     file system, so ROOT's directories must let them in.
 //
 // Only a caller that means it gets this mode: ServeLocal, or the agent
 // binary's "local ROOT" arguments (Main). A runtime starts the agent with
@@ -49,8 +56,9 @@ import (
 // descendants, so it can do nothing the program could not do anyway.
 
 // ServeLocal runs the agent in local mode (above) on root, an existing
-// directory, until the host closes the control stream.
-func ServeLocal(in io.Reader, out io.Writer, log *slog.Logger, root string) error {
+// directory, until the host closes the control stream; system: as a system
+// sandbox's agent, which only root may be.
+func ServeLocal(in io.Reader, out io.Writer, log *slog.Logger, root string, system bool) error {
 	if !filepath.IsAbs(root) {
 		return fmt.Errorf("local root %q is not absolute", root)
 	}
@@ -58,7 +66,10 @@ func ServeLocal(in io.Reader, out io.Writer, log *slog.Logger, root string) erro
 		return fmt.Errorf("local root %q is not a directory", root)
 	}
 	a := newAgent(in, out, log)
-	a.local, a.root = true, filepath.Clean(root)
+	if system && a.uid != 0 {
+		return fmt.Errorf("a system sandbox's agent runs as root, not uid %d", a.uid)
+	}
+	a.local, a.root, a.users = true, filepath.Clean(root), system
 	return a.serve()
 }
 
@@ -123,7 +134,16 @@ type Local struct {
 // stream on its stdin and stdout and its stderr on stderr (nil: discarded),
 // and waits for its hello. Close ends it.
 func StartLocal(ctx context.Context, binary, root string, stderr io.Writer) (*Local, error) {
-	cmd := exec.Command(binary, "local", root)
+	return startLocalCmd(ctx, exec.Command(binary, "local", root), stderr)
+}
+
+// StartLocalSystem is StartLocal for an agent in system mode ("local-system
+// ROOT"), as a system sandbox's; the caller must be root.
+func StartLocalSystem(ctx context.Context, binary, root string, stderr io.Writer) (*Local, error) {
+	return startLocalCmd(ctx, exec.Command(binary, "local-system", root), stderr)
+}
+
+func startLocalCmd(ctx context.Context, cmd *exec.Cmd, stderr io.Writer) (*Local, error) {
 	toAgent, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("agent stdin: %w", err)

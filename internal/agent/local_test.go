@@ -24,7 +24,7 @@ import (
 // mode: no root, no runtime, no sandbox. The agent is this test binary,
 // started again with the agent's own arguments.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == "local" {
+	if len(os.Args) == 3 && (os.Args[1] == "local" || os.Args[1] == "local-system") {
 		os.Exit(Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
@@ -476,7 +476,7 @@ func TestOnlyPID1(t *testing.T) {
 			t.Errorf("Main(%q) = %d, want 2", args, code)
 		}
 	}
-	if err := ServeLocal(strings.NewReader(""), io.Discard, slog.New(slog.DiscardHandler), "relative"); err == nil {
+	if err := ServeLocal(strings.NewReader(""), io.Discard, slog.New(slog.DiscardHandler), "relative", false); err == nil {
 		t.Error("ServeLocal on a relative root")
 	}
 	if !slices.Contains(ignoredSignals, os.Signal(syscall.SIGTERM)) {

@@ -69,25 +69,32 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	if req.PTY != nil && (req.Via != 0 || req.Zygote) {
 		return 0, refuse(KindInvalid, "start: a terminal is for a process of the agent's own, not a zygote's")
 	}
-	req.Dir = a.hostPath(req.Dir)
-	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)
 	var z *zygote
-	path := req.Argv[0]
+	var user identity
+	var err error
 	if req.Via != 0 {
 		if z = a.zygote(req.Via); z == nil {
 			return 0, refuse(KindZygote, "start: no zygote %d", req.Via)
 		}
-	} else {
-		var err error
+		if user, err = a.viaUser(z, req.User); err != nil {
+			return 0, err
+		}
+	} else if user, err = a.resolveUser(req.User); err != nil {
+		return 0, err
+	}
+	req.Env = userEnv(req.Env, user)
+	req.Dir = a.hostPath(req.Dir)
+	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)
+	path := req.Argv[0]
+	if req.Via == 0 {
 		if path, err = lookPath(req.Argv[0], req.Env); err != nil {
 			return 0, err
 		}
 	}
 	p := &proc{id: id, persistent: req.Persistent || req.Zygote, exited: make(chan struct{})}
 	var io *procIO
-	var err error
 	if req.PTY != nil {
-		io, err = a.ptyStdio(p, *req.PTY, req.StatusFD)
+		io, err = a.ptyStdio(p, *req.PTY, req.StatusFD, user)
 	} else {
 		io, err = a.stdio(p, req.Stdin, req.StatusFD && !req.Zygote)
 	}
@@ -136,7 +143,7 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 		Files: files,
 		// With a terminal, fd 0 (the slave) becomes the new session's
 		// controlling terminal.
-		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: req.PTY != nil, Ctty: 0},
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: req.PTY != nil, Ctty: 0, Credential: user.credential()},
 	})
 	if err == nil {
 		p.pid = pid
@@ -152,7 +159,7 @@ func (a *Agent) start(id uint32, req StartRequest) (int, error) {
 	}
 	a.run(p, io)
 	if zs != nil {
-		z := a.newZygote(id, p, zs)
+		z := a.newZygote(id, p, zs, user)
 		go a.awaitReady(z)
 		return 0, nil
 	}

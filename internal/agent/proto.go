@@ -28,8 +28,9 @@ import (
 // frames carry a Kind. 3: listings stream as lines of JSON in msgFileData
 // frames; terminals, stat, mkdir, move and watches. 4: stdin flow control
 // (msgStdinAck, msgStdinEnd). 5: tunnels to the sandbox's TCP ports
-// (msgDial, tunnel.go).
-const Version = 5
+// (msgDial, tunnel.go). 6: users (StartRequest.User, the user of file
+// requests, Hello.Users).
+const Version = 6
 
 // MaxPayload caps one frame's payload in either direction.
 const MaxPayload = 1 << 20
@@ -116,6 +117,13 @@ type Hello struct {
 	Version int `json:"version"`
 	PID     int `json:"pid"`
 	UID     int `json:"uid"`
+	// Users: the agent is a system sandbox's (it runs as the sandbox's
+	// root, UID 0): it runs processes and file operations as the user a
+	// request names (StartRequest.User, AsUser), by default the one of
+	// DefaultUID, and places files anywhere but under /proc, /sys, /dev and
+	// /.corral. Otherwise every request runs as UID, files go under
+	// /workspace and /tmp only, and naming another user is refused.
+	Users bool `json:"users,omitempty"`
 	// Resume is set in the hello that answers msgResume (resume.go).
 	Resume *ResumeState `json:"resume,omitempty"`
 }
@@ -154,6 +162,12 @@ type StartRequest struct {
 	// character (^D), and msgResize changes the size (the process gets
 	// SIGWINCH). Stdin is implied; Zygote and Via are refused with it.
 	PTY *PTYSize `json:"pty,omitempty"`
+	// User names a user of the sandbox's /etc/passwd to run the process
+	// as (its uid, gid, groups of /etc/group); "" is the default user (see
+	// Hello.Users). HOME, USER and LOGNAME that Env lacks come from its
+	// entry when a user is named or the agent runs as root. A child of a
+	// zygote (Via) runs as the zygote's user; naming another is refused.
+	User string `json:"user,omitempty"`
 }
 
 // PTYSize is a terminal's size in characters. Zero means the usual 80×24.
@@ -254,6 +268,9 @@ type signalRequest struct {
 type fileHeader struct {
 	Path string `json:"path"`
 	Mode uint32 `json:"mode"`
+	// User (in every file request) is who does the operation, as
+	// StartRequest.User.
+	User string `json:"user,omitempty"`
 }
 
 // ResetRequest returns a sandbox to a clean state between executions.
@@ -278,6 +295,7 @@ type ForwardRequest struct {
 
 type pathRequest struct {
 	Path string `json:"path"`
+	User string `json:"user,omitempty"`
 }
 
 // Entry is a file or directory listed by List or ListDepth, or described by
@@ -306,21 +324,25 @@ const MaxListDepth = 64
 type listRequest struct {
 	Path  string `json:"path"`
 	Depth int    `json:"depth"`
+	User  string `json:"user,omitempty"`
 }
 
 type mkdirRequest struct {
 	Path    string `json:"path"`
 	Parents bool   `json:"parents,omitempty"`
+	User    string `json:"user,omitempty"`
 }
 
 type moveRequest struct {
 	From string `json:"from"`
 	To   string `json:"to"`
+	User string `json:"user,omitempty"`
 }
 
 type watchRequest struct {
 	Path      string `json:"path"`
 	Recursive bool   `json:"recursive,omitempty"`
+	User      string `json:"user,omitempty"`
 }
 
 // WatchEvent is a change in a watched directory. Path is absolute, in the

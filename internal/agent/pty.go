@@ -77,10 +77,19 @@ func openSlave(m int) (int, error) {
 // the agent reads the master (as stdout) through one descriptor and writes
 // it (p.stdin, p.pty) through another, so the reader's end at EOF leaves
 // resizes and writes to the process's end.
-func (a *Agent) ptyStdio(p *proc, sz PTYSize, status bool) (*procIO, error) {
+func (a *Agent) ptyStdio(p *proc, sz PTYSize, status bool, user identity) (*procIO, error) {
 	m, slave, err := openPTY(sz)
 	if err != nil {
 		return nil, err
+	}
+	if user.cred {
+		// The terminal is its user's, as a login's is (mesg, write, and
+		// programs that reopen /dev/tty's path need it).
+		if err := unix.Fchown(int(slave.Fd()), user.uid, -1); err != nil {
+			unix.Close(m)
+			slave.Close()
+			return nil, fmt.Errorf("pty: %w", err)
+		}
 	}
 	d, err := unix.FcntlInt(uintptr(m), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {

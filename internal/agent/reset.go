@@ -187,7 +187,7 @@ func (in integrity) diff(o integrity) string {
 // clearDir removes everything inside dir, including entries a program made
 // unwritable to itself.
 func (a *Agent) clearDir(dir string) error {
-	if err := checkPath(dir + "/x"); err != nil {
+	if err := a.checkPath(dir + "/x"); err != nil {
 		return err
 	}
 	dir = a.hostPath(dir)

@@ -66,9 +66,11 @@ type watch struct {
 	id        uint32
 	root      string
 	recursive bool
-	dirs      map[int32]string // the directories watched, by descriptor
-	pending   []WatchEvent     // for the host
-	overflow  bool             // events were lost since pending was sent
+	// user reaches and watches the directories (asUser).
+	user     identity
+	dirs     map[int32]string // the directories watched, by descriptor
+	pending  []WatchEvent     // for the host
+	overflow bool             // events were lost since pending was sent
 	// end is set when the watch ends: an empty kind when the host stopped
 	// it, else why the agent did.
 	end  *errorReply
@@ -119,11 +121,15 @@ func (w *watch) lost() {
 
 // startWatch begins the watch the host asked for under id.
 func (a *Agent) startWatch(id uint32, req watchRequest) (*watch, error) {
-	root, comps, err := confine(req.Path, true)
+	root, comps, err := a.confine(req.Path, true)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := a.walkDir(root, comps, unix.O_RDONLY)
+	user, err := a.resolveUser(req.User)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := asUser(user, func() (int, error) { return a.walkDir(root, comps, unix.O_RDONLY) })
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +156,9 @@ func (a *Agent) startWatch(id uint32, req watchRequest) (*watch, error) {
 		s.byID, s.byWD = map[uint32]*watch{}, map[int32]map[*watch]string{}
 		go a.readWatches(s.ino)
 	}
-	w := &watch{id: id, root: req.Path, recursive: req.Recursive, dirs: map[int32]string{}, wake: make(chan struct{}, 1), sent: make(chan struct{})}
-	if err := a.addDir(w, fd, req.Path, false); err != nil {
+	w := &watch{id: id, root: req.Path, recursive: req.Recursive, user: user, dirs: map[int32]string{},
+		wake: make(chan struct{}, 1), sent: make(chan struct{})}
+	if err := asUserDo(user, func() error { return a.addDir(w, fd, req.Path, false) }); err != nil {
 		s.drop(w)
 		return nil, err
 	}
@@ -238,7 +245,7 @@ func nextDirent(b []byte) (string, byte, []byte) {
 // if emit, and watches it if it is a directory (typ is its d_type). s.mu is
 // held.
 func (a *Agent) addEntry(w *watch, fd int, p, name string, typ byte, emit, deep bool) {
-	cp := p + "/" + name
+	cp := subPath(p, name)
 	if emit {
 		w.push(cp, OpCreate)
 	}
@@ -250,6 +257,9 @@ func (a *Agent) addEntry(w *watch, fd int, p, name string, typ byte, emit, deep 
 			return
 		}
 	default:
+		return
+	}
+	if a.systemPlace(cp) {
 		return
 	}
 	if deep {
@@ -264,6 +274,15 @@ func (a *Agent) addEntry(w *watch, fd int, p, name string, typ byte, emit, deep 
 		return
 	}
 	_ = a.addDir(w, sub, cp, emit)
+}
+
+// subPath is the path of name in the directory p (which may be / in a
+// system sandbox).
+func subPath(p, name string) string {
+	if p == "/" {
+		return p + name
+	}
+	return p + "/" + name
 }
 
 // ref records that descriptor wd stands for directory p in w.
@@ -381,7 +400,7 @@ func (a *Agent) watchEvent(wd int32, mask uint32, name string) {
 // watchChange reports a change of name in w's directory p.
 func (a *Agent) watchChange(w *watch, p string, mask uint32, name string) {
 	s := &a.watches
-	cp := p + "/" + name
+	cp := subPath(p, name)
 	dir := mask&unix.IN_ISDIR != 0
 	switch {
 	case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
@@ -394,12 +413,15 @@ func (a *Agent) watchChange(w *watch, p string, mask uint32, name string) {
 				w.lost()
 				return
 			}
-			root, comps, err := confine(cp, false)
+			root, comps, err := a.confine(cp, false)
 			if err == nil {
-				var fd int
-				if fd, err = a.walkDir(root, comps, unix.O_RDONLY); err == nil {
-					err = a.addDir(w, fd, cp, true)
-				}
+				err = asUserDo(w.user, func() error {
+					fd, err := a.walkDir(root, comps, unix.O_RDONLY)
+					if err != nil {
+						return err
+					}
+					return a.addDir(w, fd, cp, true)
+				})
 			}
 			if err != nil && !errors.Is(err, unix.ENOENT) && kindOf(err) != KindSymlink {
 				w.lost()

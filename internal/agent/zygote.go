@@ -41,6 +41,8 @@ type zygote struct {
 	spare   *spare // the latest spare, not yet used
 	// reaps: the zygote reaps its children (its ready message said so).
 	reaps atomic.Bool
+	// user is who the zygote runs as, and so every child it forks.
+	user identity
 }
 
 // spare is a child a zygote forked ahead of a request, and the socket on
@@ -64,11 +66,27 @@ func (a *Agent) zygote(id uint32) *zygote {
 	return a.zygotes[id]
 }
 
+// viaUser is who a child of z runs as: z's user, which a request may name
+// (user) but not change.
+func (a *Agent) viaUser(z *zygote, user string) (identity, error) {
+	if user == "" {
+		return z.user, nil
+	}
+	id, err := a.resolveUser(user)
+	if err != nil {
+		return identity{}, err
+	}
+	if id.uid != z.user.uid {
+		return identity{}, refuse(KindInvalid, "start: user %q: a zygote's children run as the zygote's user (uid %d)", user, z.user.uid)
+	}
+	return id, nil
+}
+
 // newZygote registers the zygote p, whose end of the control socket is s,
 // and starts reading what it says.
-func (a *Agent) newZygote(id uint32, p *proc, s *os.File) *zygote {
+func (a *Agent) newZygote(id uint32, p *proc, s *os.File, user identity) *zygote {
 	z := &zygote{id: id, proc: p, waiting: map[uint32]chan zygoteMsg{}, ready: make(chan zygoteMsg, 1),
-		dead: make(chan struct{}), tag: 1 << 31}
+		dead: make(chan struct{}), tag: 1 << 31, user: user}
 	c, err := net.FileConn(s)
 	s.Close()
 	if err == nil {

@@ -27,12 +27,17 @@ import (
 // startZygoteVia starts req (Zygote and Via set) as a child of the zygote
 // req.Via. The answer comes later (returns 0), once the child is ready.
 func (a *Agent) startZygoteVia(id uint32, req StartRequest) (int, error) {
-	req.Dir = a.hostPath(req.Dir)
-	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)
 	z := a.zygote(req.Via)
 	if z == nil {
 		return 0, refuse(KindZygote, "start: no zygote %d", req.Via)
 	}
+	user, err := a.viaUser(z, req.User)
+	if err != nil {
+		return 0, err
+	}
+	req.Env = userEnv(req.Env, user)
+	req.Dir = a.hostPath(req.Dir)
+	req.Argv, req.Env = a.hostArgs(req.Argv, req.Env)
 	p := &proc{id: id, persistent: true, exited: make(chan struct{})}
 	io, err := a.stdio(p, req.Stdin, req.StatusFD)
 	if err != nil {
@@ -56,14 +61,14 @@ func (a *Agent) startZygoteVia(id uint32, req StartRequest) (int, error) {
 	// Before waiting: the child's exit must reach EOF on every stream.
 	io.closeChild()
 	zc.Close()
-	go a.adoptZygoteVia(z, p, io, zs, ch)
+	go a.adoptZygoteVia(z, p, io, zs, ch, user)
 	return 0, nil
 }
 
 // adoptZygoteVia waits for the parent zygote to report the child it forked
 // for p, registers the child as a process and as a zygote whose control
 // socket is zs, and answers the start request once it is ready.
-func (a *Agent) adoptZygoteVia(parent *zygote, p *proc, io *procIO, zs *os.File, ch <-chan zygoteMsg) {
+func (a *Agent) adoptZygoteVia(parent *zygote, p *proc, io *procIO, zs *os.File, ch <-chan zygoteMsg, user identity) {
 	pid, err := forked(parent, p.id, ch)
 	if err != nil {
 		io.closeParent(p)
@@ -72,7 +77,7 @@ func (a *Agent) adoptZygoteVia(parent *zygote, p *proc, io *procIO, zs *os.File,
 		return
 	}
 	a.adopt(p, io, pid)
-	a.awaitReady(a.newZygote(p.id, p, zs))
+	a.awaitReady(a.newZygote(p.id, p, zs, user))
 }
 
 // forked waits for a zygote's answer to the fork request id: the child's

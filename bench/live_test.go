@@ -3,12 +3,17 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,10 +119,10 @@ func BenchmarkLive(b *testing.B) {
 	testenv.Corral(b)
 	ctx := b.Context()
 
-	pool := warmPool{image: images.HostName, tier: "container", minIdle: 2, maxIdle: 4}
+	pool := warmPool{image: images.HostName, tier: "container", minIdle: 2, maxIdle: 4, system: true}
 	// E2B's code-interpreter template runs the python image: its pool.
 	testenv.PythonImage(b)
-	pyPool := warmPool{image: "python", tier: "container", minIdle: 2, maxIdle: 4}
+	pyPool := warmPool{image: "python", tier: "container", minIdle: 2, maxIdle: 4, system: true}
 	createNA := ""
 	srv, err := startServer(b, "live", pool, pyPool)
 	if errors.Is(err, errNoPool) {
@@ -138,6 +143,12 @@ func BenchmarkLive(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer gv.sb.Kill(context.WithoutCancel(ctx))
+
+	port, err := newPortSandbox(ctx, srv, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer port.sb.Kill(context.WithoutCancel(ctx))
 
 	var created *sandbox.Sandbox
 	create := &cell{
@@ -194,6 +205,7 @@ func BenchmarkLive(b *testing.B) {
 		e2bCreate,
 		e2bRun,
 		nodeRun,
+		{name: "live: GET 1 KiB through a port (header form), container", run: port.get},
 	}
 	h := &harness{cells: cells}
 	if createNA == "" {
@@ -224,6 +236,12 @@ func BenchmarkLive(b *testing.B) {
 	// are done: the time per iteration means nothing.
 	b.ReportMetric(0, "ns/op")
 
+	// The same GET made inside the sandbox, its own median over as many.
+	inside, err := port.inside(ctx, max(iters, 50))
+	if err != nil {
+		b.Fatal(err)
+	}
+
 	// Memory, with the rows' server and its sandboxes gone.
 	drv.stop()
 	ctr.sb.Kill(ctx)
@@ -251,6 +269,7 @@ func BenchmarkLive(b *testing.B) {
 	}
 	fmt.Fprintf(&out, "\nlive sandboxes: %d rounds at concurrency 1\n", iters)
 	printTable(&out, base, rows)
+	fmt.Fprintf(&out, "the same GET of 1 KiB made inside the sandbox (python urllib, a connection each): p50 %.3f ms\n", float64(inside.Microseconds())/1000)
 	mb := func(v float64) float64 { return v / (1 << 20) }
 	fmt.Fprintf(&out, "host memory per idle live python sandbox with one context, runc (%d idle): %.1f MB = %.1f MB its cgroup + %.1f MB host share "+
 		"(corral serve RSS %.1f, kernel slab %.1f, page tables %.1f); MemAvailable dropped %.1f MB per sandbox meanwhile\n",
@@ -273,6 +292,7 @@ func BenchmarkLive(b *testing.B) {
 		// fetch, the same sandbox): what the E2B layer costs.
 		{"e2b-run/v1-run-p50", "E2B SDK runCode p50 ÷ /v1 context run (node) p50", ratio(float64(cells[6].series(1).median()), float64(cells[7].series(1).median())), 1.2},
 		{"e2b-run/live-run-p50", "E2B SDK runCode p50 ÷ Go SDK context run p50", ratio(float64(cells[6].series(1).median()), float64(cells[2].series(1).median())), math.NaN()},
+		{"port-get/inside-p50", "GET through a port p50 ÷ the same GET inside p50", ratio(float64(cells[8].series(1).median()), float64(inside)), 3},
 	}
 	fmt.Fprintln(&out, "targets (docs/bench.md):")
 	for _, t := range targets {
@@ -406,4 +426,95 @@ func meminfo(key string) (int64, error) {
 		return 0, err
 	}
 	return fieldKB(b, key)
+}
+
+// portSandbox is a live sandbox made through E2B's API (which gives its
+// traffic token) whose python http.server serves a 1 KiB file on port 8000.
+type portSandbox struct {
+	srv       *server
+	sb        *sandbox.Sandbox
+	id, token string
+	http      *http.Client
+}
+
+const portFileScript = `import time, urllib.request, sys
+ts = []
+for _ in range(int(sys.argv[1])):
+    t0 = time.perf_counter()
+    urllib.request.urlopen("http://127.0.0.1:8000/f.bin").read()
+    ts.append(time.perf_counter() - t0)
+ts.sort()
+print(int(ts[len(ts) // 2] * 1e6))`
+
+func newPortSandbox(ctx context.Context, srv *server, c *sandbox.Client) (*portSandbox, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", srv.url+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":1800}`))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-API-Key", apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("create a sandbox through E2B's API: %w", err)
+	}
+	defer res.Body.Close()
+	var made struct{ SandboxID, TrafficAccessToken string }
+	if err := json.NewDecoder(res.Body).Decode(&made); err != nil || res.StatusCode != http.StatusCreated {
+		return nil, fmt.Errorf("create a sandbox through E2B's API: %d %v", res.StatusCode, err)
+	}
+	p := &portSandbox{srv: srv, sb: c.Sandbox(made.SandboxID), id: made.SandboxID, token: made.TrafficAccessToken, http: &http.Client{Timeout: clientTimeout}}
+	if _, err := p.sb.Files().Write(ctx, "/tmp/www/f.bin", bytes.NewReader(bytes.Repeat([]byte("x"), 1024))); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", p.id, err)
+	}
+	if _, err := p.sb.Start(ctx, sandbox.StartProcessRequest{Cmd: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp/www"}}); err != nil {
+		return nil, fmt.Errorf("sandbox %s: start a server: %w", p.id, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := p.get(ctx)
+		if err == nil {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("sandbox %s: the server never answered: %w", p.id, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// get GETs the file through Corral's listener, E2B's header form.
+func (p *portSandbox) get(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", p.srv.url+"/f.bin", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("E2b-Sandbox-Id", p.id)
+	req.Header.Set("E2b-Sandbox-Port", "8000")
+	req.Header.Set("E2B-Traffic-Access-Token", p.token)
+	res, err := p.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	n, err := io.Copy(io.Discard, res.Body)
+	if err == nil && (res.StatusCode != http.StatusOK || n != 1024) {
+		err = fmt.Errorf("GET through port 8000: %d, %d bytes", res.StatusCode, n)
+	}
+	return err
+}
+
+// inside is the median of n GETs of the file made inside the sandbox.
+func (p *portSandbox) inside(ctx context.Context, n int) (time.Duration, error) {
+	out, errOut, exit, err := p.sb.Run(ctx, sandbox.StartProcessRequest{Cmd: []string{"python3", "-c", portFileScript, strconv.Itoa(n)}})
+	if err == nil && (exit == nil || exit.ExitCode != 0) {
+		err = fmt.Errorf("exit %+v: %s", exit, errOut)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("GETs inside sandbox %s: %w", p.id, err)
+	}
+	us, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return 0, fmt.Errorf("GETs inside sandbox %s printed %q", p.id, out)
+	}
+	return time.Duration(us) * time.Microsecond, nil
 }

@@ -166,8 +166,12 @@ type StartProcessRequest struct {
 	// Shell is a command line, run as /bin/bash -l -c Shell.
 	Shell string `json:"shell,omitempty"`
 	// Cwd is the working directory (default /workspace).
-	Cwd string            `json:"cwd,omitempty"`
-	Env map[string]string `json:"env,omitempty"`
+	Cwd string `json:"cwd,omitempty"`
+	// User runs the process as this user of the sandbox: the sandbox
+	// user "user" (uid 1000, home /home/user) by default, "root" for
+	// root inside the sandbox, or any user root has added.
+	User string            `json:"user,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
 	// Stdin keeps the process's stdin open for WriteStdin; otherwise it
 	// reads nothing.
 	Stdin bool `json:"stdin,omitempty"`

@@ -369,6 +369,7 @@ func cmdSandboxExec(args []string) int {
 	fs.StringVar(&req.Shell, "shell", "", "a command line, run with bash -l -c")
 	fs.StringVar(&req.Cwd, "cwd", "", "working directory (default /workspace)")
 	fs.StringVar(&req.Tag, "tag", "", "a name for the process, listed by corral sandbox ps")
+	fs.StringVar(&req.User, "user", "", "run as this user of the sandbox (default user; root for root inside)")
 	fs.Var(&env, "env", "a NAME=value environment variable (repeatable)")
 	fs.BoolVar(&background, "background", false, "print the pid and return; the process runs on")
 	fs.BoolVar(&stdinOK, "stdin", false, "send this command's stdin to the process")
@@ -473,8 +474,8 @@ func cmdSandboxPs(args []string) int {
 
 func cmdSandboxFiles(args []string) int {
 	fs, cf := sandboxFlags("files", "[flags] ID (ls [DIR] | cat PATH | put LOCAL|- PATH | rm PATH)",
-		"Lists, reads, writes or removes a live sandbox's files. Paths are absolute (under\n"+
-			"/workspace or /tmp) or relative to /workspace; put makes the directories on the way.")
+		"Lists, reads, writes or removes a live sandbox's files. Paths are absolute (anywhere\n"+
+			"but /proc, /sys, /dev) or relative to /workspace; put makes the directories on the way.")
 	jsonOut := fs.Bool("json", false, "ls and put: print the entries as JSON")
 	id, rest, code, ok := parseInterspersed(fs, args)
 	if !ok {

@@ -53,7 +53,11 @@ func (a *Agent) confine(p string, rootOK bool) (string, []string, error) {
 		}
 		return "", nil, refuse(KindInvalid, "path %q is the root directory", p)
 	}
-	for _, root := range writableRoots {
+	roots := writableRoots
+	if a.local {
+		roots = localRoots
+	}
+	for _, root := range roots {
 		if p == root && rootOK {
 			return root, nil, nil
 		}
@@ -61,7 +65,7 @@ func (a *Agent) confine(p string, rootOK bool) (string, []string, error) {
 			return root, strings.Split(rest, "/"), nil
 		}
 	}
-	return "", nil, refuse(KindInvalid, "path %q is outside %v", p, writableRoots)
+	return "", nil, refuse(KindInvalid, "path %q is outside %v", p, roots)
 }
 
 // systemPlace reports whether p is, or is under, one of systemPlaces, for

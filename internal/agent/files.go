@@ -28,6 +28,10 @@ import (
 // system sandbox's: then it may place them anywhere but in systemPlaces.
 var writableRoots = []string{"/workspace", "/tmp"}
 
+// localRoots are writableRoots in local mode, whose root stands for a
+// system sandbox's too (the fake runtime's): its user's home is one more.
+var localRoots = []string{"/workspace", "/tmp", "/home/user"}
+
 // systemPlaces are the kernel's and Corral's own places in a system
 // sandbox, where no file operation goes.
 var systemPlaces = []string{"/proc", "/sys", "/dev", "/.corral"}

@@ -84,7 +84,7 @@ func (a *Agent) hostPath(p string) string {
 
 // sandboxPlaces are the sandbox's own places, which local mode takes under
 // its root wherever a program's argv or env names them.
-var sandboxPlaces = []string{"/workspace", "/tmp", "/dev/shm", "/.corral"}
+var sandboxPlaces = []string{"/workspace", "/tmp", "/dev/shm", "/.corral", "/home/user"}
 
 // hostValue is an argument or environment value as a program started in
 // local mode gets it: v, or, if it is a path in one of sandboxPlaces (and

@@ -119,9 +119,11 @@ func TestSystemProcesses(t *testing.T) {
 		t.Errorf("hello %+v, %v; want uid 0 with users", h, err)
 	}
 	const script = `echo "$(id -u) $(id -g) $(id -G) $HOME $USER $LOGNAME"`
+	// Local mode takes the user's home under its root, as it does every
+	// value naming a place of the sandbox's own (/home/user is one).
 	for user, want := range map[string]string{
-		"":     "1000 1000 1000 0 /home/user user user\n",
-		"user": "1000 1000 1000 0 /home/user user user\n",
+		"":     "1000 1000 1000 0 " + root + "/home/user user user\n",
+		"user": "1000 1000 1000 0 " + root + "/home/user user user\n",
 		"root": "0 0 0 /root root root\n",
 	} {
 		if got := runAs(t, l, shAs(user, script)); got != want {

@@ -65,7 +65,7 @@ func TestSandboxFiles(t *testing.T) {
 		{"GET", "/v1/sandboxes/box/files/list?depth=0", "", 400, "invalid_request", "depth"},
 		{"GET", "/v1/sandboxes/box/files/list?depth=deep", "", 400, "invalid_request", "depth"},
 		{"GET", "/v1/sandboxes/box/files?path=/workspace/d", "", 400, "invalid_request", "path"},
-		{"GET", "/v1/sandboxes/box/files?path=/etc/passwd", "", 400, "invalid_request", ""},
+		{"GET", "/v1/sandboxes/box/files?path=/proc/self/environ", "", 400, "invalid_request", ""},
 		{"POST", "/v1/sandboxes/box/files/mkdir", `{"path": "/workspace/x/y"}`, 404, "not_found", ""},
 		{"POST", "/v1/sandboxes/box/files/move", `{"from": "/workspace/empty", "to": "/workspace/d"}`, 400, "invalid_request", "path"},
 		{"POST", "/v1/sandboxes/box/files/move", `{"form": "/workspace/empty"}`, 400, "invalid_request", "form"},

@@ -13,17 +13,22 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-// Files of a live sandbox by path: absolute in the
-// sandbox, under /workspace or /tmp, or relative to /workspace. The agent
+// Files of a live sandbox by path: absolute in the sandbox (anywhere but
+// its kernel's and Corral's own: /proc, /sys, /dev, /.corral), or relative
+// to /workspace. The agent
 // reads and writes them as the sandbox's user, in the sandbox's own view
 // of its file system (internal/agent/files.go): what a program planted
 // leads nowhere a program could not go.
+
+// UserHome is the sandbox user's home. E2B's SDKs resolve relative paths
+// and run commands there; Corral's own API keeps /workspace for both.
+const UserHome = "/home/user"
 
 // MaxListDepth bounds a listing's depth.
 const MaxListDepth = agent.MaxListDepth
 
 // SandboxPath maps a client's path to the sandbox's: absolute and clean,
-// under /workspace or /tmp.
+// outside systemPaths.
 func SandboxPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
 		if err := validate.CheckInputPath(p); err != nil {
@@ -34,13 +39,17 @@ func SandboxPath(p string) (string, error) {
 	if err := validate.CheckAbsPath(p); err != nil {
 		return "", ErrInvalid.With("path", "path: %v", err)
 	}
-	for _, root := range []string{"/workspace", "/tmp"} {
+	for _, root := range systemPaths {
 		if p == root || strings.HasPrefix(p, root+"/") {
-			return p, nil
+			return "", workspace.Invalid("path: %s is the sandbox's kernel's or Corral's, not a file system to change", root)
 		}
 	}
-	return "", workspace.Invalid("path: files are under /workspace or /tmp")
+	return p, nil
 }
+
+// systemPaths are where no file call goes: the kernel's interfaces and
+// Corral's own mounts.
+var systemPaths = []string{"/proc", "/sys", "/dev", "/.corral"}
 
 // ReadFile streams a file of the sandbox into w.
 func (s *Sandbox) ReadFile(ctx context.Context, file string, w io.Writer) error {
@@ -48,7 +57,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, file string, w io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if p == "/workspace" || p == "/tmp" {
+	if isTop(p) {
 		return workspace.Invalid("path: name a file")
 	}
 	return s.withAgent(ctx, func(c *agent.Client) error { return c.ReadFile(ctx, p, w) })
@@ -61,7 +70,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, file string, r io.Reader) (sand
 	if err != nil {
 		return sandbox.SandboxFile{}, err
 	}
-	if p == "/workspace" || p == "/tmp" {
+	if isTop(p) {
 		return sandbox.SandboxFile{}, workspace.Invalid("path: name a file")
 	}
 	cr := &countingReader{r: r}
@@ -90,7 +99,7 @@ func (s *Sandbox) RemoveFile(ctx context.Context, file string) error {
 	if err != nil {
 		return err
 	}
-	if p == "/workspace" || p == "/tmp" {
+	if isTop(p) {
 		return workspace.Invalid("path: the top directories cannot be removed")
 	}
 	return s.withAgent(ctx, func(c *agent.Client) error { return c.Remove(ctx, p) })
@@ -179,7 +188,7 @@ func (s *Sandbox) Move(ctx context.Context, from, to string) (sandbox.SandboxFil
 		return sandbox.SandboxFile{}, err
 	}
 	for _, p := range []string{src, dst} {
-		if p == "/workspace" || p == "/tmp" {
+		if isTop(p) {
 			return sandbox.SandboxFile{}, workspace.Invalid("path: the top directories cannot be moved")
 		}
 	}
@@ -226,3 +235,7 @@ func (s *Sandbox) withAgent(ctx context.Context, f func(c *agent.Client) error) 
 	}
 	return f(c)
 }
+
+// isTop says whether p is the root or a mount point of the sandbox's disk:
+// not a file to read, write, move or remove.
+func isTop(p string) bool { return p == "/" || p == "/workspace" || p == "/tmp" }

@@ -7,10 +7,11 @@ import (
 )
 
 // FuzzSandboxPath: a path a client names is either refused or maps to an
-// absolute, clean path under /workspace or /tmp.
+// absolute, clean path outside the sandbox's kernel's and Corral's places;
+// a relative one under /workspace.
 func FuzzSandboxPath(f *testing.F) {
 	for _, s := range []string{"a.txt", "d/e/f", "/workspace/x", "/tmp", "/workspace/../etc", "../x", "/etc/passwd",
-		"a//b", "/workspace/", "\x00", "/tmp2/x", "./a", strings.Repeat("a/", 20)} {
+		"a//b", "/workspace/", "\x00", "/tmp2/x", "./a", strings.Repeat("a/", 20), "/proc/1/root", "/.corral/agent", "/sys", "/devx"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
@@ -21,8 +22,13 @@ func FuzzSandboxPath(f *testing.F) {
 		if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
 			t.Fatalf("%q → %q: not absolute and clean", in, p)
 		}
-		if p != "/workspace" && p != "/tmp" && !strings.HasPrefix(p, "/workspace/") && !strings.HasPrefix(p, "/tmp/") {
-			t.Fatalf("%q → %q: outside /workspace and /tmp", in, p)
+		for _, root := range []string{"/proc", "/sys", "/dev", "/.corral"} {
+			if p == root || strings.HasPrefix(p, root+"/") {
+				t.Fatalf("%q → %q: in %s", in, p, root)
+			}
+		}
+		if !strings.HasPrefix(in, "/") && !strings.HasPrefix(p, "/workspace/") {
+			t.Fatalf("%q → %q: a relative path outside /workspace", in, p)
 		}
 	})
 }

@@ -252,6 +252,7 @@ func (m *Manager) prepare(tenant string, req *sandbox.CreateSandboxRequest) (*en
 		Limits:   engine.Limits{MemoryMB: l.MemoryMB, CPUCores: l.CPUCores, DiskMB: l.DiskMB, Pids: l.Pids},
 		Env:      req.Env,
 		Network:  req.Network,
+		System:   true,
 		Names:    engine.Names{CPUCores: cpuField},
 	})
 	if err != nil {
@@ -468,6 +469,9 @@ func (s *Sandbox) startLocked(ctx context.Context, restore string) (runtime.Sand
 		return nil, err
 	}
 	env := m.engine.Env(p.Image)
+	// Its programs run as its user unless a process names another (for
+	// which the agent sets these from the sandbox's /etc/passwd: Start).
+	maps.Copy(env, userEnv)
 	maps.Copy(env, req.Env)
 	stop := func() {}
 	if len(p.Egress) > 0 {
@@ -640,3 +644,7 @@ func (s *Sandbox) Agent(ctx context.Context) (*agent.Client, error) {
 	}
 	return sb.Agent(), nil
 }
+
+// userEnv is the environment of the sandbox's user (UserHome): a process
+// that runs as another user has its own from the agent.
+var userEnv = map[string]string{"HOME": UserHome, "USER": "user", "LOGNAME": "user"}

@@ -219,6 +219,9 @@ func checkProcess(req *sandbox.StartProcessRequest) error {
 	if req.Cwd == "" {
 		req.Cwd = "/workspace"
 	}
+	if req.User != "" && !validUser(req.User) {
+		return bad("user", "name a user of the sandbox: lower-case letters, digits, '_' and '-', at most 32")
+	}
 	if err := validate.CheckAbsPath(req.Cwd); err != nil {
 		return bad("cwd", err.Error())
 	}
@@ -257,13 +260,21 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.StartProcessRequest) (*
 	if running >= m.cfg.MaxProcesses {
 		return nil, ErrTooMany
 	}
+	if req.User != "" && req.User != "user" {
+		// Another user's: the agent sets them from its passwd entry.
+		for k, v := range userEnv {
+			if env[k] == v {
+				delete(env, k)
+			}
+		}
+	}
 	maps.Copy(env, req.Env)
 	out := newOutput(m.cfg.OutputBuffer)
 	// Not cut short by the client: a process the agent started must be
 	// known here, or nothing could reach it.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	start := agent.StartRequest{Argv: req.Cmd, Dir: req.Cwd, Stdin: req.Stdin, Persistent: true}
+	start := agent.StartRequest{Argv: req.Cmd, Dir: req.Cwd, Stdin: req.Stdin, Persistent: true, User: req.User}
 	if req.PTY != nil {
 		start.PTY = &agent.PTYSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}
 		if _, ok := env["TERM"]; !ok {
@@ -580,4 +591,18 @@ func (p *Process) Resize(ctx context.Context, size sandbox.PTYSize) error {
 		p.out.mu.Unlock()
 	}
 	return err
+}
+
+// validUser says whether name can be a user's name (useradd's default
+// rule): the agent looks it up in the sandbox's /etc/passwd.
+func validUser(name string) bool {
+	if len(name) > 32 || name == "" || name[0] == '-' || (name[0] >= '0' && name[0] <= '9') {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -134,14 +134,18 @@ test('a context whose cwd is over PATH_MAX or NAME_MAX is refused (400); the san
   assert.equal((await sbx.runCode('z + 1')).text, '8', 'the default context kept its state')
 })
 
-test('runCode in bash; javascript needs an image with node', async () => {
+test('runCode in bash and javascript', async () => {
   const sh = await sbx.runCode('cd /tmp && v=7', { language: 'bash' })
   assert.equal(sh.error, undefined)
   // The bash context keeps its directory and variables.
   const again = await sbx.runCode('echo "$v in $PWD"', { language: 'bash' })
   assert.deepEqual(again.logs.stdout, ['7 in /tmp\n'])
-  // The code interpreter's templates are python sandboxes: no node.
-  await assert.rejects(sbx.runCode('1 + 1', { language: 'javascript' }), (e) =>
+  // The code interpreter's template has node, as E2B's does.
+  const js = await sbx.runCode('[1, 2, 3].map((x) => x * 2).join(",")', { language: 'javascript' })
+  assert.equal(js.error, undefined)
+  assert.match(js.text ?? js.logs.stdout.join(''), /2,4,6/)
+  // typescript is not one of Corral's languages: refused, not lost.
+  await assert.rejects(sbx.runCode('1 + 1', { language: 'typescript' }), (e) =>
     e instanceof SandboxError && !(e instanceof NotFoundError) && /^400 /.test(e.message))
 })
 
@@ -177,6 +181,47 @@ test('commands.run in the background, listed, then killed', async () => {
   assert.equal(await h.kill(), true)
   await assert.rejects(h.wait(), CommandExitError)
   await until('the killed command to leave the list', async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid))
+})
+
+test('a machine of its own: user, home, relative paths, root on request', async () => {
+  const who = await sbx.commands.run('whoami; echo "$HOME"; pwd; id -u')
+  assert.equal(who.stdout, 'user\n/home/user\n/home/user\n1000\n')
+  await sbx.files.write('notes.txt', 'relative\n')
+  assert.equal(await sbx.files.read('/home/user/notes.txt'), 'relative\n')
+  assert.equal((await sbx.commands.run('cat notes.txt; stat -c %U notes.txt')).stdout, 'relative\nuser\n')
+  assert.equal((await sbx.commands.run('cat ../user/notes.txt', { cwd: '.' })).stdout, 'relative\n')
+  assert.equal((await sbx.commands.run('id -u', { user: 'root' })).stdout, '0\n')
+  assert.equal((await sbx.commands.run('whoami; echo "$HOME"', { user: 'root' })).stdout, 'root\n/root\n')
+  await assert.rejects(sbx.commands.run('touch /usr/local/bin/x'), CommandExitError)
+  await sbx.commands.run('touch /usr/local/bin/x && rm /usr/local/bin/x', { user: 'root' })
+  // What root owns outside its sandbox: nothing (its uid is the sandbox's own).
+  assert.equal((await sbx.commands.run('ls -ld /home/user | cut -d" " -f3', { user: 'root' })).stdout, 'user\n')
+})
+
+test('as root, a local .deb, wheel and npm tarball install; user runs them', async () => {
+  // Made in the sandbox, by the user: no test may need the network.
+  await sbx.commands.run(`set -e
+d=$(mktemp -d); mkdir -p $d/DEBIAN $d/usr/local/bin
+printf 'Package: corral-hello\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: Corral <test@example.com>\\nDescription: a test package\\n' > $d/DEBIAN/control
+printf '#!/bin/sh\\necho hello from a deb\\n' > $d/usr/local/bin/corral-hello-deb; chmod 755 $d/usr/local/bin/corral-hello-deb
+dpkg-deb --root-owner-group --build $d /tmp/corral-hello.deb >/dev/null
+p=$(mktemp -d)/corral-hello; mkdir -p $p/bin
+printf '{"name":"corral-hello","version":"1.0.0","bin":{"corral-hello-js":"bin/hello.js"}}' > $p/package.json
+printf '#!/usr/bin/env node\\nconsole.log("hello from npm")\\n' > $p/bin/hello.js
+cd /tmp && npm pack --silent $p >/dev/null`)
+  await sbx.runCode(`import base64, hashlib, zipfile
+files = {'corral_hello.py': b'def hello():\\n    return "hello from a wheel"\\n',
+         'corral_hello-1.0.dist-info/METADATA': b'Metadata-Version: 2.1\\nName: corral-hello\\nVersion: 1.0\\n',
+         'corral_hello-1.0.dist-info/WHEEL': b'Wheel-Version: 1.0\\nGenerator: corral-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n'}
+digest = lambda b: base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()
+record = ''.join('%s,sha256=%s,%d\\n' % (n, digest(b), len(b)) for n, b in files.items()) + 'corral_hello-1.0.dist-info/RECORD,,\\n'
+with zipfile.ZipFile('/tmp/corral_hello-1.0-py3-none-any.whl', 'w') as z:
+    for n, b in files.items():
+        z.writestr(n, b)
+    z.writestr('corral_hello-1.0.dist-info/RECORD', record)`)
+  await sbx.commands.run('dpkg -i /tmp/corral-hello.deb && pip install --no-index -q /tmp/corral_hello-1.0-py3-none-any.whl && npm install -g --offline --silent /tmp/corral-hello-1.0.0.tgz', { user: 'root', timeoutMs: 120_000 })
+  const r = await sbx.commands.run(`corral-hello-deb; python3 -c 'import corral_hello; print(corral_hello.hello())'; corral-hello-js; dpkg -s corral-hello | grep ^Status`)
+  assert.equal(r.stdout, 'hello from a deb\nhello from a wheel\nhello from npm\nStatus: install ok installed\n')
 })
 
 const dir = '/workspace/e2b-suite'
@@ -395,6 +440,7 @@ test('pause, then connect resumes: files kept, and on gVisor the context too', a
   const s = await Sandbox.create(template, { timeoutMs: 300_000, metadata: { suite: run, role: 'pause' } })
   try {
     await s.files.write('/workspace/kept.txt', 'kept')
+    await s.commands.run('touch /usr/local/bin/kept', { user: 'root' })
     assert.equal((await s.runCode('y = 7')).error, undefined)
     assert.equal(await s.pause(), true)
     assert.equal(await s.pause(), false) // already paused: 409
@@ -404,6 +450,7 @@ test('pause, then connect resumes: files kept, and on gVisor the context too', a
     const back = await Sandbox.connect(s.sandboxId)
     assert.equal((await BaseSandbox.getInfo(s.sandboxId)).state, 'running')
     assert.equal(await back.files.read('/workspace/kept.txt'), 'kept')
+    assert.equal((await back.commands.run('ls /usr/local/bin/kept')).stdout, '/usr/local/bin/kept\n')
     const y = await back.runCode('y')
     if (tier === 'gvisor') {
       assert.equal(y.text, '7') // its memory came back

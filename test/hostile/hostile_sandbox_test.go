@@ -83,6 +83,9 @@ type outcome struct {
 	res  sandbox.Result
 	kv   map[string]string // key=value lines of stdout
 	wall time.Duration
+	// root: the case ran as root inside a live sandbox, whose system is
+	// its own to write (docs/sandboxes.md).
+	root bool
 }
 
 // TestHostile runs every case on both tiers, two sandboxes at a time (a

@@ -154,7 +154,21 @@ func (l *liveTier) run(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				leave := l.g.enter(false)
 				defer leave()
-				l.summary = append(l.summary, l.runCase(t, c))
+				l.summary = append(l.summary, l.runCase(t, c, ""))
+			})
+		}
+	})
+	// The same cases as root inside the sandbox: root owns the sandbox's
+	// system, and nothing beyond it.
+	t.Run("case-as-root", func(t *testing.T) {
+		for _, c := range cases {
+			if liveSkip(c, l.tier) != "" {
+				continue
+			}
+			t.Run(c.name, func(t *testing.T) {
+				leave := l.g.enter(false)
+				defer leave()
+				l.summary = append(l.summary, l.runCase(t, c, "root"))
 			})
 		}
 	})
@@ -188,10 +202,10 @@ type liveRun struct {
 
 // liveExec runs argv as a process of sb until it ends or timeout passes,
 // when it is killed (its process group: what it started too).
-func liveExec(t *testing.T, sb *sandbox.Sandbox, argv []string, timeout time.Duration) liveRun {
+func liveExec(t *testing.T, sb *sandbox.Sandbox, argv []string, user string, timeout time.Duration) liveRun {
 	t.Helper()
 	began := time.Now()
-	p, err := sb.Start(t.Context(), sandbox.StartProcessRequest{Cmd: argv})
+	p, err := sb.Start(t.Context(), sandbox.StartProcessRequest{Cmd: argv, User: user})
 	if err != nil {
 		t.Fatalf("start %s: %v", argv[0], err)
 	}
@@ -242,10 +256,11 @@ func argv(lang, code string) []string {
 	return []string{"bash", "-c", code}
 }
 
-// runCase runs one case as a process of the live sandbox and returns a
-// summary line. A case succeeds as a process when it exits 0 of itself;
-// its check then reads its key=value lines as it reads a one-shot run's.
-func (l *liveTier) runCase(t *testing.T, c hostileCase) string {
+// runCase runs one case as a process of the live sandbox, as user (""
+// the sandbox's user), and returns a summary line. A case succeeds as a
+// process when it exits 0 of itself; its check then reads its key=value
+// lines as it reads a one-shot run's.
+func (l *liveTier) runCase(t *testing.T, c hostileCase, user string) string {
 	token := newToken()
 	l.tokens = append(l.tokens, token)
 	timeout := liveCaseTimeout
@@ -253,7 +268,7 @@ func (l *liveTier) runCase(t *testing.T, c hostileCase) string {
 		timeout = time.Duration(c.limits.TimeoutMS) * time.Millisecond
 	}
 	weakness := c.weakHere(l.tier)
-	r := liveExec(t, l.sb, argv(c.lang, l.h.program(c, token, l.tier)), timeout)
+	r := liveExec(t, l.sb, argv(c.lang, l.h.program(c, token, l.tier)), user, timeout)
 	code := r.exit.ExitCode
 	res := sandbox.Result{Status: sandbox.StatusSuccess, Tier: string(l.tier), Stdout: r.stdout, Stderr: r.stderr, ExitCode: &code}
 	if weakness != "" {
@@ -266,7 +281,7 @@ func (l *liveTier) runCase(t *testing.T, c hostileCase) string {
 		t.Errorf("ended %+v, want exit 0\nstdout %s\nstderr %s", r.exit, clip(r.stdout), clip(r.stderr))
 	}
 	if c.check != nil && !t.Failed() {
-		c.check(t, &outcome{tier: l.tier, res: res, kv: parseKV(r.stdout), wall: r.wall})
+		c.check(t, &outcome{tier: l.tier, res: res, kv: parseKV(r.stdout), wall: r.wall, root: user == "root"})
 	}
 	for _, out := range []string{r.stdout, r.stderr} {
 		if strings.Contains(out, canary) {
@@ -281,7 +296,11 @@ func (l *liveTier) runCase(t *testing.T, c hostileCase) string {
 			mark = "FAIL (known weakness)"
 		}
 	}
-	line := fmt.Sprintf("%-24s %-9s exit %-4d %6d ms  %s", c.name, l.tier, r.exit.ExitCode, r.wall.Milliseconds(), mark)
+	name := c.name
+	if user != "" {
+		name += " as " + user
+	}
+	line := fmt.Sprintf("%-32s %-9s exit %-4d %6d ms  %s", name, l.tier, r.exit.ExitCode, r.wall.Milliseconds(), mark)
 	t.Log(line)
 	return line
 }
@@ -342,14 +361,16 @@ func (l *liveTier) apart(t *testing.T) {
 		t.Fatalf("the other sandbox's process %s is not on the host", token)
 	}
 	code := strings.ReplaceAll(prelude, "@TOKEN@", token) + "HOSTPID = " + strconv.Itoa(hostPID) + "\n" + apartProbe
-	r := liveExec(t, l.sb, argv("python", code), liveCaseTimeout)
-	o := &outcome{tier: l.tier, res: sandbox.Result{Stdout: r.stdout, Stderr: r.stderr}, kv: parseKV(r.stdout)}
-	o.want(t, "seen", "none")
-	o.in(t, []string{"ENOENT"}, "tmp", "workspace")
-	o.in(t, []string{"ESRCH"}, "kill_host_pid")
-	for _, c := range cases {
-		if c.name == "kill-everything" {
-			l.runCase(t, c)
+	for _, user := range []string{"", "root"} {
+		r := liveExec(t, l.sb, argv("python", code), user, liveCaseTimeout)
+		o := &outcome{tier: l.tier, res: sandbox.Result{Stdout: r.stdout, Stderr: r.stderr}, kv: parseKV(r.stdout)}
+		o.want(t, "seen", "none")
+		o.in(t, []string{"ENOENT"}, "tmp", "workspace")
+		o.in(t, []string{"ESRCH"}, "kill_host_pid")
+		for _, c := range cases {
+			if c.name == "kill-everything" {
+				l.runCase(t, c, user)
+			}
 		}
 	}
 	if p, err := sleeper.Info(ctx); err != nil || !p.Running {
@@ -494,7 +515,7 @@ for i in range(1, 65):
     chunks.append(b'x' * (16 << 20))
     print('mib=%d' % (i * 16), flush=True)
 print('done=yes', flush=True)
-`), 60*time.Second)
+`), "", 60*time.Second)
 	reached := 0
 	for _, line := range strings.Split(r.stdout, "\n") {
 		if v, ok := strings.CutPrefix(line, "mib="); ok {
@@ -517,7 +538,7 @@ print('done=yes', flush=True)
 // info counts the restart. Nothing of the bomb or balloon is left.
 func (l *liveTier) answers(t *testing.T, before *sandbox.Info, end *sandbox.ProcessExit) {
 	t.Helper()
-	r := liveExec(t, l.sb, []string{"bash", "-c", "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n; echo nproc=$(ulimit -u)"}, liveCaseTimeout)
+	r := liveExec(t, l.sb, []string{"bash", "-c", "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n; echo nproc=$(ulimit -u)"}, "", liveCaseTimeout)
 	if r.exit.ExitCode != 0 || r.exit.Error != "" {
 		t.Fatalf("the next process: %+v, stderr %s", r.exit, clip(r.stderr))
 	}

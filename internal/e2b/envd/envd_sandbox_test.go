@@ -26,7 +26,8 @@ func TestRealSandboxes(t *testing.T) {
 			ctx := t.Context()
 
 			ev := h.run(ctx, &StartRequest{Process: shell(`echo "$(id -u) $PWD"; echo oops >&2; exit 7`), Stdin: ptr(false)})
-			if ev.stdout != "1000 /workspace\n" || ev.stderr != "oops\n" || ev.end == nil || ev.end.ExitCode != 7 {
+			// E2B's user and home (a live sandbox's).
+			if ev.stdout != "1000 /home/user\n" || ev.stderr != "oops\n" || ev.end == nil || ev.end.ExitCode != 7 {
 				t.Errorf("stdout %q stderr %q end %+v", ev.stdout, ev.stderr, ev.end)
 			}
 			term := h.run(ctx, &StartRequest{Process: shell("stty size; tty"), PTY: &PTY{Size: &PTYSize{Cols: 90, Rows: 20}}})
@@ -35,7 +36,7 @@ func TestRealSandboxes(t *testing.T) {
 			}
 
 			watch, err := client[WatchDirRequest, WatchDirResponse](h.base, "/filesystem.Filesystem/WatchDir").CallServerStream(ctx,
-				connect.NewRequest(&WatchDirRequest{Path: "/workspace"}))
+				connect.NewRequest(&WatchDirRequest{Path: "/home/user"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +49,7 @@ func TestRealSandboxes(t *testing.T) {
 			if b, _ := io.ReadAll(res.Body); res.StatusCode != 200 {
 				t.Fatalf("upload %d %s", res.StatusCode, b)
 			}
-			if code, got, _ := h.download(t, "/workspace/blob.bin"); code != 200 || string(got) != string(data) {
+			if code, got, _ := h.download(t, "/home/user/blob.bin"); code != 200 || string(got) != string(data) {
 				t.Errorf("download %d %q", code, got)
 			}
 			for watch.Receive() {
@@ -62,7 +63,7 @@ func TestRealSandboxes(t *testing.T) {
 
 			// A link to the host's (and the sandbox's) /etc/shadow: listed
 			// as a link, never read through.
-			h.run(ctx, &StartRequest{Process: shell("ln -s /etc/shadow /workspace/shadow"), Stdin: ptr(false)})
+			h.run(ctx, &StartRequest{Process: shell("ln -s /etc/shadow shadow"), Stdin: ptr(false)})
 			st, err := client[StatRequest, StatResponse](h.base, "/filesystem.Filesystem/Stat").CallUnary(ctx,
 				connect.NewRequest(&StatRequest{Path: "shadow"}))
 			if err != nil || st.Msg.Entry.Type != FileSymlink || st.Msg.Entry.SymlinkTarget == nil || *st.Msg.Entry.SymlinkTarget != "/etc/shadow" {

@@ -462,7 +462,7 @@ func TestWire(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("MakeDir %d", res.StatusCode)
 	}
-	res = post(t, h.base+"/filesystem.Filesystem/ListDir", "application/json", []byte(`{"path":"/workspace","depth":"1"}`))
+	res = post(t, h.base+"/filesystem.Filesystem/ListDir", "application/json", []byte(`{"path":"/home/user","depth":"1"}`))
 	body, _ := io.ReadAll(res.Body)
 	var list struct {
 		Entries []map[string]any `json:"entries"`
@@ -476,7 +476,7 @@ func TestWire(t *testing.T) {
 			d1 = e
 		}
 	}
-	if d1 == nil || d1["type"] != "FILE_TYPE_DIRECTORY" || d1["path"] != "/workspace/d1" || d1["permissions"] != "drwxr-xr-x" {
+	if d1 == nil || d1["type"] != "FILE_TYPE_DIRECTORY" || d1["path"] != "/home/user/d1" || d1["permissions"] != "drwxr-xr-x" {
 		t.Errorf("ListDir entry %v (of %s)", d1, body)
 	}
 	if _, ok := d1["size"].(string); !ok {

@@ -65,7 +65,7 @@ func (s *service) download(w http.ResponseWriter, r *http.Request) {
 	lw := &lazyWriter{w: w}
 	sb, err := s.box(t)
 	if err == nil {
-		err = sb.ReadFile(r.Context(), p, lw)
+		err = sb.ReadFile(r.Context(), home(p), lw)
 	}
 	switch {
 	case err != nil && !lw.started:
@@ -89,7 +89,7 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	query := r.URL.Query().Get("path")
+	query := home(r.URL.Query().Get("path"))
 	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		s.fail(w, fault.New(fault.InvalidArgument, "Content-Type: give multipart/form-data or application/octet-stream"))
@@ -178,7 +178,7 @@ func (s *service) uploadParts(r *http.Request, query, boundary string) ([]writeI
 			// The file name is the whole path (Part.FileName keeps only
 			// its last element).
 			_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
-			p = dp["filename"]
+			p = home(dp["filename"])
 		}
 		if p == "" {
 			return nil, badUpload{"path: name the file to write (in the query, or as the part's file name)"}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,8 +24,8 @@ import (
 )
 
 // filesystem.Filesystem: the file calls of the live sandbox
-// (live.Sandbox), with its paths: absolute under /workspace or /tmp,
-// or relative to /workspace (the sandbox user's home).
+// (live.Sandbox), with its paths: absolute, or relative to /home/user (the
+// sandbox user's home: E2B's convention; see home).
 
 func (s *service) filesystemHandlers(opts []connect.HandlerOption) map[string]http.Handler {
 	const p = "/filesystem.Filesystem/"
@@ -68,7 +70,7 @@ func entryInfo(f sandbox.SandboxFile) *EntryInfo {
 
 func (s *service) stat(ctx context.Context, req *connect.Request[StatRequest]) (*connect.Response[StatResponse], error) {
 	t := tgt(ctx)
-	f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.StatFile(ctx, req.Msg.Path) })
+	f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.StatFile(ctx, home(req.Msg.Path)) })
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
@@ -80,7 +82,9 @@ func (s *service) stat(ctx context.Context, req *connect.Request[StatRequest]) (
 func (s *service) makeDir(ctx context.Context, req *connect.Request[MakeDirRequest]) (*connect.Response[MakeDirResponse], error) {
 	t := tgt(ctx)
 	mkdir := func(parents bool) (sandbox.SandboxFile, error) {
-		return on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.MakeDir(ctx, req.Msg.Path, parents) })
+		return on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) {
+			return sb.MakeDir(ctx, home(req.Msg.Path), parents)
+		})
 	}
 	f, err := mkdir(false)
 	if _, refused := live.Refusal(err); refused && errors.Is(err, syscall.ENOENT) {
@@ -97,7 +101,7 @@ func (s *service) makeDir(ctx context.Context, req *connect.Request[MakeDirReque
 func (s *service) move(ctx context.Context, req *connect.Request[MoveRequest]) (*connect.Response[MoveResponse], error) {
 	t := tgt(ctx)
 	f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) {
-		return sb.Move(ctx, req.Msg.Source, req.Msg.Destination)
+		return sb.Move(ctx, home(req.Msg.Source), home(req.Msg.Destination))
 	})
 	if err != nil {
 		return nil, classify(err, s.log).connect()
@@ -111,7 +115,9 @@ func (s *service) listDir(ctx context.Context, req *connect.Request[ListDirReque
 	if depth == 0 {
 		depth = 1
 	}
-	files, err := on(s, t, func(sb *live.Sandbox) ([]sandbox.SandboxFile, error) { return sb.ListFiles(ctx, req.Msg.Path, depth) })
+	files, err := on(s, t, func(sb *live.Sandbox) ([]sandbox.SandboxFile, error) {
+		return sb.ListFiles(ctx, home(req.Msg.Path), depth)
+	})
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
@@ -124,7 +130,7 @@ func (s *service) listDir(ctx context.Context, req *connect.Request[ListDirReque
 
 func (s *service) remove(ctx context.Context, req *connect.Request[RemoveRequest]) (*connect.Response[RemoveResponse], error) {
 	t := tgt(ctx)
-	if _, err := on(s, t, func(sb *live.Sandbox) (struct{}, error) { return struct{}{}, sb.RemoveFile(ctx, req.Msg.Path) }); err != nil {
+	if _, err := on(s, t, func(sb *live.Sandbox) (struct{}, error) { return struct{}{}, sb.RemoveFile(ctx, home(req.Msg.Path)) }); err != nil {
 		return nil, classify(err, s.log).connect()
 	}
 	return connect.NewResponse(&RemoveResponse{}), nil
@@ -163,7 +169,7 @@ func (s *service) fsEvent(ctx context.Context, t target.Target, root string, ev 
 // the sandbox): then the stream ends.
 func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirRequest], st *connect.ServerStream[WatchDirResponse]) error {
 	t := tgt(ctx)
-	root, err := live.SandboxPath(req.Msg.Path)
+	root, err := live.SandboxPath(home(req.Msg.Path))
 	if err != nil {
 		return classify(err, s.log).connect()
 	}
@@ -228,7 +234,7 @@ type watcher struct {
 
 func (s *service) createWatcher(ctx context.Context, req *connect.Request[CreateWatcherRequest]) (*connect.Response[CreateWatcherResponse], error) {
 	t := tgt(ctx)
-	root, err := live.SandboxPath(req.Msg.Path)
+	root, err := live.SandboxPath(home(req.Msg.Path))
 	if err != nil {
 		return nil, classify(err, s.log).connect()
 	}
@@ -331,4 +337,13 @@ func (s *service) removeWatcher(ctx context.Context, req *connect.Request[Remove
 	}
 	s.dropWatcher(req.Msg.WatcherID)
 	return connect.NewResponse(&RemoveWatcherResponse{}), nil
+}
+
+// home resolves a relative path of E2B's against live.UserHome; an absolute or
+// empty one is the caller's to check.
+func home(p string) string {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return p
+	}
+	return path.Join(live.UserHome, p)
 }

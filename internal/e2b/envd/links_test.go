@@ -20,7 +20,7 @@ func TestLinks(t *testing.T) {
 // multipart; Filesystem Stat, MakeDir, Move, ListDir, Remove, WatchDir,
 // CreateWatcher) goes through a link a program in h's sandbox planted —
 // first in the path, in its middle or last; to out (a directory outside
-// /workspace the program makes), to /, to /tmp, inside — each answers 400
+// the user's home the program makes), to /, to /tmp, inside — each answers 400
 // or invalid_argument saying so, and nothing outside changes. A link at
 // the end is described by Stat and removed as itself. With image, the
 // paths through the link to / reach the image (read-only) and the
@@ -30,12 +30,12 @@ func envdLinks(t *testing.T, h *harness, out string, image bool) {
 	ctx := t.Context()
 	plant := "mkdir -p d/e " + out + "/dir && echo x > d/f && echo keep > " + out + "/canary && echo keep > " + out + "/dir/canary && " +
 		"ln -s / up && ln -s " + out + " o && ln -s " + out + " d/mid && ln -s e d/in && ln -s " + out + "/canary last && " +
-		"ln -s ../tmp tl && echo keep > ../tmp/keep"
+		"ln -s ../../tmp tl && echo keep > ../../tmp/keep"
 	if ev := h.run(ctx, &StartRequest{Process: shell(plant), Stdin: ptr(false)}); ev.end == nil || ev.end.ExitCode != 0 {
 		t.Fatalf("plant links: %+v %s", ev.end, ev.stderr)
 	}
 	held := func() string {
-		ev := h.run(ctx, &StartRequest{Process: shell("find " + out + " ../tmp | sort; cat " + out + "/canary " + out + "/dir/canary ../tmp/keep"), Stdin: ptr(false)})
+		ev := h.run(ctx, &StartRequest{Process: shell("find " + out + " ../../tmp | sort; cat " + out + "/canary " + out + "/dir/canary ../../tmp/keep"), Stdin: ptr(false)})
 		return ev.stdout
 	}
 	before := held()
@@ -91,9 +91,9 @@ func envdLinks(t *testing.T, h *harness, out string, image bool) {
 	}
 
 	through := []string{"o/canary", "o/new", "o/dir/canary", "up" + out + "/canary", "up" + out + "/new",
-		"/workspace/tl/keep", "tl/new", "d/mid/canary", "d/mid/new/x", "d/mid/dir/canary", "d/in/x"}
+		"/home/user/tl/keep", "tl/new", "d/mid/canary", "d/mid/new/x", "d/mid/dir/canary", "d/in/x"}
 	if image {
-		through = append(through, "up/etc/passwd", "up/tmp/x", "up/tmp/keep", "/workspace/up/etc")
+		through = append(through, "up/etc/passwd", "up/tmp/x", "up/tmp/keep", "/home/user/up/etc")
 	}
 	for _, p := range through {
 		readsAndWrites(p)
@@ -126,10 +126,10 @@ func envdLinks(t *testing.T, h *harness, out string, image bool) {
 		}
 	}
 	if after := held(); after != before || !strings.HasSuffix(after, "keep\nkeep\nkeep\n") {
-		t.Errorf("outside /workspace:\n%s\nwas\n%s", after, before)
+		t.Errorf("outside the user's home:\n%s\nwas\n%s", after, before)
 	}
-	if ls, err := list.CallUnary(ctx, connect.NewRequest(&ListDirRequest{Path: "/workspace"})); err != nil || len(ls.Msg.Entries) != 0 {
-		t.Errorf("/workspace after the links' removal: %+v %v", ls, err)
+	if ls, err := list.CallUnary(ctx, connect.NewRequest(&ListDirRequest{Path: "/home/user"})); err != nil || len(ls.Msg.Entries) != 0 {
+		t.Errorf("/home/user after the links' removal: %+v %v", ls, err)
 	}
 
 	// Through a file, names too long: before the agent (over 4,096
@@ -138,7 +138,7 @@ func envdLinks(t *testing.T, h *harness, out string, image bool) {
 		t.Fatalf("upload f: %d %s", code, body)
 	}
 	name, long := strings.Repeat("n", 300), strings.Repeat("n", 5000)
-	for _, p := range []string{"f/x", "/workspace/f/x", name, "/workspace/" + name, long, "/workspace/" + long} {
+	for _, p := range []string{"f/x", "/home/user/f/x", name, "/home/user/" + name, long, "/home/user/" + long} {
 		code, body, _ := h.download(t, p)
 		if code != http.StatusBadRequest {
 			t.Errorf("download %.40s: %d %s", p, code, body)

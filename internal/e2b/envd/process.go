@@ -3,10 +3,10 @@ package envd
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,13 +55,11 @@ func startRequest(m *StartRequest) (sandbox.StartProcessRequest, error) {
 	if m.Tag != nil {
 		req.Tag = *m.Tag
 	}
+	// E2B's default working directory is the user's home; a relative one
+	// is under it.
+	req.Cwd = live.UserHome
 	if m.Process.Cwd != nil && *m.Process.Cwd != "" {
-		cwd := *m.Process.Cwd
-		if !strings.HasPrefix(cwd, "/") {
-			// Relative to the user's home: the sandbox's workspace.
-			cwd = path.Join("/workspace", cwd)
-		}
-		req.Cwd = cwd
+		req.Cwd = home(*m.Process.Cwd)
 	}
 	if m.PTY != nil {
 		if m.PTY.Size == nil {
@@ -107,6 +105,9 @@ func (s *service) start(ctx context.Context, req *connect.Request[StartRequest],
 	t := tgt(ctx)
 	sreq, err := startRequest(req.Msg)
 	if err != nil {
+		return refuse(fault.InvalidArgument, err.Error())
+	}
+	if sreq.User, err = username(req.Header()); err != nil {
 		return refuse(fault.InvalidArgument, err.Error())
 	}
 	p, err := on(s, t, func(sb *live.Sandbox) (*live.Process, error) { return sb.Start(ctx, sreq) })
@@ -397,4 +398,24 @@ func (s *service) update(ctx context.Context, req *connect.Request[UpdateRequest
 		}
 	}
 	return connect.NewResponse(&UpdateResponse{}), nil
+}
+
+// username is the user E2B's SDKs name for a call (opts.user): HTTP basic
+// authentication with the name and an empty password. None is the default
+// user.
+func username(h http.Header) (string, error) {
+	a := h.Get("Authorization")
+	if a == "" {
+		return "", nil
+	}
+	scheme, enc, _ := strings.Cut(a, " ")
+	if !strings.EqualFold(scheme, "Basic") {
+		return "", nil // not a user: another scheme is the server's business
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return "", errors.New("Authorization: basic credentials are not base64")
+	}
+	name, _, _ := strings.Cut(string(b), ":")
+	return name, nil
 }

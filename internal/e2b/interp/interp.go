@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -137,7 +138,7 @@ func (h *handler) createContext(w http.ResponseWriter, r *http.Request, t target
 	k, err := h.contexts(r.Context(), t)
 	var info sandbox.CodeContext
 	if err == nil {
-		info, err = k.Create(r.Context(), kernel.ContextOptions{Language: language, Cwd: req.Cwd})
+		info, err = k.Create(r.Context(), kernel.ContextOptions{Language: language, Cwd: cwd(req.Cwd)})
 	}
 	if err != nil {
 		h.writeError(w, err)
@@ -223,7 +224,7 @@ func (h *handler) defaultContext(ctx context.Context, t target.Target, language 
 	ks, err := h.contexts(ctx, t)
 	var info sandbox.CodeContext
 	if err == nil {
-		info, err = ks.Create(ctx, kernel.ContextOptions{Language: language})
+		info, err = ks.Create(ctx, kernel.ContextOptions{Language: language, Cwd: cwd("")})
 	}
 	if err != nil {
 		return nil, "", err
@@ -272,4 +273,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+// cwd is a context's working directory as E2B's code interpreter has it:
+// the user's home unless named, a relative one under it.
+func cwd(dir string) string {
+	switch {
+	case dir == "":
+		return live.UserHome
+	case !strings.HasPrefix(dir, "/"):
+		return path.Join(live.UserHome, dir)
+	}
+	return dir
 }

@@ -271,7 +271,7 @@ func TestContexts(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("create: %s %s", resp.Status, b)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || c.ID == "" || c.Language != "python" || c.Cwd != "/workspace" {
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || c.ID == "" || c.Language != "python" || c.Cwd != "/home/user" {
 		t.Fatalf("create: %+v, %v", c, err)
 	}
 	u.execute(code("y = 7", `,"context_id":"`+c.ID+`"`))

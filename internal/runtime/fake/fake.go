@@ -119,12 +119,18 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	s.spec = spec
 	dirs := []string{"workspace", "tmp", "dev/shm", runtime.EgressPath}
 	if spec.System {
-		// A system sandbox's home (in local mode, programs run as the
-		// test's own user: there are no users to switch between).
-		dirs = append(dirs, "home/user")
+		// A system sandbox's home and users. Its agent runs in plain local
+		// mode all the same: its programs run as the test's own user, and
+		// of the users only the one that is the test's own may be named.
+		dirs = append(dirs, "home/user", "etc")
 	}
 	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(s.root, d), 0o755); err != nil {
+			return nil, fmt.Errorf("create fake sandbox: %w", err)
+		}
+	}
+	if spec.System {
+		if err := os.WriteFile(filepath.Join(s.root, "etc", "passwd"), []byte(fakePasswd), 0o644); err != nil {
 			return nil, fmt.Errorf("create fake sandbox: %w", err)
 		}
 	}
@@ -323,3 +329,7 @@ var (
 	_ runtime.Fixer         = (*Runtime)(nil)
 	_ runtime.Meter         = (*Sandbox)(nil)
 )
+
+// fakePasswd is a system sandbox's /etc/passwd (internal/runtime/oci
+// writes the real one).
+const fakePasswd = "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/bash\n"

@@ -121,7 +121,7 @@ func (t *tailBuffer) String() string {
 // of b.
 func startServer(b *testing.B, name string, pools ...warmPool) (*server, error) {
 	b.Helper()
-	data := b.TempDir()
+	data := testenv.DataDir(b)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

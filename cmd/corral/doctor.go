@@ -15,6 +15,7 @@ import (
 
 	"github.com/corralhq/corral/internal/config"
 	"github.com/corralhq/corral/internal/runtime/cgroup"
+	"github.com/corralhq/corral/internal/runtime/oci"
 	"github.com/corralhq/corral/internal/tlscert"
 )
 
@@ -122,6 +123,9 @@ func doctorChecks(lc config.Local) []check {
 	cs = append(cs, check{name: "agent", ok: err == nil, info: info, fix: "make build"})
 
 	err = os.MkdirAll(lc.DataDir, 0o711)
+	if err == nil {
+		err = oci.CheckReachable(lc.DataDir)
+	}
 	cs = append(cs, check{name: "data-dir", ok: err == nil, info: lc.DataDir, fix: fmt.Sprint(err)})
 	return append(cs, templateImageCheck(lc))
 }

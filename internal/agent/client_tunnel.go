@@ -71,6 +71,41 @@ type Tunnel struct {
 // DialPort connects to TCP port port on the sandbox's loopback. A port
 // nothing listens on is ErrPortClosed.
 func (c *Client) DialPort(ctx context.Context, port int) (*Tunnel, error) {
+	t, k, err := c.openTunnel(port)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.dialed(ctx, k); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// OpenPort is DialPort without waiting for the agent's answer: what is
+// written goes right behind the dial (the agent queues it until it is
+// connected), which saves a round trip on the control stream to each new
+// connection (an HTTP request to a server that closes its connections
+// makes one each). A dial that fails ends the tunnel: Read and Write
+// return its error (ErrPortClosed when nothing listens).
+func (c *Client) OpenPort(port int) (*Tunnel, error) {
+	t, k, err := c.openTunnel(port)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		// The agent answers within its own dial timeout; a tunnel closed
+		// meanwhile is closed on its side too.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := t.dialed(ctx, k); err != nil {
+			t.end(err, false)
+		}
+	}()
+	return t, nil
+}
+
+// openTunnel registers a tunnel and sends its dial; k is the dial's call.
+func (c *Client) openTunnel(port int) (*Tunnel, *call, error) {
 	b, _ := json.Marshal(dialRequest{Port: port})
 	id, k := c.newCall()
 	t := &Tunnel{c: c, id: id, port: port, credit: TunnelWindow}
@@ -85,20 +120,26 @@ func (c *Client) DialPort(ctx context.Context, port int) (*Tunnel, error) {
 	if err := c.send(msgDial, id, b); err != nil {
 		c.forgetCall(id)
 		c.forgetTunnel(id)
-		return nil, err
+		return nil, nil, err
 	}
-	if _, err := c.wait(ctx, id, k); err != nil {
-		c.forgetTunnel(id)
+	return t, k, nil
+}
+
+// dialed waits for the agent's answer to t's dial (call k).
+func (t *Tunnel) dialed(ctx context.Context, k *call) error {
+	c := t.c
+	if _, err := c.wait(ctx, t.id, k); err != nil {
+		c.forgetTunnel(t.id)
 		if ctx.Err() != nil {
 			// The answer may still come: the agent drops the tunnel.
-			_ = c.send(msgTunnelClose, id, nil)
+			_ = c.send(msgTunnelClose, t.id, nil)
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			err = fmt.Errorf("%w: %w", ErrPortClosed, err)
 		}
-		return nil, fmt.Errorf("dial port %d: %w", port, err)
+		return fmt.Errorf("dial port %d: %w", t.port, err)
 	}
-	return t, nil
+	return nil
 }
 
 func (c *Client) forgetTunnel(id uint32) {
@@ -359,6 +400,9 @@ func (t *Tunnel) Close() error {
 
 // LocalAddr is a name for the host's end.
 func (t *Tunnel) LocalAddr() net.Addr { return tunnelAddr("agent") }
+
+// Port is the sandbox's TCP port t is connected to.
+func (t *Tunnel) Port() int { return t.port }
 
 // RemoteAddr is the port, on the sandbox's loopback.
 func (t *Tunnel) RemoteAddr() net.Addr {

@@ -123,6 +123,56 @@ func TestTunnelPortClosed(t *testing.T) {
 	}
 }
 
+// TestOpenPort: bytes written right after OpenPort, before the agent has
+// connected, reach the server in order; a port nothing listens on ends
+// the tunnel, its read and write then saying ErrPortClosed; the client
+// goes on whole.
+func TestOpenPort(t *testing.T) {
+	l, _ := startLocal(t)
+	tn, err := l.OpenPort(serve(t, echo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Close()
+	for _, s := range []string{"first ", "second ", "third"} {
+		if _, err := tn.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tn.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(tn); err != nil || string(got) != "first second third" {
+		t.Fatalf("echoed %q, %v", got, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	closed, err := l.OpenPort(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closed.Close()
+	closed.Write([]byte("GET / HTTP/1.0\r\n\r\n")) // before the answer: queued, then dropped
+	if _, err := closed.Read(make([]byte, 1)); !errors.Is(err, ErrPortClosed) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("read of a closed port's tunnel: %v, want ErrPortClosed", err)
+	}
+	if _, err := closed.Write([]byte("x")); !errors.Is(err, ErrPortClosed) {
+		t.Errorf("write after the refusal: %v, want ErrPortClosed", err)
+	}
+	tn2 := dial(t, l, serve(t, echo))
+	if _, err := tn2.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(tn2, buf); err != nil || string(buf) != "ok" {
+		t.Fatalf("after the refusal: %q, %v", buf, err)
+	}
+}
+
 // TestTunnelLarge: 48 MiB each way at once through one tunnel, far past
 // the window, arrive whole and in order.
 func TestTunnelLarge(t *testing.T) {

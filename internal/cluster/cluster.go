@@ -100,7 +100,15 @@ type Cluster struct {
 	// nodes caches the store's node list for a moment.
 	nodes     []store.Node
 	nodesRead time.Time
+	// owned caches, for a heartbeat, the ids this node found it owns:
+	// each of its sandbox's calls (a browser's assets through a port)
+	// needs no store read. Only this node gives its ids up (Disown, which
+	// drops them); another may take one only from a node lost for
+	// LostAfter, long after the entry expired.
+	owned map[ownedKey]time.Time
 }
+
+type ownedKey struct{ tenant, id string }
 
 // nodesFresh is how long a read of the node list serves lookups, at most
 // (see listFresh).
@@ -235,6 +243,10 @@ type Owner struct {
 // ErrNoOwner (without claim), *OwnerError when the owner is lost or
 // not answering, or the store's.
 func (c *Cluster) OwnerOf(ctx context.Context, tenant, id string, claim bool) (Owner, error) {
+	local := Owner{Node: store.Node{ID: c.cfg.ID, Address: c.cfg.Address}, Local: true}
+	if c.ownedNow(tenant, id) {
+		return local, nil
+	}
 	var owner string
 	var err error
 	if claim {
@@ -248,7 +260,8 @@ func (c *Cluster) OwnerOf(ctx context.Context, tenant, id string, claim bool) (O
 	case err != nil:
 		return Owner{}, fmt.Errorf("owner of %s: %w", id, err)
 	case owner == c.cfg.ID:
-		return Owner{Node: store.Node{ID: owner, Address: c.cfg.Address}, Local: true}, nil
+		c.setOwned(tenant, id, true)
+		return local, nil
 	}
 	ns, err := c.Nodes(ctx)
 	if err != nil {
@@ -284,8 +297,46 @@ func (c *Cluster) Own(ctx context.Context, tenant, id string) (bool, error) {
 // Disown gives up this node's ownership of a session or sandbox it
 // removed (workspace.Owner).
 func (c *Cluster) Disown(ctx context.Context, tenant, id string) error {
+	c.setOwned(tenant, id, false)
 	return c.store.ReleaseSession(ctx, tenant, id, c.cfg.ID)
 }
+
+// ownedNow reports whether (tenant, id) is in the owned cache, unexpired.
+func (c *Cluster) ownedNow(tenant, id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.owned[ownedKey{tenant, id}]
+	return ok && c.now().Before(until)
+}
+
+// setOwned records that this node owns (tenant, id) for a heartbeat, or
+// forgets it.
+func (c *Cluster) setOwned(tenant, id string, owned bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := ownedKey{tenant, id}
+	if !owned {
+		delete(c.owned, k)
+		return
+	}
+	now := c.now()
+	if c.owned == nil {
+		c.owned = map[ownedKey]time.Time{}
+	}
+	if len(c.owned) >= maxOwnedCache {
+		for k, until := range c.owned {
+			if !now.Before(until) {
+				delete(c.owned, k)
+			}
+		}
+	}
+	if len(c.owned) < maxOwnedCache {
+		c.owned[k] = now.Add(c.cfg.Heartbeat)
+	}
+}
+
+// maxOwnedCache bounds the owned cache.
+const maxOwnedCache = 4096
 
 // Forget removes a lost node's ownership of a session or sandbox, so that
 // its id can be used again (a client deleted it).

@@ -375,3 +375,33 @@ func TestOwnerOfBeating(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerOfCachesOwn: a node that found it owns an id answers for it
+// from memory for a heartbeat (a burst of calls reads the store once),
+// then asks the store again; its own drop forgets it at once.
+func TestOwnerOfCachesOwn(t *testing.T) {
+	st, clk := openStore(t), newClock()
+	a := member(t, st, clk, "a")
+	beat(t, a)
+	ctx := t.Context()
+	if o, err := a.OwnerOf(ctx, "acme", "s1", true); err != nil || !o.Local {
+		t.Fatalf("claim: %+v, %v", o, err)
+	}
+	st.fail("SessionOwner", 1)
+	if o, err := a.OwnerOf(ctx, "acme", "s1", false); err != nil || !o.Local || o.Node.Address != "a.test:7000" {
+		t.Errorf("within a heartbeat: %+v, %v; want local, from memory", o, err)
+	}
+	clk.add(heartbeat)
+	if _, err := a.OwnerOf(ctx, "acme", "s1", false); !errors.Is(err, errDown) {
+		t.Errorf("a heartbeat later: %v; want the store asked (and failing)", err)
+	}
+	if o, err := a.OwnerOf(ctx, "acme", "s1", false); err != nil || !o.Local {
+		t.Fatalf("asked again: %+v, %v", o, err)
+	}
+	if err := a.Disown(ctx, "acme", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.OwnerOf(ctx, "acme", "s1", false); !errors.Is(err, ErrNoOwner) {
+		t.Errorf("after its drop: %v; want no owner", err)
+	}
+}

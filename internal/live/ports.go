@@ -23,15 +23,67 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := c.DialPort(ctx, port)
-	if errors.Is(err, agent.ErrPortClosed) {
-		return nil, fmt.Errorf("sandbox %s: %w", s.id, ErrPortClosed.With("",
-			"nothing listens on port %d in the sandbox (connection refused): start the server there, listening on 0.0.0.0 or 127.0.0.1, and retry", port))
+	t, err := c.DialPort(ctx, port)
+	if err != nil {
+		return nil, portError(s.id, port, err)
 	}
+	return t, nil
+}
+
+// OpenPort is DialPort without waiting for the agent to connect
+// (agent.Client.OpenPort): a round trip less for each new connection, as
+// a proxy wants; a port nothing listens on is found at the connection's
+// first read or write, which then returns ErrPortClosed.
+func (s *Sandbox) OpenPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, workspace.Invalid("port: a TCP port is 1-65535")
+	}
+	c, err := s.agent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.OpenPort(port)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
-	return conn, nil
+	return &portConn{Tunnel: t, sandbox: s.id}, nil
+}
+
+// portError is err of a connection to port of sandbox id, as this
+// package's ErrPortClosed when nothing listens there.
+func portError(id string, port int, err error) error {
+	if errors.Is(err, agent.ErrPortClosed) {
+		return fmt.Errorf("sandbox %s: %w", id, ErrPortClosed.With("",
+			"nothing listens on port %d in the sandbox (connection refused): start the server there, listening on 0.0.0.0 or 127.0.0.1, and retry", port))
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// portConn is a tunnel whose failed dial reads as this package's
+// ErrPortClosed.
+type portConn struct {
+	*agent.Tunnel
+	sandbox string
+}
+
+func (c *portConn) Read(p []byte) (int, error) {
+	n, err := c.Tunnel.Read(p)
+	return n, c.explain(err)
+}
+
+func (c *portConn) Write(p []byte) (int, error) {
+	n, err := c.Tunnel.Write(p)
+	return n, c.explain(err)
+}
+
+func (c *portConn) explain(err error) error {
+	if errors.Is(err, agent.ErrPortClosed) {
+		return portError(c.sandbox, c.Port(), err)
+	}
+	return err
 }
 
 // PublicPorts reports whether the sandbox's ports are served without its

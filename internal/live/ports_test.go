@@ -70,6 +70,14 @@ func TestDialPort(t *testing.T) {
 	if !errors.Is(err, ErrPortClosed) || fault.Of(err).Code != "port_closed" {
 		t.Errorf("a closed port: %v (%+v), want ErrPortClosed", err, fault.Of(err))
 	}
+	conn, err = s.OpenPort(t.Context(), closedPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, ErrPortClosed) || fault.Of(err).Code != "port_closed" {
+		t.Errorf("a closed port opened: read %v (%+v), want ErrPortClosed", err, fault.Of(err))
+	}
+	conn.Close()
 	if _, err := s.DialPort(t.Context(), 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("port 0: %v, want ErrInvalid", err)
 	}

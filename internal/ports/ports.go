@@ -69,7 +69,9 @@ func New(log *slog.Logger) *Proxy {
 			if !ok {
 				return nil, errors.New("ports: a dial without its sandbox")
 			}
-			return tg.sb.DialPort(ctx, tg.port)
+			// Without waiting for the connection: the request follows
+			// the dial on the agent's stream (live.Sandbox.OpenPort).
+			return tg.sb.OpenPort(ctx, tg.port)
 		},
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,

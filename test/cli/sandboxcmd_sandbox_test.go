@@ -202,9 +202,15 @@ func TestSandboxCLI(t *testing.T) {
 	if r.status != 4 || !strings.Contains(r.stderr, "404") {
 		t.Errorf("cat after rm: %+v", r)
 	}
-	r = corral(t, srv, "", "sandbox", "files", id, "cat", "/etc/passwd")
+	r = corral(t, srv, "", "sandbox", "files", id, "cat", "/proc/self/environ")
 	if r.status != 4 || r.stdout != "" {
-		t.Errorf("cat outside: %+v", r)
+		t.Errorf("cat of the kernel's: %+v", r)
+	}
+	// The rest of the sandbox's file system is its own, to read (and,
+	// as root, to write).
+	r = corral(t, srv, "", "sandbox", "files", id, "cat", "/etc/passwd")
+	if r.status != 0 || !strings.Contains(r.stdout, "user:x:1000:1000:user:/home/user:") {
+		t.Errorf("cat /etc/passwd: %+v", r)
 	}
 
 	// timeout, then kill: the sandbox is gone from the list and its id 404s.

@@ -159,7 +159,7 @@ func (c *checker) liveSandboxes(key string) {
 	// Files.
 	f := base + "/files?path="
 	c.do(call{method: "PUT", path: f + "/workspace/d/a.bin", key: key, want: 200, header: octet, body: []byte{0, 1, 2, 0xff}})
-	c.do(call{method: "PUT", path: f + "/etc/passwd", key: key, want: 400, header: octet, body: []byte("x")})
+	c.do(call{method: "PUT", path: f + "/proc/self/environ", key: key, want: 400, header: octet, body: []byte("x")})
 	c.do(call{method: "PUT", path: f + "a", want: 401, header: octet, body: []byte("x")})
 	c.do(call{method: "PUT", path: "/v1/sandboxes/nope/files?path=a", key: key, want: 404, header: octet, body: []byte("x")})
 	c.do(call{method: "PUT", path: f + "big", key: key, want: 413, header: octet, body: make([]byte, 40<<20)})
@@ -197,7 +197,7 @@ func (c *checker) liveSandboxes(key string) {
 	if !strings.Contains(string(watched), "event: end") {
 		t.Errorf("the watch's stream: %s", clip(watched))
 	}
-	c.do(call{method: "GET", path: base + "/files/watch?path=/etc", key: key, want: 400})
+	c.do(call{method: "GET", path: base + "/files/watch?path=/proc", key: key, want: 400})
 	c.do(call{method: "GET", path: base + "/files/watch", want: 401})
 	c.do(call{method: "GET", path: "/v1/sandboxes/nope/files/watch", key: key, want: 404})
 	c.do(call{method: "GET", path: base + "/files/list", want: 401})

@@ -367,7 +367,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"POST", "/v1/sandboxes/dup/contexts/nope/run", map[string]any{"code": "1", "timeout_seconds": -1}, http.StatusBadRequest},
 		{"DELETE", "/v1/sandboxes/dup/contexts/nope", nil, http.StatusNotFound},
 		{"POST", "/v1/sandboxes/nope/contexts", map[string]any{}, http.StatusNotFound},
-		{"GET", "/v1/sandboxes/dup/files?path=/etc/passwd", nil, http.StatusBadRequest},
+		{"GET", "/v1/sandboxes/dup/files?path=/proc/self/environ", nil, http.StatusBadRequest},
 		{"GET", "/v1/sandboxes/dup/files?path=missing.txt", nil, http.StatusNotFound},
 		{"GET", "/v1/sandboxes/dup/processes/999999", nil, http.StatusNotFound},
 		{"POST", "/v1/sandboxes/dup/timeout", map[string]any{"timeout_seconds": 0}, http.StatusBadRequest},

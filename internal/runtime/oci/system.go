@@ -254,31 +254,33 @@ func newUserns(uids, gids []specs.LinuxIDMapping) (*os.File, error) {
 	return f, nil
 }
 
-// reachable checks, once, that root of a runc system sandbox, an
-// unprivileged host user, can pass through the directories above the data
-// directory to reach its root file system (New makes those below so).
+// reachable is CheckReachable of the data directory, once.
 func (r *Runtime) reachable() error {
-	r.reachOnce.Do(func() {
-		dir, err := filepath.Abs(r.cfg.DataDir)
-		if err != nil {
-			r.reachErr = err
-			return
-		}
-		for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
-			fi, err := os.Stat(d)
-			if err == nil && fi.Mode().Perm()&0o001 == 0 {
-				err = fmt.Errorf("%s is mode %o", d, fi.Mode().Perm())
-			}
-			if err != nil {
-				r.reachErr = fmt.Errorf("a live sandbox on runc needs every directory above data_dir %s searchable by others (o+x): %w", r.cfg.DataDir, err)
-				return
-			}
-			if d == filepath.Dir(d) {
-				return
-			}
-		}
-	})
+	r.reachOnce.Do(func() { r.reachErr = CheckReachable(r.cfg.DataDir) })
 	return r.reachErr
+}
+
+// CheckReachable reports whether root of a runc system sandbox, an
+// unprivileged host user, can pass through the directories above dataDir
+// to reach its root file system (New makes those below it so): an error
+// names the first that others may not search.
+func CheckReachable(dataDir string) error {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err == nil && fi.Mode().Perm()&0o001 == 0 {
+			err = fmt.Errorf("%s is mode %o", d, fi.Mode().Perm())
+		}
+		if err != nil {
+			return fmt.Errorf("a live sandbox on runc needs every directory above data_dir %s searchable by others (o+x): %w", dataDir, err)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 // searchable lets every user pass through directory dir (but not list it).

@@ -27,7 +27,7 @@ type cli struct {
 
 func newCLI(t *testing.T) *cli {
 	testenv.RequireRoot(t)
-	return &cli{t: t, bin: testenv.Corral(t), data: t.TempDir()}
+	return &cli{t: t, bin: testenv.Corral(t), data: testenv.DataDir(t)}
 }
 
 func (c *cli) cmd(args ...string) *exec.Cmd {

@@ -67,6 +67,11 @@ func TestSystemSandbox(t *testing.T) {
 			if got := run("stat -c '%u' /usr/local/bin /etc/passwd /usr/bin/python3"); got != "0\n0\n0" {
 				t.Errorf("owners inside: %q, want root's", got)
 			}
+			// The system layer is on the sandbox's disk: its limit holds.
+			if st, out := runtimetest.Exec(t, sb, "sh", "-c", "dd if=/dev/zero of=/opt/big bs=1M count=400 2>&1; rm -f /opt/big"); st.Code != 0 ||
+				!strings.Contains(out.String(), "No space left on device") {
+				t.Errorf("400 MB into a 256 MB disk's system: %d %q", st.Code, out.String())
+			}
 			if _, err := os.Stat(filepath.Join(img.Rootfs, "usr/local/bin/x")); err == nil || fileExists("/usr/local/bin/x") {
 				t.Error("a write went to the shared image")
 			}

@@ -1,12 +1,14 @@
 package oci_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/runtime/oci"
@@ -51,7 +53,7 @@ func TestSystemSandbox(t *testing.T) {
 			}()
 			run := func(script string) string {
 				t.Helper()
-				st, out := runtimetest.Exec(t, sb, "sh", "-c", script)
+				st, out := runtimetest.ExecReq(t, sb, asRoot(script))
 				if st.Code != 0 {
 					t.Fatalf("%s: exit %d: %s%s", script, st.Code, out, out.ErrString())
 				}
@@ -59,6 +61,10 @@ func TestSystemSandbox(t *testing.T) {
 			}
 			if got := run("id -u; id -g"); got != "0\n0" {
 				t.Errorf("id: %q, want root", got)
+			}
+			// Programs run as the sandbox's user unless they ask.
+			if st, out := runtimetest.Exec(t, sb, "sh", "-c", "id -u; touch /usr/local/bin/y"); out.String() != "1000\n" || st.Code == 0 {
+				t.Errorf("as the default user: %d %q %q; want uid 1000, refused", st.Code, out.String(), out.ErrString())
 			}
 			run("echo hi > /usr/local/bin/x && chmod 755 /usr/local/bin/x && mkdir -p /opt/tool && echo c > /etc/corral-test")
 			if got := run("grep ^user: /etc/passwd; stat -c '%u %g %a' /home/user"); got != "user:x:1000:1000:user:/home/user:/bin/bash\n1000 1000 755" {
@@ -68,7 +74,7 @@ func TestSystemSandbox(t *testing.T) {
 				t.Errorf("owners inside: %q, want root's", got)
 			}
 			// The system layer is on the sandbox's disk: its limit holds.
-			if st, out := runtimetest.Exec(t, sb, "sh", "-c", "dd if=/dev/zero of=/opt/big bs=1M count=400 2>&1; rm -f /opt/big"); st.Code != 0 ||
+			if st, out := runtimetest.ExecReq(t, sb, asRoot("dd if=/dev/zero of=/opt/big bs=1M count=400 2>&1; rm -f /opt/big")); st.Code != 0 ||
 				!strings.Contains(out.String(), "No space left on device") {
 				t.Errorf("400 MB into a 256 MB disk's system: %d %q", st.Code, out.String())
 			}
@@ -138,7 +144,8 @@ func TestSystemRootSurvivesPause(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st, out := runtimetest.Exec(t, sb, "sh", "-c", "echo kept > /usr/local/bin/x && echo 'svc:x:1001:1001::/nonexistent:/bin/false' >> /etc/passwd"); st.Code != 0 {
+			t.Cleanup(func() { sb.Destroy(context.Background()) })
+			if st, out := runtimetest.ExecReq(t, sb, asRoot("echo kept > /usr/local/bin/x && echo 'svc:x:1001:1001::/nonexistent:/bin/false' >> /etc/passwd")); st.Code != 0 {
 				t.Fatalf("write: %d %s", st.Code, out.ErrString())
 			}
 			if tier == runtime.TierGVisor {
@@ -160,7 +167,7 @@ func TestSystemRootSurvivesPause(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			defer sb.Destroy(t.Context())
+			t.Cleanup(func() { sb.Destroy(context.Background()) })
 			st, out := runtimetest.Exec(t, sb, "sh", "-c", "cat /usr/local/bin/x; grep -c -e ^svc: -e ^user: /etc/passwd")
 			if got := out.String(); st.Code != 0 || got != "kept\n2\n" {
 				t.Errorf("after the pause: %d %q %s", st.Code, got, out.ErrString())
@@ -172,4 +179,10 @@ func TestSystemRootSurvivesPause(t *testing.T) {
 func fileExists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// asRoot runs script as root inside the sandbox.
+func asRoot(script string) agent.StartRequest {
+	return agent.StartRequest{Argv: []string{"sh", "-c", script}, User: "root",
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
 }

@@ -72,28 +72,40 @@ type passwdEntry struct {
 // lookupPasswd finds the entry of the user name, or (name "") of uid; ok
 // is false when there is none (or no readable database).
 func (a *Agent) lookupPasswd(name string, uid int) (passwdEntry, bool) {
-	f, err := os.Open(a.hostPath(passwdPath))
+	var found passwdEntry
+	ok := false
+	// name:password:uid:gid:gecos:home:shell
+	a.records(passwdPath, 7, func(fs []string) bool {
+		u, err1 := strconv.Atoi(fs[2])
+		g, err2 := strconv.Atoi(fs[3])
+		if err1 != nil || err2 != nil || u < 0 || g < 0 {
+			return true
+		}
+		if (name != "" && fs[0] == name) || (name == "" && u == uid) {
+			found, ok = passwdEntry{name: fs[0], uid: u, gid: g, home: fs[5]}, true
+			return false
+		}
+		return true
+	})
+	return found, ok
+}
+
+// records calls fn with the fields of each line of the sandbox's
+// colon-separated database at path (/etc/passwd, /etc/group) that has at
+// least n of them, until fn returns false. A database that cannot be read
+// has none.
+func (a *Agent) records(path string, n int, fn func(fields []string) bool) {
+	f, err := os.Open(a.hostPath(path))
 	if err != nil {
-		return passwdEntry{}, false
+		return
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// name:password:uid:gid:gecos:home:shell
-		fs := strings.Split(sc.Text(), ":")
-		if len(fs) < 7 {
-			continue
-		}
-		u, err1 := strconv.Atoi(fs[2])
-		g, err2 := strconv.Atoi(fs[3])
-		if err1 != nil || err2 != nil || u < 0 || g < 0 {
-			continue
-		}
-		if (name != "" && fs[0] == name) || (name == "" && u == uid) {
-			return passwdEntry{name: fs[0], uid: u, gid: g, home: fs[5]}, true
+		if fs := strings.Split(sc.Text(), ":"); len(fs) >= n && !fn(fs) {
+			return
 		}
 	}
-	return passwdEntry{}, false
 }
 
 // gidMapped reports whether the agent's user namespace maps gid: a group
@@ -138,26 +150,14 @@ func idMap(b []byte) func(int) bool {
 // first.
 func (a *Agent) supplementaryGroups(user string, gid int) []int {
 	groups := []int{gid}
-	f, err := os.Open(a.hostPath(groupPath))
-	if err != nil {
-		return groups
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// name:password:gid:member,member
-		fs := strings.Split(sc.Text(), ":")
-		if len(fs) < 4 {
-			continue
-		}
+	// name:password:gid:member,member
+	a.records(groupPath, 4, func(fs []string) bool {
 		g, err := strconv.Atoi(fs[2])
-		if err != nil || g < 0 || slices.Contains(groups, g) || !gidMapped()(g) {
-			continue
-		}
-		if slices.Contains(strings.Split(fs[3], ","), user) {
+		if err == nil && g >= 0 && !slices.Contains(groups, g) && gidMapped()(g) && slices.Contains(strings.Split(fs[3], ","), user) {
 			groups = append(groups, g)
 		}
-	}
+		return true
+	})
 	return groups
 }
 

@@ -60,7 +60,7 @@ func startSystem(t *testing.T) (*agent.Local, string) {
 	must(os.WriteFile(filepath.Join(root, "srv", "secret"), []byte("root's"), 0o600))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	l, err := agent.StartLocalSystem(ctx, os.Args[0], root, logWriter{t})
+	l, err := agent.StartLocalSystem(ctx, os.Args[0], root, agent.DiagLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,13 +70,6 @@ func startSystem(t *testing.T) (*agent.Local, string) {
 		}
 	})
 	return l, root
-}
-
-type logWriter struct{ t *testing.T }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Logf("agent: %s", bytes.TrimSpace(p))
-	return len(p), nil
 }
 
 type collect struct {

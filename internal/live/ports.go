@@ -16,10 +16,7 @@ import (
 // A port nothing listens on is ErrPortClosed; a paused sandbox ErrPaused.
 // The connection ends with the sandbox, and with a pause.
 func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
-	if port < 1 || port > 65535 {
-		return nil, workspace.Invalid("port: a TCP port is 1-65535")
-	}
-	c, err := s.agent(ctx)
+	c, err := s.portAgent(ctx, port)
 	if err != nil {
 		return nil, err
 	}
@@ -35,10 +32,7 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 // a proxy wants; a port nothing listens on is found at the connection's
 // first read or write, which then returns ErrPortClosed.
 func (s *Sandbox) OpenPort(ctx context.Context, port int) (net.Conn, error) {
-	if port < 1 || port > 65535 {
-		return nil, workspace.Invalid("port: a TCP port is 1-65535")
-	}
-	c, err := s.agent(ctx)
+	c, err := s.portAgent(ctx, port)
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +41,14 @@ func (s *Sandbox) OpenPort(ctx context.Context, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
 	return &portConn{Tunnel: t, sandbox: s.id}, nil
+}
+
+// portAgent checks port and returns the agent to reach it through.
+func (s *Sandbox) portAgent(ctx context.Context, port int) (*agent.Client, error) {
+	if port < 1 || port > 65535 {
+		return nil, workspace.Invalid("port: a TCP port is 1-65535")
+	}
+	return s.agent(ctx)
 }
 
 // portError is err of a connection to port of sandbox id, as this

@@ -106,11 +106,7 @@ func DataDir(t testing.TB) string {
 	dir := t.TempDir()
 	top := filepath.Clean(os.TempDir())
 	for d := filepath.Dir(dir); strings.HasPrefix(d, top+"/"); d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+		if err := oci.Searchable(d); err != nil {
 			t.Fatal(err)
 		}
 	}

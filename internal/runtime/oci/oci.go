@@ -132,7 +132,7 @@ func New(cfg Config) (*Runtime, error) {
 	// that must reach its root file system: the directories on the way may
 	// be passed through, not listed.
 	for d := r.sandboxes; ; d = filepath.Dir(d) {
-		if err := searchable(d); err != nil {
+		if err := Searchable(d); err != nil {
 			return nil, err
 		}
 		if d == filepath.Clean(cfg.DataDir) || d == filepath.Dir(d) {
@@ -269,7 +269,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
 	if spec.System {
-		if err := searchable(s.dir); err != nil {
+		if err := Searchable(s.dir); err != nil {
 			return nil, err
 		}
 	}

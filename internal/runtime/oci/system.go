@@ -283,8 +283,8 @@ func CheckReachable(dataDir string) error {
 	}
 }
 
-// searchable lets every user pass through directory dir (but not list it).
-func searchable(dir string) error {
+// Searchable lets every user pass through directory dir (but not list it).
+func Searchable(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("make %s searchable: %w", dir, err)

@@ -198,7 +198,7 @@ func densityAt(ctx context.Context, s *server, base hostMark, n int) (densityMem
 	}
 	var cg int64
 	for _, d := range dirs {
-		v, err := cgroup.MemoryUsage("/" + testenv.CgroupParent + "/" + filepath.Base(d))
+		v, err := cgroup.MemoryUsage("/" + s.cgroup + "/" + filepath.Base(d))
 		if err != nil {
 			return densityMemory{}, err
 		}

@@ -58,23 +58,27 @@ type cell struct {
 	// forked).
 	after func(ctx context.Context) error
 	// srv and pool are a warm cell's server and the pool its requests
-	// should hit.
+	// should hit; req and want its request and the output it expects.
 	srv  *server
 	pool warmPool
+	req  sandbox.ExecuteRequest
+	want string
 	// host is a cold cell's server.
 	host *server
 	// scaling cells are measured at every concurrency, the others not at
 	// scalingOnly's.
 	scaling bool
 	// cpu, if set, reads a counter of the CPU time the cell's executions
-	// use (cellCPU): measured over each block, up to when what the block
-	// started has settled (the pool's resets and refill, the cold
-	// server's teardown).
+	// use: measured in the CPU phase (harness.cpuPhase) over each block,
+	// up to when what the block started has settled (the pool's resets
+	// and refill, the cold server's teardown), less the server's standing
+	// CPU over that time.
 	cpu func() (time.Duration, error)
 
 	byConc       map[int]*series
 	hits, claims map[int]float64
 	cpuUsed      map[int]time.Duration
+	cpuN         map[int]int
 }
 
 // at reports whether c is measured at concurrency conc.
@@ -84,7 +88,8 @@ func (c *cell) at(conc int) bool {
 
 // cpuPerExec is the CPU time one execution of c used at conc, or NaN.
 func (c *cell) cpuPerExec(conc int) float64 {
-	n := len(c.series(conc).samples)
+	c.series(conc)
+	n := c.cpuN[conc]
 	if c.cpu == nil || n == 0 {
 		return math.NaN()
 	}
@@ -96,6 +101,7 @@ func (c *cell) series(conc int) *series {
 		c.byConc = map[int]*series{}
 		c.hits, c.claims = map[int]float64{}, map[int]float64{}
 		c.cpuUsed = map[int]time.Duration{}
+		c.cpuN = map[int]int{}
 	}
 	s := c.byConc[conc]
 	if s == nil {
@@ -126,6 +132,21 @@ type harness struct {
 	// torn down every sandbox (it does so after answering), so no cell
 	// pays for another's teardown.
 	cold *server
+	// cpuPhase: blocks measure CPU time (cell.cpu) instead of latency.
+	cpuPhase bool
+}
+
+// standing is the CPU a cell's server uses per second when idle (its
+// pool's sandboxes waiting, its own timers), measured before the CPU
+// phase; 0 for a cell without a server.
+func (c *cell) standing() float64 {
+	switch {
+	case c.srv != nil:
+		return c.srv.standing
+	case c.host != nil:
+		return c.host.standing
+	}
+	return 0
 }
 
 // execTimeout bounds one execution of any cell. A client waits longer
@@ -158,7 +179,11 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 		}
 	}
 	var cpu0 time.Duration
-	if c.cpu != nil && !warmup {
+	t0 := time.Now()
+	if h.cpuPhase && !warmup {
+		if c.cpu == nil {
+			return nil
+		}
 		var err error
 		if cpu0, err = c.cpu(); err != nil {
 			return err
@@ -203,11 +228,9 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 		return nil
 	}
 	s := c.series(conc)
-	s.samples = append(s.samples, lat...)
-	s.wall += wall
-	if c.cpu != nil {
+	if h.cpuPhase {
 		// What the executions left to do (resets, refill, teardown) is
-		// theirs too.
+		// theirs too; what the server uses anyway, idle, is not.
 		if err := h.settle(ctx, c); err != nil {
 			return err
 		}
@@ -215,8 +238,13 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 		if err != nil {
 			return err
 		}
-		c.cpuUsed[conc] += cpu1 - cpu0
+		idle := time.Duration(c.standing() * float64(time.Since(t0)))
+		c.cpuUsed[conc] += cpu1 - cpu0 - idle
+		c.cpuN[conc] += len(lat)
+		return nil
 	}
+	s.samples = append(s.samples, lat...)
+	s.wall += wall
 	if c.srv != nil {
 		hit, miss, err := c.poolClaims(ctx)
 		if err != nil {
@@ -227,6 +255,69 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 	}
 	return nil
 }
+
+// cpuConcurrencies are the loads CPU per execution is measured at.
+var cpuConcurrencies = []int{1, 2, 4, 8}
+
+// cpuBlock is how many executions a CPU block runs at conc, and cpuRounds
+// how many blocks each cell runs there, rotated with the other cells'.
+func cpuBlock(conc int) int { return min(max(30, 15*conc), maxPerCell) }
+
+const cpuRounds = 2
+
+// measureCPU is the CPU phase: each server's standing CPU, then blocks of
+// cpuBlock executions of every cell that counts CPU. The warm servers of
+// the latency phases hold several pools each, whose idle sandboxes' CPU
+// (a gVisor pool's above all) would count against another pool's
+// executions: here each warm cell gets a server of its own with its pool
+// alone, which replaces the others in h.warm.
+func (h *harness) measureCPU(b *testing.B, ctx context.Context) error {
+	for _, s := range h.warm {
+		if err := s.stop(); err != nil {
+			return fmt.Errorf("%s server: %w", s.name, err)
+		}
+	}
+	h.warm = nil
+	for _, c := range h.cells {
+		if c.srv == nil || c.cpu == nil || c.na != "" {
+			continue
+		}
+		s, err := startServer(b, "cpu "+c.name, c.pool)
+		if err != nil {
+			return err
+		}
+		c.srv, c.cpu = s, s.cpu
+		c.run = func(ctx context.Context) error { return s.execute(ctx, c.req, c.want) }
+		h.warm = append(h.warm, s)
+	}
+	servers := h.warm
+	if h.cold != nil {
+		servers = append([]*server{h.cold}, servers...)
+	}
+	for _, s := range servers {
+		if err := s.measureStanding(ctx, standingWindow); err != nil {
+			return err
+		}
+	}
+	h.cpuPhase = true
+	defer func() { h.cpuPhase = false }()
+	for _, conc := range cpuConcurrencies {
+		for r := range cpuRounds {
+			for _, c := range h.rotated(r) {
+				if c.cpu == nil || !c.at(conc) {
+					continue
+				}
+				if err := h.block(ctx, c, conc, cpuBlock(conc), cellBudget, false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// standingWindow is how long a server's standing CPU is measured over.
+const standingWindow = 3 * time.Second
 
 // settle waits until what c's executions started is done: its pool's
 // resets and refill, or the cold server's teardowns.
@@ -378,7 +469,7 @@ func BenchmarkHarness(b *testing.B) {
 			}
 			c := &cell{name: name, na: poolNA, pool: p}
 			if poolNA == "" {
-				c.srv, c.run, c.cpu = srv, via(srv, req, want), srv.cpu
+				c.srv, c.run, c.cpu, c.req, c.want = srv, via(srv, req, want), srv.cpu, req, want
 				c.scaling = p.tier == "container" && p.image == images.HostName
 			}
 			out = append(out, c)
@@ -452,6 +543,13 @@ func BenchmarkHarness(b *testing.B) {
 		}
 	}
 
+	// CPU per execution, in blocks of its own: a block of one execution (as
+	// at concurrency 1 above) would count the wait for its settling, and
+	// the servers' standing CPU over it, as much as the execution.
+	if err := h.measureCPU(b, ctx); err != nil {
+		b.Fatal(err)
+	}
+
 	// Host memory per idle pooled sandbox, with nothing else running.
 	for _, s := range h.warm {
 		if err := s.stop(); err != nil {
@@ -515,8 +613,8 @@ func BenchmarkHarness(b *testing.B) {
 	}
 
 	// CPU per execution, beside the bare spawn's at the same concurrency.
-	fmt.Fprintln(&out, "CPU per execution, ms (bare: the spawned process tree; corral: corral serve with the runc/runsc it waited for, and the sandboxes' cgroups, up to when the pool's resets and refill or the teardowns are done), and ÷ bare at the same concurrency:")
-	for _, conc := range concurrencies {
+	fmt.Fprintf(&out, "CPU per execution, ms, in blocks of %d executions at concurrency 1 and %d per concurrent client above (bare: the spawned process tree; corral: corral serve with the runc/runsc it waited for, and its sandboxes' cgroups, up to when the pool's resets and refill or the teardowns are done, less the server's standing CPU over that time), and ÷ bare at the same concurrency:\n", cpuBlock(1), cpuBlock(2)/2)
+	for _, conc := range cpuConcurrencies {
 		for _, c := range cells {
 			if c.cpu == nil || !c.at(conc) || c.na != "" {
 				continue
@@ -524,6 +622,11 @@ func BenchmarkHarness(b *testing.B) {
 			v := c.cpuPerExec(conc)
 			fmt.Fprintf(&out, "  %-48s %4d %9.1f %9s\n", c.name, conc, v/float64(time.Millisecond), fx(ratio(v, cells[0].cpuPerExec(conc))))
 		}
+	}
+
+	fmt.Fprintln(&out, "standing CPU of each server, idle with its pool (ms per second, subtracted above):")
+	for _, s := range append([]*server{cold}, h.warm...) {
+		fmt.Fprintf(&out, "  %-48s %9.1f\n", s.name, 1000*s.standing)
 	}
 
 	// The targets, as ratios of this run.

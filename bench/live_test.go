@@ -412,7 +412,7 @@ func liveIdleMemory(b *testing.B) (liveMemory, error) {
 	}
 	var cg int64
 	for _, d := range dirs {
-		n, err := cgroup.MemoryUsage("/" + testenv.CgroupParent + "/" + filepath.Base(d))
+		n, err := cgroup.MemoryUsage("/" + s.cgroup + "/" + filepath.Base(d))
 		if err != nil {
 			return liveMemory{}, err
 		}

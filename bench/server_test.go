@@ -73,6 +73,13 @@ type server struct {
 	url   string
 	data  string
 	pools []warmPool
+	// cgroup is the parent of this server's sandboxes, its own under
+	// testenv.CgroupParent, so that its CPU and memory are told apart
+	// from the other servers' of the same run.
+	cgroup string
+	// standing is the CPU the server and its sandboxes use per second
+	// when idle (measureStanding).
+	standing float64
 
 	cmd    *exec.Cmd
 	logs   *tailBuffer
@@ -142,10 +149,11 @@ format = "json"
 	}
 	s := &server{
 		name: name, url: "http://" + listen, data: data, pools: pools, logs: &tailBuffer{}, done: make(chan struct{}),
+		cgroup: testenv.CgroupParent + "/" + cgroupName(name),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 128}},
 	}
 	s.cmd = exec.Command(testenv.Corral(b), "serve", "--config", cfgPath, "--listen", listen, "--data-dir", data,
-		"--api-key", apiKey, "--cache-dir", testenv.CacheDir(), "--cgroup-parent", testenv.CgroupParent,
+		"--api-key", apiKey, "--cache-dir", testenv.CacheDir(), "--cgroup-parent", s.cgroup,
 		"--image-dir", testenv.ImageDir())
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -158,6 +166,11 @@ format = "json"
 	}()
 	b.Cleanup(func() {
 		if err := s.stop(); err != nil {
+			b.Errorf("%s server: %v", name, err)
+		}
+		// The server has removed its sandboxes' cgroups; their parent is
+		// this run's to remove.
+		if err := cgroup.Remove(s.cgroup); err != nil {
 			b.Errorf("%s server: %v", name, err)
 		}
 	})
@@ -181,6 +194,17 @@ format = "json"
 			return nil, fmt.Errorf("%s server not ready:\n%s", name, s.logs.String())
 		}
 	}
+}
+
+// cgroupName is name as a cgroup's name: letters and digits, the rest
+// dashes.
+func cgroupName(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, name)
 }
 
 // stop ends the server with SIGTERM, as an operator would.
@@ -429,8 +453,10 @@ func fieldKB(b []byte, key string) (int64, error) {
 }
 
 // cpu is the CPU time the server and its sandboxes have used: the server
-// process's own and that of the children it waited for (runc, runsc), from
-// /proc, and everything that ran in the sandboxes' cgroups (sandboxCPU).
+// process with the children it reaped (the runc and runsc it waited for),
+// from /proc, and everything that ran in its sandboxes' cgroups since its
+// parent cgroup was made (cpuacct.usage on cgroup v1, cpu.stat's
+// usage_usec on v2, which keep the time of the sandboxes removed since).
 func (s *server) cpu() (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
 	if err != nil {
@@ -451,44 +477,44 @@ func (s *server) cpu() (time.Duration, error) {
 		}
 		ticks += n
 	}
-	sb, err := sandboxCPU()
+	sb, err := cgroup.CPUNanos("/" + s.cgroup)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s server's sandboxes: %w", s.name, err)
 	}
-	return time.Duration(ticks)*time.Second/clockTicks + sb, nil
+	return time.Duration(ticks)*time.Second/clockTicks + time.Duration(sb), nil
+}
+
+// measureStanding measures the server's standing CPU (s.standing): what
+// it and its sandboxes use per second over window once its pool is full
+// and settled (or, without a pool, its sandboxes torn down), with no
+// request.
+func (s *server) measureStanding(ctx context.Context, window time.Duration) error {
+	var err error
+	if len(s.pools) > 0 {
+		err = s.waitIdle(ctx, 0, true, 2*time.Minute)
+	} else {
+		err = s.waitTornDown(ctx, 2*time.Minute)
+	}
+	if err != nil {
+		return err
+	}
+	cpu0, err := s.cpu()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(window):
+	}
+	cpu1, err := s.cpu()
+	if err != nil {
+		return err
+	}
+	s.standing = float64(cpu1-cpu0) / float64(time.Since(t0))
+	return nil
 }
 
 // clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
 const clockTicks = 100
-
-// sandboxCPU is the CPU time used in the test sandboxes' cgroups
-// (testenv.CgroupParent, every bench server's) since it was made, the
-// sandboxes removed since included: cpuacct.usage on cgroup v1, cpu.stat's
-// usage_usec on v2.
-func sandboxCPU() (time.Duration, error) {
-	if cgroup.Unified() {
-		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-			b, err := os.ReadFile(filepath.Join(root, testenv.CgroupParent, "cpu.stat"))
-			if err != nil {
-				continue
-			}
-			for line := range strings.SplitSeq(string(b), "\n") {
-				if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-					us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-					return time.Duration(us) * time.Microsecond, err
-				}
-			}
-		}
-		return 0, fmt.Errorf("no cpu.stat for cgroup %s", testenv.CgroupParent)
-	}
-	paths, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*cpuacct*", testenv.CgroupParent, "cpuacct.usage"))
-	if len(paths) == 0 {
-		return 0, fmt.Errorf("no cpuacct.usage for cgroup %s", testenv.CgroupParent)
-	}
-	b, err := os.ReadFile(paths[0])
-	if err != nil {
-		return 0, err
-	}
-	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return time.Duration(ns), err
-}

@@ -586,3 +586,15 @@ func memoryUsage(u *Usage, d, current, cache, shmem, limit string) error {
 	}
 	return nil
 }
+
+// CPUNanos reads the CPU time the tasks of the cgroup at path, and of the
+// cgroups under it (those removed since included), have used, in
+// nanoseconds: cpuacct.usage on v1, cpu.stat's usage_usec on v2. It reads
+// only that, where ReadUsage reads the memory files too.
+func CPUNanos(path string) (int64, error) {
+	if Unified() {
+		usec, err := readKey(dir("", path), "cpu.stat", "usage_usec")
+		return usec * 1000, err
+	}
+	return readInt(dir("cpuacct", path), "cpuacct.usage")
+}

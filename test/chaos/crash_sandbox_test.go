@@ -1,0 +1,156 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/sandbox"
+	"github.com/corralhq/corral/test/testserver"
+)
+
+// crashSandboxes is how many live sandboxes the crashed node owns: half
+// on each tier.
+const crashSandboxes = 10
+
+// TestCrashKeepsLiveSandboxes: a node owning live sandboxes on both tiers
+// (two of them paused, one per tier, the gVisor one with its memory) is
+// killed with SIGKILL and started again on its data directory. Done when
+// every sandbox answers again with its files: a file written through the
+// file API and one written by root into the system's writable layer; the
+// paused gVisor one resumes with its memory, a process it saved running
+// on. (What the node held of that sandbox, its process list and its code
+// contexts, is lost with the node: a later change keeps them.) A running
+// sandbox is made again on its disk at its next call (restarts counts it);
+// a paused one resumes.
+func TestCrashKeepsLiveSandboxes(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	c := sandbox.NewClient(sandbox.Config{Endpoint: srv.URL, APIKey: testserver.AlphaKey, Timeout: 2 * time.Minute, MaxRetries: 4})
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+
+	type made struct {
+		sb     *sandbox.Sandbox
+		tier   sandbox.Tier
+		want   string
+		paused bool
+		// memory: paused with its memory (gVisor), with a process that
+		// must run on after the resume.
+		memory bool
+	}
+	var all []*made
+	for i := range crashSandboxes {
+		tier := sandbox.TierContainer
+		if i%2 == 1 {
+			tier = sandbox.TierGVisor
+		}
+		sb, _, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Tier: tier, Language: "python", TimeoutSeconds: 900})
+		if err != nil {
+			t.Fatalf("create sandbox %d (%s): %v", i, tier, err)
+		}
+		m := &made{sb: sb, tier: tier, want: fmt.Sprintf("kept %d %s", i, sb.ID)}
+		all = append(all, m)
+		if _, err := sb.Files().Write(ctx, "keep.txt", strings.NewReader(m.want)); err != nil {
+			t.Fatalf("%s: write: %v", sb.ID, err)
+		}
+		run(ctx, t, sb, "root", "echo "+sb.ID+" > /usr/local/share/kept")
+	}
+	// One paused sandbox per tier: the gVisor one with a process running,
+	// which its memory keeps.
+	for _, m := range all[:2] {
+		m.paused = true
+		if m.tier == sandbox.TierGVisor {
+			if _, err := m.sb.Start(ctx, sandbox.StartProcessRequest{Shell: "echo $$ > /home/user/bg.pid; exec sleep 3600"}); err != nil {
+				t.Fatalf("%s: start: %v", m.sb.ID, err)
+			}
+			waitFile(ctx, t, m.sb, "/home/user/bg.pid")
+		}
+		info, err := m.sb.Pause(ctx)
+		if err != nil {
+			t.Fatalf("%s: pause: %v", m.sb.ID, err)
+		}
+		m.memory = info.Pause != nil && info.Pause.Memory
+		if m.tier == sandbox.TierGVisor && !m.memory {
+			t.Fatalf("%s: a gVisor sandbox paused without its memory: %+v", m.sb.ID, info.Pause)
+		}
+	}
+
+	t.Log("kill -9 the node, then start it again on its data directory")
+	srv.Kill()
+	srv.Launch()
+
+	kept := 0
+	for _, m := range all {
+		if m.paused {
+			info, err := m.sb.Resume(ctx)
+			if err != nil {
+				t.Errorf("%s (%s, paused): resume after the crash: %v", m.sb.ID, m.tier, err)
+				continue
+			}
+			if m.memory && (info.Resume == nil || !info.Resume.Memory) {
+				t.Errorf("%s (%s): resumed after the crash without the memory it was paused with: %+v", m.sb.ID, m.tier, info.Resume)
+				continue
+			}
+		}
+		var got bytes.Buffer
+		if err := m.sb.Files().Read(ctx, "keep.txt", &got); err != nil || got.String() != m.want {
+			t.Errorf("%s (%s): keep.txt after the crash: %q, %v (want %q)", m.sb.ID, m.tier, got.String(), err, m.want)
+			continue
+		}
+		if out := run(ctx, t, m.sb, "root", "cat /usr/local/share/kept"); strings.TrimSpace(out) != m.sb.ID {
+			t.Errorf("%s (%s): the system layer after the crash: %q", m.sb.ID, m.tier, out)
+			continue
+		}
+		if m.memory {
+			// The process the pause saved runs on in the restored memory.
+			if out := run(ctx, t, m.sb, "user", "kill -0 $(cat /home/user/bg.pid) && echo alive"); strings.TrimSpace(out) != "alive" {
+				t.Errorf("%s (%s): the saved process after the crash: %q", m.sb.ID, m.tier, out)
+				continue
+			}
+		}
+		info, err := m.sb.Info(ctx)
+		if err != nil {
+			t.Errorf("%s: info: %v", m.sb.ID, err)
+			continue
+		}
+		t.Logf("%s (%s, paused %v): state %s, restarts %d", m.sb.ID, m.tier, m.paused, info.State, info.Restarts)
+		kept++
+	}
+	t.Logf("%d of %d live sandboxes answer with their files after kill -9 and a restart", kept, len(all))
+	for _, m := range all {
+		if err := m.sb.Kill(ctx); err != nil {
+			t.Errorf("%s: kill: %v", m.sb.ID, err)
+		}
+	}
+}
+
+// waitFile waits until the file at p exists in sb, for up to 30 s.
+func waitFile(ctx context.Context, t *testing.T, sb *sandbox.Sandbox, p string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := sb.Files().Stat(ctx, p); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %s never appeared: %v", sb.ID, p, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// run runs shell as user in sb and returns its stdout, failing t unless it
+// exits 0.
+func run(ctx context.Context, t *testing.T, sb *sandbox.Sandbox, user, shell string) string {
+	t.Helper()
+	out, errOut, exit, err := sb.Run(ctx, sandbox.StartProcessRequest{Shell: shell, User: user})
+	if err != nil || exit == nil || exit.ExitCode != 0 {
+		t.Fatalf("%s: %s: %v %+v %s", sb.ID, shell, err, exit, errOut)
+	}
+	return string(out)
+}

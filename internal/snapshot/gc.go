@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/corralhq/corral/internal/blob"
 )
@@ -27,8 +28,9 @@ type GCStats struct {
 
 // GC removes the chunks that no snapshot's manifest names and that are
 // older than Lease. It returns ErrBusy, having removed nothing, while a
-// Write is in progress anywhere on the store, and Writes that start while
-// it runs wait for it (see the package comment). An unreadable manifest
+// Write is in progress anywhere on the store; Writes that start while it
+// runs wait for it, and a sweep longer than a second stops for them too
+// (ErrBusy, with the stats of what it removed; see the package comment). An unreadable manifest
 // stops it before it removes anything: it cannot tell what that snapshot
 // holds.
 func (s *Store) GC(ctx context.Context) (GCStats, error) {
@@ -80,6 +82,7 @@ func (s *Store) GC(ctx context.Context) (GCStats, error) {
 	}
 	st.Chunks = len(chunks)
 	cutoff := now.Add(-s.lease)
+	checked := time.Now()
 	for _, o := range chunks {
 		h := path.Base(o.Key)
 		if refs[h] {
@@ -92,6 +95,14 @@ func (s *Store) GC(ctx context.Context) (GCStats, error) {
 		if err := l.held(); err != nil {
 			return st, fmt.Errorf("snapshot gc: %w", err)
 		}
+		// A Write that started meanwhile waits for this GC: yield to it
+		// rather than hold it up for a long sweep.
+		if time.Since(checked) > time.Second {
+			checked = time.Now()
+			if err := s.writing(ctx, l); err != nil {
+				return st, fmt.Errorf("snapshot gc: %w", err)
+			}
+		}
 		if err := s.blobs.Delete(ctx, o.Key); err != nil && !errors.Is(err, blob.ErrNotFound) {
 			return st, fmt.Errorf("snapshot gc: %w", err)
 		}
@@ -99,4 +110,21 @@ func (s *Store) GC(ctx context.Context) (GCStats, error) {
 		st.DeletedBytes += o.Size
 	}
 	return st, nil
+}
+
+// writing returns ErrBusy if a Write's marker is live, by the store's time
+// of l's marker.
+func (s *Store) writing(ctx context.Context, l *lease) error {
+	self, err := s.blobs.Stat(ctx, l.key)
+	if err != nil {
+		return err
+	}
+	live, _, err := s.live(ctx, writesDir, self.ModTime)
+	if err != nil {
+		return err
+	}
+	if len(live) > 0 {
+		return fmt.Errorf("%d writes started: %w", len(live), ErrBusy)
+	}
+	return nil
 }

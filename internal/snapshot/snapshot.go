@@ -37,8 +37,9 @@
 // renews every Lease/4 and removes when done, and looks for the other's
 // markers after writing its own, so of two that start together at least
 // one sees the other. A GC that sees a live Write marker (renewed within
-// Lease, by the store's clock) returns ErrBusy and deletes nothing; a
-// Write that sees a live GC marker waits for it to end. Each side stops
+// Lease, by the store's clock) returns ErrBusy and deletes nothing (and a
+// long GC checks again every second, and yields); a Write that sees a
+// live GC marker waits for it to end. Each side stops
 // (a Write before writing its manifest, a GC before its next deletion)
 // once it has failed to renew its marker for Lease/2, before the other
 // side could take it for dead. A GC also keeps chunks younger than Lease
@@ -84,8 +85,8 @@ var (
 	// ErrCorrupt: a chunk is missing, or its content does not match its
 	// hash; the message names the file and offset.
 	ErrCorrupt = errors.New("snapshot data corrupt")
-	// ErrBusy: GC found a Write in progress and removed nothing; run it
-	// again later.
+	// ErrBusy: GC found a Write in progress and stopped, before removing
+	// anything or, in a long sweep, partway; run it again later.
 	ErrBusy = errors.New("snapshot write in progress")
 	// ErrLeaseLost: a Write or GC could not renew its marker in time, so
 	// the other side may have taken it for dead; the Write wrote no
@@ -383,7 +384,8 @@ func (s *Store) Get(ctx context.Context, id string) (*Manifest, error) {
 }
 
 // List returns the manifests of every snapshot, sorted by id. It reads
-// each manifest: callers filter on Meta.
+// each manifest (callers filter on Meta), and fails on one it cannot
+// read.
 func (s *Store) List(ctx context.Context) ([]*Manifest, error) {
 	objs, err := s.blobs.List(ctx, s.prefix+manifestsDir)
 	if err != nil {

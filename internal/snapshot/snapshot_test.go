@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"math/rand/v2"
@@ -82,6 +83,7 @@ func TestSnapshot(t *testing.T) {
 		{"Refused", testRefused},
 		{"WriteWaitsForGC", testWriteWaitsForGC},
 		{"ConcurrentWriteGC", testConcurrentWriteGC},
+		{"Prefix", testPrefix},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -677,4 +679,61 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalid or ErrInvalidID", name, err)
 		}
 	}
+}
+
+// testPrefix: stores with different key prefixes share a blob store
+// without seeing each other's snapshots or chunks.
+func testPrefix(t *testing.T, b blob.Store) {
+	open := func(prefix string) *snapshot.Store {
+		s, err := snapshot.New(b, snapshot.Options{Prefix: prefix, Lease: testLease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	x, y := open("tenant-x/"), open("tenant-y/")
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), randomBytes(70, MiB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write(t, x, "s", snapshot.Meta{}, src)
+	my := write(t, y, "s", snapshot.Meta{}, src)
+	if my.Stats.NewChunks != 1 {
+		t.Errorf("a store under another prefix reused a chunk: %+v", my.Stats)
+	}
+	if err := x.Delete(t.Context(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(testLease + time.Second)
+	if st, err := x.GC(t.Context()); err != nil || st.Deleted != 1 {
+		t.Errorf("GC of x: %+v %v, want its one chunk deleted", st, err)
+	}
+	sameTree(t, src, restore(t, y, "s"))
+	if _, err := snapshot.New(b, snapshot.Options{Prefix: "no-slash"}); !errors.Is(err, snapshot.ErrInvalid) {
+		t.Errorf("prefix without a slash: %v, want ErrInvalid", err)
+	}
+}
+
+// FuzzManifest: whatever a store holds as a manifest, one that Validate
+// accepts names only files inside the restore directory.
+func FuzzManifest(f *testing.F) {
+	f.Add(`{"version":1,"id":"s","chunk_size":4194304,"files":[{"name":"disk.img","size":5,"mode":384,"chunks":["` + strings.Repeat("a", 64) + `"]}]}`)
+	f.Add(`{"version":1,"id":"s","chunk_size":4194304,"files":[{"name":"../x","size":0,"mode":384,"chunks":[]}]}`)
+	f.Add(`{"version":1,"id":"s","chunk_size":65536,"files":[{"name":"a/b","size":70000,"mode":420,"chunks":["",""]}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var m snapshot.Manifest
+		if json.Unmarshal([]byte(body), &m) != nil || m.Validate() != nil {
+			return
+		}
+		for _, file := range m.Files {
+			clean := filepath.Clean(filepath.FromSlash(file.Name))
+			if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) || clean != filepath.FromSlash(file.Name) {
+				t.Fatalf("Validate accepted file name %q", file.Name)
+			}
+			if int64(len(file.Chunks))*m.ChunkSize < file.Size {
+				t.Fatalf("Validate accepted %d chunks for %d bytes", len(file.Chunks), file.Size)
+			}
+		}
+	})
 }

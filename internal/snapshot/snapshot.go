@@ -31,19 +31,20 @@
 // # Garbage collection
 //
 // Delete removes a manifest only; GC removes the chunks no manifest
-// names. A Write and a GC never overlap, which is what makes it safe for a
-// Write to reuse a chunk it finds present: each announces itself with a
-// marker object ("snapshots/writes/<id>", "snapshots/gc/<random>") that it
-// renews every Lease/4 and removes when done, and looks for the other's
-// markers after writing its own, so of two that start together at least
-// one sees the other. A GC that sees a live Write marker (renewed within
-// Lease, by the store's clock) returns ErrBusy and deletes nothing (and a
-// long GC checks again every second, and yields); a Write that sees a
-// live GC marker waits for it to end. Each side stops
-// (a Write before writing its manifest, a GC before its next deletion)
-// once it has failed to renew its marker for Lease/2, before the other
-// side could take it for dead. A GC also keeps chunks younger than Lease
-// whatever references them, and removes the markers of Writes that died.
+// names. A Write and a GC never overlap, which is what makes it safe for
+// a Write to reuse a chunk it finds present: each announces itself with a
+// marker object ("snapshots/writes/<id>/<random>",
+// "snapshots/gc/<random>") that it renews every Lease/4 and removes when
+// done, and looks for the other kind after writing its own, so of two
+// that start together at least one sees the other. A GC that sees a live
+// Write marker (renewed within Lease, by the store's clock) returns
+// ErrBusy and deletes nothing (a long sweep checks again every second and
+// yields the same way); a Write that sees a live GC marker waits for it to
+// end. Each side stops (a Write before writing its manifest, a GC before
+// its next deletion) once it has failed to renew its marker for Lease/2,
+// before the other side could take it for dead. A GC also keeps
+// unreferenced chunks younger than Lease, and removes the markers of
+// Writes that died.
 package snapshot
 
 import (
@@ -245,7 +246,7 @@ func (s *Store) Close() error {
 
 func (s *Store) chunkKey(h string) string     { return s.prefix + chunksDir + h[:2] + "/" + h }
 func (s *Store) manifestKey(id string) string { return s.prefix + manifestsDir + id }
-func (s *Store) writeKey(id string) string    { return s.prefix + writesDir + id }
+func (s *Store) writeKey(id string) string    { return s.prefix + writesDir + id + "/" }
 
 // ValidID returns nil for an id Write accepts, ErrInvalidID otherwise.
 func ValidID(id string) error {

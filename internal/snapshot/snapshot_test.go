@@ -502,6 +502,13 @@ func testRefused(t *testing.T, b blob.Store) {
 	if _, err := s.Write(t.Context(), m.ID, snapshot.Meta{}, src); !errors.Is(err, snapshot.ErrExists) {
 		t.Errorf("Write of an existing id: %v, want ErrExists", err)
 	}
+	// The same id being written elsewhere.
+	if _, err := b.Put(t.Context(), "snapshots/writes/dup/other", strings.NewReader("{}"), 2, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(t.Context(), "dup", snapshot.Meta{}, src); !errors.Is(err, snapshot.ErrExists) {
+		t.Errorf("Write of an id being written: %v, want ErrExists", err)
+	}
 	if err := os.Symlink("/etc/passwd", filepath.Join(src, "link")); err != nil {
 		t.Fatal(err)
 	}

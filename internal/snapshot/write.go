@@ -49,15 +49,23 @@ func (s *Store) Write(ctx context.Context, id string, meta Meta, dir string) (*M
 	} else if !errors.Is(err, blob.ErrNotFound) {
 		return nil, fmt.Errorf("snapshot %s: %w", id, err)
 	}
-	if o, err := s.blobs.Stat(ctx, s.writeKey(id)); err == nil && time.Since(o.ModTime) < s.lease {
-		return nil, fmt.Errorf("snapshot %s: being written: %w", id, ErrExists)
-	}
+	// Each Write has a marker of its own: two Writes of one id that get
+	// past the check below do not end each other's exclusion of GC.
 	body, _ := json.Marshal(map[string]string{"id": id})
-	l, err := s.take(ctx, s.writeKey(id), body)
+	l, err := s.take(ctx, s.writeKey(id)+newID(), body)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: announce write: %w", id, err)
 	}
 	defer l.release(ctx)
+	others, _, err := s.live(ctx, writesDir+id+"/", l.start)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	for _, o := range others {
+		if o.Key != l.key {
+			return nil, fmt.Errorf("snapshot %s: being written: %w", id, ErrExists)
+		}
+	}
 	if err := s.waitGC(ctx, l); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", id, err)
 	}

@@ -104,14 +104,14 @@ func (r *relay) next() (io.Reader, io.Writer, io.Closer) {
 	return fromAgent, toAgent, toAgent
 }
 
-// TestRestoreContexts: contexts saved with their sandbox (Suspend, Save,
+// TestRestoreResumedContexts: contexts saved with their sandbox (Suspend, Save,
 // the description through JSON) are taken up by a new Contexts on a new
 // client of the resumed agent (Restore), as a node that did not pause the
 // sandbox does. The context whose process the agent runs keeps its
 // variables, id, language, working directory and execution count; one
 // whose process the agent does not run (lost) cannot fork, and its next
 // cell restarts it and says so.
-func TestRestoreContexts(t *testing.T) {
+func TestRestoreResumedContexts(t *testing.T) {
 	r := startRelay(t)
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 	defer cancel()

@@ -170,9 +170,27 @@ func readHostState(dir string) (hostState, error) {
 // sandbox restored from its pause, whose agent is c (s.mu is held; this
 // node holds none of them). A running process is attached by its agent
 // id; one that c does not run ended with the pause (sandbox_paused), as in
-// settle. It returns how many processes were attached and how many ended
-// with the pause, and how many contexts went on with their process.
+// settle. With c nil the restore failed: the processes are listed, every
+// running one ended with the pause, and the contexts are not taken up. It
+// returns how many processes were attached and how many ended with the
+// pause, and how many contexts went on with their process.
 func (s *Sandbox) rebuildLocked(c *agent.Client, st hostState) (kept, lost, contexts int) {
+	kept, lost = s.rebuildProcessesLocked(c, st)
+	if c == nil {
+		return kept, lost, 0
+	}
+	k, n, err := kernel.Restore(c, kernel.Options{Env: sortedEnv(s.env)}, st.Contexts)
+	if err != nil {
+		s.m.log.Warn("take up a restored sandbox's contexts", "sandbox", s.w.Key(), "err", err)
+	}
+	if s.contexts != nil {
+		s.closeContextsLocked() // made with the sandbox: it has none
+	}
+	s.contexts = k
+	return kept, lost, n
+}
+
+func (s *Sandbox) rebuildProcessesLocked(c *agent.Client, st hostState) (kept, lost int) {
 	m := s.m
 	for _, sp := range st.Processes {
 		out := newOutput(m.cfg.OutputBuffer)
@@ -188,7 +206,11 @@ func (s *Sandbox) rebuildLocked(c *agent.Client, st hostState) (kept, lost, cont
 			x = &Exit{Code: sp.Exit.Code, Signal: syscall.Signal(sp.Exit.Signal), Ended: sp.Exit.Ended, At: sp.Exit.At,
 				Duration: time.Duration(sp.Exit.DurationMS) * time.Millisecond}
 		default:
-			if h, err := c.Attach(sp.Agent, out); err == nil {
+			var h *agent.Process
+			if c != nil {
+				h, _ = c.Attach(sp.Agent, out) // an error: it is not there
+			}
+			if h != nil {
 				proc.p = h
 				kept++
 			} else {
@@ -205,15 +227,7 @@ func (s *Sandbox) rebuildLocked(c *agent.Client, st hostState) (kept, lost, cont
 		}
 		go s.watch(proc, sp.Info.StartedAt)
 	}
-	k, n, err := kernel.Restore(c, kernel.Options{Env: sortedEnv(s.env)}, st.Contexts)
-	if err != nil {
-		m.log.Warn("take up a restored sandbox's contexts", "sandbox", s.w.Key(), "err", err)
-	}
-	if s.contexts != nil {
-		s.closeContextsLocked() // made with the sandbox: it has none
-	}
-	s.contexts = k
-	return kept, lost, n
+	return kept, lost
 }
 
 // hostStateMissing reports whether err says there is no description.

@@ -257,8 +257,18 @@ func (s *Sandbox) restoreLocked(ctx context.Context, rep *sandbox.SandboxResume)
 			s.m.log.Warn("resume a paused sandbox without its process list and contexts", "sandbox", s.w.Key(), "err", err)
 		}
 	}
+	// A restore that fails (but for ctx: the client may retry) lists
+	// what the description holds, the running processes ended with the
+	// pause.
+	failed := func() {
+		if st != nil && ctx.Err() == nil {
+			_, lost, _ := s.rebuildLocked(nil, *st)
+			rep.ProcessesLost += lost
+		}
+	}
 	sb, err := s.startLocked(ctx, s.pauseDir())
 	if err != nil {
+		failed()
 		if errors.Is(err, runtime.ErrNoImage) || errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("no saved state to restore: %w", err)
 		}
@@ -269,6 +279,7 @@ func (s *Sandbox) restoreLocked(ctx context.Context, rep *sandbox.SandboxResume)
 		rep.ProcessesLost += lost
 		s.moving = nil
 		s.dropLocked()
+		failed()
 		return fmt.Errorf("the restored sandbox's agent: %w", err)
 	}
 	rep.Memory = true

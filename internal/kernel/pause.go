@@ -118,6 +118,10 @@ type Saved struct {
 	Roots map[string]uint32 `json:"roots,omitempty"`
 	// Contexts are oldest first.
 	Contexts []SavedContext `json:"contexts,omitempty"`
+	// Cells is the highest cell number the saving process gave: the
+	// restoring one numbers its cells above it, so that nothing a runner
+	// still holds of an old cell is taken for a new one's.
+	Cells uint64 `json:"cells,omitempty"`
 }
 
 // SavedContext is one context of a Saved.
@@ -138,7 +142,7 @@ func (k *Contexts) Save() Saved {
 	defer k.rootMu.Unlock()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var s Saved
+	s := Saved{Cells: cellIDs.Load()}
 	for language, p := range k.roots {
 		if s.Roots == nil {
 			s.Roots = map[string]uint32{}
@@ -168,6 +172,12 @@ func (k *Contexts) Save() Saved {
 // returns how many contexts went on with their process.
 func Restore(c *agent.Client, o Options, s Saved) (*Contexts, int, error) {
 	k := New(c, o)
+	for { // cells are numbered above the saving process's
+		n := cellIDs.Load()
+		if n >= s.Cells || cellIDs.CompareAndSwap(n, s.Cells) {
+			break
+		}
+	}
 	for language, id := range s.Roots {
 		if p, err := c.Attach(id, nil); err == nil {
 			k.roots[language] = p

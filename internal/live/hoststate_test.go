@@ -31,7 +31,7 @@ func TestHostStateFile(t *testing.T) {
 			{Info: sandbox.ProcessInfo{PID: 9, Tag: "srv", Cmd: []string{"sleep", "9"}, Cwd: "/tmp", Stdin: true,
 				PTY: &sandbox.PTYSize{Cols: 80, Rows: 24}, Running: true, StartedAt: at}, Agent: 12, StdinClosed: true},
 		},
-		Contexts: kernel.Saved{Roots: map[string]uint32{"python": 3},
+		Contexts: kernel.Saved{Roots: map[string]uint32{"python": 3}, Cells: 17,
 			Contexts: []kernel.SavedContext{{ID: "c1", Language: "python", Cwd: "/workspace", Env: []string{"A=1"}, Process: 5}}},
 	}
 	if err := writeHostState(dir, st); err != nil {

@@ -68,6 +68,10 @@ var (
 	// made again meanwhile).
 	ErrClosed = fault.New(fault.NotFound,
 		"no such code context in the sandbox (the sandbox ended meanwhile; one made again has lost its contexts)")
+	// ErrLost: a fork of a context whose process did not come back with
+	// its sandbox's restore (Restore): there is no state to copy.
+	ErrLost = fault.New(fault.FailedPrecondition,
+		"the code context lost its process when its sandbox was restored; run a cell in it (it restarts, its state lost) before forking it")
 )
 
 // MaxCodeSize bounds one cell's code.
@@ -167,8 +171,10 @@ type codeContext struct {
 	// turn is held by the run in progress (and by Fork): one at a time.
 	turn chan struct{}
 
-	mu      sync.Mutex
-	cur     *instance // the process serving the context now
+	mu sync.Mutex
+	// cur is the process serving the context now; nil when it was lost
+	// with a restore (Restore): the next cell starts a fresh one.
+	cur     *instance
 	deleted bool
 }
 
@@ -358,8 +364,12 @@ func (k *Contexts) startVia(ctx context.Context, via *agent.Process, req agent.S
 	return inst, nil
 }
 
-// kill ends inst's process and waits (a while) for it to be gone.
+// kill ends inst's process and waits (a while) for it to be gone; a nil
+// inst (lost) has nothing to end.
 func (k *Contexts) kill(inst *instance) {
+	if inst == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), killWait)
 	defer cancel()
 	_ = inst.proc.Signal(ctx, syscall.SIGKILL)
@@ -380,7 +390,8 @@ func (k *Contexts) get(id string) (*codeContext, error) {
 	return c, nil
 }
 
-// current returns the process serving c, or ErrNotFound once deleted.
+// current returns the process serving c (nil when lost with a restore),
+// or ErrNotFound once deleted.
 func (c *codeContext) current() (*instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -430,7 +441,7 @@ func (k *Contexts) Interrupt(ctx context.Context, id string) error {
 		return err
 	}
 	inst, err := c.current()
-	if err != nil {
+	if err != nil || inst == nil { // lost: no cell runs
 		return err
 	}
 	if err := inst.proc.Signal(ctx, syscall.SIGINT); err != nil {
@@ -475,6 +486,9 @@ func (k *Contexts) Fork(ctx context.Context, id string) (sandbox.CodeContext, er
 	if err != nil {
 		return sandbox.CodeContext{}, err
 	}
+	if inst == nil {
+		return sandbox.CodeContext{}, fmt.Errorf("fork context %s: %w", id, ErrLost)
+	}
 	f := &codeContext{info: sandbox.CodeContext{ID: newID(), Language: c.info.Language, Cwd: c.info.Cwd}, cr: c.cr, env: c.env, turn: make(chan struct{}, 1)}
 	if f.cur, err = k.startVia(ctx, inst.proc, agent.StartRequest{Argv: []string{"fork"}, Env: c.env, Dir: c.info.Cwd}); err != nil {
 		return sandbox.CodeContext{}, fmt.Errorf("fork context %s: %w", id, err)
@@ -502,6 +516,9 @@ func (k *Contexts) Delete(ctx context.Context, id string) error {
 	c.deleted = true
 	inst := c.cur
 	c.mu.Unlock()
+	if inst == nil {
+		return nil
+	}
 	_ = inst.proc.Signal(ctx, syscall.SIGKILL)
 	if _, err := inst.proc.Wait(ctx); err != nil {
 		return fmt.Errorf("delete context %s: %w", id, err)
@@ -529,7 +546,9 @@ func (k *Contexts) Close(ctx context.Context) error {
 	for _, c := range k.contexts {
 		c.mu.Lock()
 		c.deleted = true
-		procs = append(procs, c.cur.proc)
+		if c.cur != nil {
+			procs = append(procs, c.cur.proc)
+		}
 		c.mu.Unlock()
 	}
 	for _, p := range k.roots {

@@ -2,9 +2,11 @@ package kernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // A live sandbox paused with its memory (gVisor) keeps its contexts'
@@ -82,6 +84,10 @@ func (k *Contexts) Resume(c *agent.Client) int {
 		}
 		for _, kc := range k.contexts {
 			kc.mu.Lock()
+			if kc.cur == nil { // lost with an earlier restore
+				kc.mu.Unlock()
+				continue
+			}
 			if np, err := c.Attach(kc.cur.proc.ID(), kc.cur.out); err == nil {
 				kc.cur = &instance{proc: np, out: kc.cur.out}
 				kept++
@@ -96,4 +102,109 @@ func (k *Contexts) Resume(c *agent.Client) int {
 		kc.release()
 	}
 	return kept
+}
+
+// Saved describes a Contexts whose sandbox was saved with its memory, for
+// a node process that did not pause it (this node started again, or
+// another one) to take the contexts up again (Restore). It holds what the
+// host keeps and the saved memory does not: each context's id, language,
+// working directory and environment (for a restart), and the agent's
+// request ids of its process and of the root zygotes. A context's state,
+// its execution count among it, lives in its process, which the memory
+// keeps. It is JSON, part of the description live saves with the
+// sandbox's memory.
+type Saved struct {
+	// Roots are the root zygotes' agent ids, by language.
+	Roots map[string]uint32 `json:"roots,omitempty"`
+	// Contexts are oldest first.
+	Contexts []SavedContext `json:"contexts,omitempty"`
+	// Cells is the highest cell number the saving process gave: the
+	// restoring one numbers its cells above it, so that nothing a runner
+	// still holds of an old cell is taken for a new one's.
+	Cells uint64 `json:"cells,omitempty"`
+}
+
+// SavedContext is one context of a Saved.
+type SavedContext struct {
+	ID       string   `json:"id"`
+	Language string   `json:"language"`
+	Cwd      string   `json:"cwd"`
+	Env      []string `json:"env"`
+	// Process is the agent's id of the context's process; 0 when it had
+	// none (lost with an earlier restore).
+	Process uint32 `json:"process,omitempty"`
+}
+
+// Save describes the contexts for Restore. It is meant for a Contexts held
+// by Suspend (no cell runs, none is created), whose sandbox was saved.
+func (k *Contexts) Save() Saved {
+	k.rootMu.Lock()
+	defer k.rootMu.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := Saved{Cells: cellIDs.Load()}
+	for language, p := range k.roots {
+		if s.Roots == nil {
+			s.Roots = map[string]uint32{}
+		}
+		s.Roots[language] = p.ID()
+	}
+	for _, id := range k.order {
+		kc := k.contexts[id]
+		kc.mu.Lock()
+		sc := SavedContext{ID: kc.info.ID, Language: kc.info.Language, Cwd: kc.info.Cwd, Env: kc.env}
+		if kc.cur != nil {
+			sc.Process = kc.cur.proc.ID()
+		}
+		kc.mu.Unlock()
+		s.Contexts = append(s.Contexts, sc)
+	}
+	return s
+}
+
+// Restore returns the contexts s describes, going on in the sandbox
+// restored from their pause, whose agent is c (a resumed client): each
+// context's process and each root zygote is attached by its id, as Resume
+// does. A context whose process c does not run is kept with its process
+// lost: its next cell starts a fresh one and says so (ContextRestarted);
+// a missing root starts again when next needed. A context of a language
+// this server has no contexts for is dropped, and the error names it. It
+// returns how many contexts went on with their process.
+func Restore(c *agent.Client, o Options, s Saved) (*Contexts, int, error) {
+	k := New(c, o)
+	for { // cells are numbered above the saving process's
+		n := cellIDs.Load()
+		if n >= s.Cells || cellIDs.CompareAndSwap(n, s.Cells) {
+			break
+		}
+	}
+	for language, id := range s.Roots {
+		if p, err := c.Attach(id, nil); err == nil {
+			k.roots[language] = p
+		}
+	}
+	kept := 0
+	var errs []error
+	for _, sc := range s.Contexts {
+		cr, err := contexter(sc.Language)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("context %s: %w", sc.ID, err))
+			continue
+		}
+		kc := &codeContext{info: sandbox.CodeContext{ID: sc.ID, Language: sc.Language, Cwd: sc.Cwd}, cr: cr,
+			env: sc.Env, turn: make(chan struct{}, 1)}
+		if sc.Process != 0 {
+			out := &output{}
+			if p, err := c.Attach(sc.Process, out); err == nil {
+				kc.cur = &instance{proc: p, out: out}
+				kept++
+			}
+		}
+		k.contexts[sc.ID] = kc
+		k.order = append(k.order, sc.ID)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return k, kept, fmt.Errorf("restore contexts: %w", err)
+	}
+	return k, kept, nil
 }

@@ -64,19 +64,32 @@ func (k *Contexts) Run(ctx context.Context, id, code string, timeout time.Durati
 	if err != nil {
 		return err
 	}
-	select {
-	case <-inst.proc.Done():
+	if inst == nil || gone(inst.proc) {
 		// The process ended between cells (a thread of its own called
-		// exit, the OOM killer): a fresh one runs this cell.
+		// exit, the OOM killer), or did not come back with its sandbox's
+		// restore (nil): a fresh one runs this cell.
+		why := "had ended since its last cell"
+		if inst == nil {
+			why = "did not come back when its sandbox was restored"
+		}
 		if inst, err = k.renew(ctx, c, inst); err != nil {
 			return err
 		}
 		emit(sandbox.ContextEvent{Type: sandbox.ContextEventError, Name: ErrorContextRestarted,
-			Value: "the context's process had ended since its last cell; it was restarted and its state is lost"})
-	default:
+			Value: "the context's process " + why + "; it was restarted and its state is lost"})
 	}
 	r := &run{k: k, c: c, inst: inst, emit: emit, timeout: timeout}
 	return r.do(ctx, code)
+}
+
+// gone reports whether p has ended.
+func gone(p *agent.Process) bool {
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // run is one cell in progress.

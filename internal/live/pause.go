@@ -22,7 +22,9 @@ import (
 // session's directory as well, and Resume restores it: its processes run
 // on, with the same pids, process table and output buffers on this node,
 // and its code contexts keep their variables (kernel.Contexts.Suspend and
-// Resume). Any other (runc's: no CRIU here) is torn down; Resume makes a
+// Resume). A node process that did not pause it (this node started again
+// after a crash) takes its process list and contexts up from the
+// description the pause wrote beside the memory (hoststate.go). Any other (runc's: no CRIU here) is torn down; Resume makes a
 // new sandbox on the same disk, and its processes and contexts are lost,
 // which the resume's answer says.
 //
@@ -142,6 +144,12 @@ func (s *Sandbox) pauseMemoryLocked(ctx context.Context) (int64, error) {
 	}
 	s.sb, s.stop = nil, nil
 	s.moving = moving
+	// Without it, a node process that did not pause the sandbox restores
+	// its memory but lists no process and finds no context (hoststate.go).
+	if err := writeHostState(dir, s.hostStateLocked()); err != nil {
+		s.m.log.Warn("save what this node holds of a paused sandbox: another node process would resume it without its process list and contexts",
+			"sandbox", s.w.Key(), "err", err)
+	}
 	return dirBytes(dir), nil
 }
 
@@ -237,8 +245,30 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 // restoreLocked restores a sandbox paused with its memory (s.mu is held)
 // and takes its processes and contexts up again.
 func (s *Sandbox) restoreLocked(ctx context.Context, rep *sandbox.SandboxResume) error {
+	var st *hostState
+	if s.contexts == nil && len(s.procs) == 0 {
+		// This node process did not pause it: what the pausing one held
+		// is beside the memory (read before the restore removes it).
+		h, err := readHostState(s.pauseDir())
+		switch {
+		case err == nil:
+			st = &h
+		case !hostStateMissing(err):
+			s.m.log.Warn("resume a paused sandbox without its process list and contexts", "sandbox", s.w.Key(), "err", err)
+		}
+	}
+	// A restore that fails (but for ctx: the client may retry) lists
+	// what the description holds, the running processes ended with the
+	// pause.
+	failed := func() {
+		if st != nil && ctx.Err() == nil {
+			_, lost, _ := s.rebuildLocked(nil, *st)
+			rep.ProcessesLost += lost
+		}
+	}
 	sb, err := s.startLocked(ctx, s.pauseDir())
 	if err != nil {
+		failed()
 		if errors.Is(err, runtime.ErrNoImage) || errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("no saved state to restore: %w", err)
 		}
@@ -249,13 +279,18 @@ func (s *Sandbox) restoreLocked(ctx context.Context, rep *sandbox.SandboxResume)
 		rep.ProcessesLost += lost
 		s.moving = nil
 		s.dropLocked()
+		failed()
 		return fmt.Errorf("the restored sandbox's agent: %w", err)
 	}
 	rep.Memory = true
 	kept, lost := settle(s.moving, sb.Agent(), true)
 	rep.Processes, rep.ProcessesLost = kept, rep.ProcessesLost+lost
 	s.moving = nil
-	if s.contexts != nil {
+	switch {
+	case st != nil:
+		kept, lost, contexts := s.rebuildLocked(sb.Agent(), *st)
+		rep.Processes, rep.ProcessesLost, rep.Contexts = rep.Processes+kept, rep.ProcessesLost+lost, contexts
+	case s.contexts != nil:
 		rep.Contexts = s.contexts.Resume(sb.Agent())
 	}
 	return nil

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
@@ -216,5 +219,96 @@ func TestPausedExpires(t *testing.T) {
 	}
 	if _, err := u.m.Resume(t.Context(), "t", "box"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("resume an expired sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// TestResumeAfterNodeRestart: a sandbox paused with its memory (the fake
+// gVisor one) is resumed by the node started again on its directory, which
+// holds nothing of it but the description beside the memory: its running
+// process is listed again with its pid and stdin working (its output log
+// starts at the resume: what it wrote before the pause is not kept), an
+// ended one as it ended, its context with its variables. When the restore
+// fails (the saved memory gone), the resume makes it on its disk and still
+// lists the processes, the running one ended with the pause and counted
+// lost.
+func TestResumeAfterNodeRestart(t *testing.T) {
+	_, err := os.Stat(hostPython)
+	testenv.Need(t, err == nil, hostPython+" (contexts run it in local mode)")
+	u := newUnit(t)
+	u.f.Runtimes[runtime.TierGVisor].EnablePause()
+	ctx := t.Context()
+	u.create(sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python", Tier: sandbox.IsolationGVisor, TimeoutSeconds: 600})
+	cat := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"cat"}, Stdin: true, Tag: "cat"})
+	if _, err := u.m.WriteStdin(ctx, "t", "box", cat.PID, strings.NewReader("before\n")); err != nil {
+		t.Fatal(err)
+	}
+	u.until("box", cat.PID, 0, func(evs []sandbox.ProcessEvent) bool { return stdout(evs) == "before\n" })
+	done := u.start("box", sandbox.StartProcessRequest{Cmd: []string{"true"}})
+	if p, err := u.m.Process(ctx, "t", "box", done.PID, true); err != nil || p.Exit == nil {
+		t.Fatalf("true: %+v, %v", p, err)
+	}
+	c, err := u.m.CreateContext(ctx, "t", "box", kernel.ContextOptions{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.runCell(c.ID, "x = 21")
+	wantProcs, err := u.m.Processes("t", "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.m.Pause(ctx, "t", "box"); err != nil {
+		t.Fatal(err)
+	}
+	u.restart()
+
+	info, err := u.m.Resume(ctx, "t", "box")
+	if err != nil {
+		t.Fatalf("resume after the restart: %v", err)
+	}
+	want := sandbox.SandboxResume{Memory: true, Processes: 1, Contexts: 1, DurationMS: info.Resume.DurationMS}
+	if *info.Resume != want {
+		t.Errorf("resume after the restart: %+v, want %+v", info.Resume, want)
+	}
+	procs, err := u.m.Processes("t", "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantProcs, procs); diff != "" {
+		t.Errorf("processes after the restart (-before +after):\n%s", diff)
+	}
+	if _, err := u.m.WriteStdin(ctx, "t", "box", cat.PID, strings.NewReader("after\n")); err != nil {
+		t.Fatalf("write stdin after the restart: %v", err)
+	}
+	u.until("box", cat.PID, 0, func(evs []sandbox.ProcessEvent) bool { return stdout(evs) == "after\n" })
+	if got := mainText(u.runCell(c.ID, "x * 2")); got != "42" {
+		t.Errorf("x * 2 after the restart = %q, want 42", got)
+	}
+
+	// Again, and the saved memory is gone when the node comes back.
+	if err := u.m.Pause(ctx, "t", "box"); err != nil {
+		t.Fatal(err)
+	}
+	dir := u.handle("box").pauseDir()
+	u.restart()
+	if err := os.Remove(filepath.Join(dir, "fake-paused.json")); err != nil {
+		t.Fatal(err)
+	}
+	info, err = u.m.Resume(ctx, "t", "box")
+	if err != nil {
+		t.Fatalf("resume without the saved memory: %v", err)
+	}
+	want = sandbox.SandboxResume{ProcessesLost: 1, DurationMS: info.Resume.DurationMS}
+	if *info.Resume != want {
+		t.Errorf("resume without the saved memory: %+v, want %+v", info.Resume, want)
+	}
+	p, err := u.m.Process(ctx, "t", "box", cat.PID, false)
+	if err != nil || p.Running || p.Exit == nil || p.Exit.Error != exitPaused {
+		t.Errorf("cat after a resume without the saved memory: %+v, %v; want ended as %s", p, err, exitPaused)
+	}
+	if p, err := u.m.Process(ctx, "t", "box", done.PID, false); err != nil || p.Exit == nil || p.Exit.ExitCode != 0 {
+		t.Errorf("true after a resume without the saved memory: %+v, %v", p, err)
+	}
+	if cs, err := u.m.Contexts(ctx, "t", "box"); err != nil || len(cs) != 0 {
+		t.Errorf("contexts after a resume without the saved memory: %+v, %v; want none", cs, err)
 	}
 }

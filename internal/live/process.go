@@ -306,30 +306,43 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.StartProcessRequest) (*
 	s.mu.Unlock()
 	// Owned by the process: it ends when the process does, or when its
 	// sandbox goes (the agent's stream ends every process).
-	go func() {
-		st, werr := proc.wait()
-		x := Exit{Code: st.Code, Signal: syscall.Signal(st.Signal)}
-		if werr != nil {
-			x = Exit{Code: -1, Ended: exitSandboxEnded}
-		}
-		if by := proc.endedBy(); by != "" {
-			// Ended by a pause that could not keep it (killed, or lost).
-			x.Ended = by
-		}
-		x.At = m.table.Now().UTC()
-		x.Duration = x.At.Sub(started)
-		out.end(x)
-		s.mu.Lock()
-		if s.procs[p.PID] == proc {
-			s.ended = append(s.ended, p.PID)
-			for len(s.ended) > m.cfg.KeepEnded {
-				delete(s.procs, s.ended[0])
-				s.ended = s.ended[1:]
-			}
-		}
-		s.mu.Unlock()
-	}()
+	go s.watch(proc, started)
 	return proc, nil
+}
+
+// watch waits for proc's end, across pauses, records it, and keeps the
+// ended processes listed within Config.KeepEnded.
+func (s *Sandbox) watch(proc *Process, started time.Time) {
+	m := s.m
+	st, werr := proc.wait()
+	x := Exit{Code: st.Code, Signal: syscall.Signal(st.Signal)}
+	if werr != nil {
+		x = Exit{Code: -1, Ended: exitSandboxEnded}
+	}
+	if by := proc.endedBy(); by != "" {
+		// Ended by a pause that could not keep it (killed, or lost).
+		x.Ended = by
+	}
+	x.At = m.table.Now().UTC()
+	x.Duration = x.At.Sub(started)
+	proc.out.end(x)
+	s.mu.Lock()
+	s.endedLocked(proc)
+	s.mu.Unlock()
+}
+
+// endedLocked lists proc, which has ended, among the ended processes,
+// dropping the oldest beyond Config.KeepEnded (s.mu is held).
+func (s *Sandbox) endedLocked(proc *Process) {
+	pid := proc.PID()
+	if s.procs[pid] != proc {
+		return
+	}
+	s.ended = append(s.ended, pid)
+	for len(s.ended) > s.m.cfg.KeepEnded {
+		delete(s.procs, s.ended[0])
+		s.ended = s.ended[1:]
+	}
 }
 
 // Ended reports whether the process has ended.

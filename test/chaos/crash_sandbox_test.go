@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +22,11 @@ const crashSandboxes = 10
 // killed with SIGKILL and started again on its data directory. Done when
 // every sandbox answers again with its files: a file written through the
 // file API and one written by root into the system's writable layer; the
-// paused gVisor one resumes with its memory, a process it saved running
-// on. (What the node held of that sandbox, its process list and its code
-// contexts, is lost with the node: a later change keeps them.) A running
-// sandbox is made again on its disk at its next call (restarts counts it);
-// a paused one resumes.
+// paused gVisor one resumes with its memory and with what the node held
+// of it: a process it saved running on, listed again as running with its
+// pid, and its python code context, same id, with x = 41 still set (x + 1
+// gives 42). A running sandbox is made again on its disk at its next call
+// (restarts counts it); a paused one resumes.
 func TestCrashKeepsLiveSandboxes(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{})
 	c := sandbox.NewClient(sandbox.Config{Endpoint: srv.URL, APIKey: testserver.AlphaKey, Timeout: 2 * time.Minute, MaxRetries: 4})
@@ -37,9 +38,12 @@ func TestCrashKeepsLiveSandboxes(t *testing.T) {
 		tier   sandbox.Tier
 		want   string
 		paused bool
-		// memory: paused with its memory (gVisor), with a process that
-		// must run on after the resume.
+		// memory: paused with its memory (gVisor), with a process (pid)
+		// that must run on after the resume and a code context (cid)
+		// holding x = 41.
 		memory bool
+		pid    int
+		cid    string
 	}
 	var all []*made
 	for i := range crashSandboxes {
@@ -63,10 +67,20 @@ func TestCrashKeepsLiveSandboxes(t *testing.T) {
 	for _, m := range all[:2] {
 		m.paused = true
 		if m.tier == sandbox.TierGVisor {
-			if _, err := m.sb.Start(ctx, sandbox.StartProcessRequest{Shell: "echo $$ > /home/user/bg.pid; exec sleep 3600"}); err != nil {
+			p, err := m.sb.Start(ctx, sandbox.StartProcessRequest{Shell: "echo $$ > /home/user/bg.pid; exec sleep 3600"})
+			if err != nil {
 				t.Fatalf("%s: start: %v", m.sb.ID, err)
 			}
+			m.pid = p.PID
 			waitFile(ctx, t, m.sb, "/home/user/bg.pid")
+			cc, err := m.sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"})
+			if err != nil {
+				t.Fatalf("%s: create a context: %v", m.sb.ID, err)
+			}
+			m.cid = cc.ID
+			if ex, err := m.sb.RunCode(ctx, cc.ID, "x = 41", sandbox.RunCodeOptions{}); err != nil || ex.Error != nil {
+				t.Fatalf("%s: x = 41: %+v, %v", m.sb.ID, ex, err)
+			}
 		}
 		info, err := m.sb.Pause(ctx)
 		if err != nil {
@@ -108,6 +122,23 @@ func TestCrashKeepsLiveSandboxes(t *testing.T) {
 			// The process the pause saved runs on in the restored memory.
 			if out := run(ctx, t, m.sb, "user", "kill -0 $(cat /home/user/bg.pid) && echo alive"); strings.TrimSpace(out) != "alive" {
 				t.Errorf("%s (%s): the saved process after the crash: %q", m.sb.ID, m.tier, out)
+				continue
+			}
+			// What the node held of it came back with it: the process in
+			// its process list, the context with its variables.
+			procs, err := m.sb.Processes(ctx)
+			if err != nil {
+				t.Errorf("%s: processes after the crash: %v", m.sb.ID, err)
+				continue
+			}
+			i := slices.IndexFunc(procs, func(p sandbox.ProcessInfo) bool { return p.PID == m.pid })
+			if i < 0 || !procs[i].Running {
+				t.Errorf("%s (%s): process %d after the crash: not listed as running in %+v", m.sb.ID, m.tier, m.pid, procs)
+				continue
+			}
+			ex, err := m.sb.RunCode(ctx, m.cid, "x + 1", sandbox.RunCodeOptions{})
+			if err != nil || ex.Error != nil || ex.Text() != "42" {
+				t.Errorf("%s (%s): x + 1 in context %s after the crash: %+v, %v (want 42)", m.sb.ID, m.tier, m.cid, ex, err)
 				continue
 			}
 		}

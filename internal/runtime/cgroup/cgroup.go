@@ -74,55 +74,6 @@ func dir(controller, path string) string {
 	return filepath.Join(Root, controller, path)
 }
 
-// Read returns the accounting of the cgroup at path.
-func Read(path string) (Stats, error) {
-	var s Stats
-	var err error
-	if Unified() {
-		if s.PeakMemoryBytes, err = readInt(dir("", path), "memory.peak"); err != nil {
-			return s, err
-		}
-		if s.OOMKills, err = readKey(dir("", path), "memory.events", "oom_kill"); err != nil {
-			return s, err
-		}
-		s.MemoryAtLimit = atLimit(s.PeakMemoryBytes, dir("", path), "memory.max")
-	} else {
-		if s.PeakMemoryBytes, err = readInt(dir("memory", path), "memory.max_usage_in_bytes"); err != nil {
-			return s, err
-		}
-		if s.OOMKills, err = readKey(dir("memory", path), "memory.oom_control", "oom_kill"); err != nil {
-			return s, err
-		}
-		s.MemoryAtLimit = atLimit(s.PeakMemoryBytes, dir("memory", path), "memory.limit_in_bytes")
-	}
-	if s.PidsLimitHits, err = readKey(dir("pids", path), "pids.events", "max"); err != nil {
-		return s, err
-	}
-	return s, nil
-}
-
-// atLimit reports whether peak came within limitSlack of the limit in
-// file name of d; "max" (v2) or an unreadable limit is no limit.
-func atLimit(peak int64, d, name string) bool {
-	limit, err := readInt(d, name)
-	return err == nil && limit > 0 && peak >= limit-limitSlack
-}
-
-// ResetPeak starts a new peak-memory window. Kernels before 6.12 cannot reset
-// memory.peak on v2; the error says so.
-func ResetPeak(path string) error {
-	var f string
-	if Unified() {
-		f = filepath.Join(dir("", path), "memory.peak")
-	} else {
-		f = filepath.Join(dir("memory", path), "memory.max_usage_in_bytes")
-	}
-	if err := writeFile(f, []byte("0\n")); err != nil {
-		return fmt.Errorf("reset peak memory: %w", err)
-	}
-	return nil
-}
-
 // Unthrottle lifts the CPU quota, so that processes being killed get the
 // CPU time they need to exit: a throttled fork bomb can otherwise take a
 // second to die.
@@ -367,11 +318,7 @@ func readInt(d, name string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read cgroup: %w", err)
 	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", filepath.Join(d, name), err)
-	}
-	return v, nil
+	return parseInt(b, filepath.Join(d, name))
 }
 
 // readKey reads "key value" lines; a missing key is 0.
@@ -380,6 +327,21 @@ func readKey(d, name, key string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read cgroup: %w", err)
 	}
+	return parseKey(b, name, key)
+}
+
+// parseInt parses the number the file name holds, b.
+func parseInt(b []byte, name string) (int64, error) {
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// parseKey returns the value of key in b, the "key value" lines of the
+// file name; a missing key is 0.
+func parseKey(b []byte, name, key string) (int64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), " ")

@@ -538,10 +538,7 @@ func (w *writes) done(apply func() error) error {
 
 // MemoryUsage returns the cgroup's current memory use.
 func MemoryUsage(path string) (int64, error) {
-	if Unified() {
-		return readInt(dir("", path), "memory.current")
-	}
-	return readInt(dir("memory", path), "memory.usage_in_bytes")
+	return once(path).MemoryUsage()
 }
 
 // Usage is what a cgroup uses now.

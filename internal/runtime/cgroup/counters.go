@@ -18,6 +18,7 @@ const (
 	oomFile          // OOM kills: memory.events, memory.oom_control
 	limitFile        // memory limit: memory.max, memory.limit_in_bytes
 	pidsFile         // refused forks: pids.events
+	usageFile        // memory in use: memory.current, memory.usage_in_bytes
 	numFiles
 )
 
@@ -36,6 +37,7 @@ const (
 // concurrent use.
 type Counters struct {
 	path   string
+	names  [numFiles]string // the files' paths
 	mu     sync.Mutex
 	fds    [numFiles]int // -1: not open
 	closed bool
@@ -51,6 +53,19 @@ func NewCounters(path string) *Counters {
 	for i := range c.fds {
 		c.fds[i] = -1
 	}
+	mem := dir("memory", path)
+	c.names = [numFiles]string{"memory.max_usage_in_bytes", "memory.oom_control", "memory.limit_in_bytes",
+		"pids.events", "memory.usage_in_bytes"}
+	if Unified() {
+		c.names = [numFiles]string{"memory.peak", "memory.events", "memory.max", "pids.events", "memory.current"}
+	}
+	for i := range c.names {
+		d := mem
+		if i == pidsFile {
+			d = dir("pids", path)
+		}
+		c.names[i] = filepath.Join(d, c.names[i])
+	}
 	return c
 }
 
@@ -58,14 +73,6 @@ func NewCounters(path string) *Counters {
 // this one read.
 func Read(path string) (Stats, error) {
 	return once(path).Read()
-}
-
-// ResetPeak starts a new peak-memory window of the cgroup at path. Kernels
-// before 6.12 cannot reset memory.peak on v2; the error says so. On v2 the
-// window holds for reads through the file descriptor written (see
-// Counters): Counters.ResetPeak resets what its Read measures.
-func ResetPeak(path string) error {
-	return once(path).ResetPeak()
 }
 
 // once returns Counters of the cgroup at path that opens its files for
@@ -79,13 +86,10 @@ func once(path string) *Counters {
 // name returns the path of file i and, for the files of "key value" lines,
 // the key Read wants.
 func (c *Counters) name(i int) (string, string) {
-	switch {
-	case i == pidsFile:
-		return filepath.Join(dir("pids", c.path), "pids.events"), "max"
-	case Unified():
-		return filepath.Join(dir("", c.path), [...]string{"memory.peak", "memory.events", "memory.max"}[i]), "oom_kill"
+	if i == pidsFile {
+		return c.names[i], "max"
 	}
-	return filepath.Join(dir("memory", c.path), [...]string{"memory.max_usage_in_bytes", "memory.oom_control", "memory.limit_in_bytes"}[i]), "oom_kill"
+	return c.names[i], "oom_kill"
 }
 
 // Read returns the cgroup's accounting.
@@ -125,6 +129,13 @@ func (c *Counters) readKey(i int) (int64, error) {
 		return 0, fmt.Errorf("read cgroup: %w", err)
 	}
 	return parseKey(b, filepath.Base(name), key)
+}
+
+// MemoryUsage returns the cgroup's memory in use now.
+func (c *Counters) MemoryUsage() (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readInt(usageFile)
 }
 
 // ResetPeak starts a new peak-memory window. Kernels before 6.12 cannot

@@ -708,7 +708,7 @@ func (r *Runtime) Fixed(l runtime.Limits) runtime.Limits {
 
 // MemoryUsage returns what the sandbox's processes use now (a pre-started
 // interpreter, say).
-func (s *Sandbox) MemoryUsage() (int64, error) { return cgroup.MemoryUsage(s.cgroup) }
+func (s *Sandbox) MemoryUsage() (int64, error) { return s.counters.MemoryUsage() }
 
 // Processes reports how many tasks the sandbox runs and may run: from the
 // cgroup for runc, from the sentry's own count for runsc.

@@ -78,6 +78,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) (err error)
 	if err != nil {
 		return err
 	}
+	keepGCHeadroom()
 	var cu cleanup
 	defer func() { err = errors.Join(err, cu.Clean()) }()
 	d, err := open(ctx, p, log, &cu)

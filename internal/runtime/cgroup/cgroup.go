@@ -9,8 +9,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,64 +74,15 @@ func dir(controller, path string) string {
 	return filepath.Join(Root, controller, path)
 }
 
-// Read returns the accounting of the cgroup at path.
-func Read(path string) (Stats, error) {
-	var s Stats
-	var err error
-	if Unified() {
-		if s.PeakMemoryBytes, err = readInt(dir("", path), "memory.peak"); err != nil {
-			return s, err
-		}
-		if s.OOMKills, err = readKey(dir("", path), "memory.events", "oom_kill"); err != nil {
-			return s, err
-		}
-		s.MemoryAtLimit = atLimit(s.PeakMemoryBytes, dir("", path), "memory.max")
-	} else {
-		if s.PeakMemoryBytes, err = readInt(dir("memory", path), "memory.max_usage_in_bytes"); err != nil {
-			return s, err
-		}
-		if s.OOMKills, err = readKey(dir("memory", path), "memory.oom_control", "oom_kill"); err != nil {
-			return s, err
-		}
-		s.MemoryAtLimit = atLimit(s.PeakMemoryBytes, dir("memory", path), "memory.limit_in_bytes")
-	}
-	if s.PidsLimitHits, err = readKey(dir("pids", path), "pids.events", "max"); err != nil {
-		return s, err
-	}
-	return s, nil
-}
-
-// atLimit reports whether peak came within limitSlack of the limit in
-// file name of d; "max" (v2) or an unreadable limit is no limit.
-func atLimit(peak int64, d, name string) bool {
-	limit, err := readInt(d, name)
-	return err == nil && limit > 0 && peak >= limit-limitSlack
-}
-
-// ResetPeak starts a new peak-memory window. Kernels before 6.12 cannot reset
-// memory.peak on v2; the error says so.
-func ResetPeak(path string) error {
-	var f string
-	if Unified() {
-		f = filepath.Join(dir("", path), "memory.peak")
-	} else {
-		f = filepath.Join(dir("memory", path), "memory.max_usage_in_bytes")
-	}
-	if err := os.WriteFile(f, []byte("0\n"), 0); err != nil {
-		return fmt.Errorf("reset peak memory: %w", err)
-	}
-	return nil
-}
-
 // Unthrottle lifts the CPU quota, so that processes being killed get the
 // CPU time they need to exit: a throttled fork bomb can otherwise take a
 // second to die.
 func Unthrottle(path string) error {
 	var err error
 	if Unified() {
-		err = os.WriteFile(filepath.Join(dir("", path), "cpu.max"), []byte("max\n"), 0)
+		err = writeFile(filepath.Join(dir("", path), "cpu.max"), []byte("max\n"))
 	} else {
-		err = os.WriteFile(filepath.Join(dir("cpu", path), "cpu.cfs_quota_us"), []byte("-1\n"), 0)
+		err = writeFile(filepath.Join(dir("cpu", path), "cpu.cfs_quota_us"), []byte("-1\n"))
 	}
 	if err != nil {
 		return fmt.Errorf("lift cpu quota: %w", err)
@@ -163,7 +116,7 @@ func Yield(parent string) error {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return fmt.Errorf("cgroup %s: %w", parent, err)
 	}
-	if err := os.WriteFile(filepath.Join(d, name), []byte(value), 0); err != nil {
+	if err := writeFile(filepath.Join(d, name), []byte(value)); err != nil {
 		return fmt.Errorf("cgroup %s: set %s: %w", parent, name, err)
 	}
 	return nil
@@ -216,7 +169,7 @@ func Kill(path string, timeout time.Duration) error {
 		}
 	}()
 	for {
-		b, err := os.ReadFile(procs)
+		b, err := os.ReadFile(procs) // many records: see readFile
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
@@ -290,24 +243,105 @@ func hierarchies() []string {
 	return out
 }
 
+// readFile reads the cgroup file name in about three system calls (open,
+// read, close) where os.ReadFile takes about nine: it stats the file, reads
+// until a read returns nothing, and, cgroup files being pollable, registers
+// the file with the runtime's poller (two epoll_ctl calls, two fcntl). On a
+// paravirtualised host each system call is dear, and the engine reads a
+// sandbox's counters on every execution. A cgroup file that holds one
+// value or a few keys is one record of the kernel's seq_file, which a read
+// returns as far as the buffer holds, so a read shorter than the buffer
+// ended the file. A file of many records (cgroup.procs) can read short
+// before its end: read it with os.ReadFile.
+func readFile(name string) ([]byte, error) {
+	fd, err := openFile(name, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 0, 1024)
+	for {
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: name, Err: err}
+		}
+		b = b[:len(b)+n]
+		if n == 0 || len(b) < cap(b) {
+			return b, nil
+		}
+		b = slices.Grow(b, cap(b))
+	}
+}
+
+// writeFile writes data to the cgroup file name, in one write (a cgroup
+// file takes a value in one), without what os.WriteFile adds (see
+// readFile). The file must exist.
+func writeFile(name string, data []byte) error {
+	fd, err := openFile(name, unix.O_WRONLY|unix.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "write", Path: name, Err: err}
+		}
+		if n < len(data) {
+			return &os.PathError{Op: "write", Path: name, Err: io.ErrShortWrite}
+		}
+		return nil
+	}
+}
+
+func openFile(name string, flag int) (int, error) {
+	for {
+		fd, err := unix.Open(name, flag|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, &os.PathError{Op: "open", Path: name, Err: err}
+		}
+		return fd, nil
+	}
+}
+
 func readInt(d, name string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join(d, name))
+	b, err := readFile(filepath.Join(d, name))
 	if err != nil {
 		return 0, fmt.Errorf("read cgroup: %w", err)
 	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", filepath.Join(d, name), err)
-	}
-	return v, nil
+	return parseInt(b, filepath.Join(d, name))
 }
 
 // readKey reads "key value" lines; a missing key is 0.
 func readKey(d, name, key string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join(d, name))
+	b, err := readFile(filepath.Join(d, name))
 	if err != nil {
 		return 0, fmt.Errorf("read cgroup: %w", err)
 	}
+	return parseKey(b, name, key)
+}
+
+// parseInt parses the number the file name holds, b.
+func parseInt(b []byte, name string) (int64, error) {
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// parseKey returns the value of key in b, the "key value" lines of the
+// file name; a missing key is 0.
+func parseKey(b []byte, name, key string) (int64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), " ")
@@ -448,7 +482,7 @@ func makeRoom(d string, limit int64) error {
 	}
 	// Whether it failed (EAGAIN: short; ENOENT: an older kernel) or not,
 	// the usage after it decides.
-	_ = os.WriteFile(filepath.Join(d, "memory.reclaim"), []byte(strconv.FormatInt(usage-limit, 10)+"\n"), 0)
+	_ = writeFile(filepath.Join(d, "memory.reclaim"), []byte(strconv.FormatInt(usage-limit, 10)+"\n"))
 	if usage, err = readInt(d, "memory.current"); err != nil {
 		return err
 	}
@@ -466,15 +500,15 @@ type writes struct {
 // set writes v to d/name, remembering what was there.
 func (w *writes) set(d, name, v string) error {
 	f := filepath.Join(d, name)
-	old, err := os.ReadFile(f)
+	old, err := readFile(f)
 	if err != nil {
 		return fmt.Errorf("read cgroup: %w", err)
 	}
-	if err := os.WriteFile(f, []byte(v+"\n"), 0); err != nil {
+	if err := writeFile(f, []byte(v+"\n")); err != nil {
 		return fmt.Errorf("set %s: %w", name, err)
 	}
 	w.undo = append(w.undo, func() error {
-		if err := os.WriteFile(f, old, 0); err != nil {
+		if err := writeFile(f, old); err != nil {
 			return fmt.Errorf("restore %s: %w", name, err)
 		}
 		return nil
@@ -504,10 +538,7 @@ func (w *writes) done(apply func() error) error {
 
 // MemoryUsage returns the cgroup's current memory use.
 func MemoryUsage(path string) (int64, error) {
-	if Unified() {
-		return readInt(dir("", path), "memory.current")
-	}
-	return readInt(dir("memory", path), "memory.usage_in_bytes")
+	return once(path).MemoryUsage()
 }
 
 // Usage is what a cgroup uses now.
@@ -576,7 +607,7 @@ func memoryUsage(u *Usage, d, current, cache, shmem, limit string) error {
 	}
 	u.CacheBytes = max(c-sh, 0)
 	u.MemoryBytes = max(cur-u.CacheBytes, 0)
-	b, err := os.ReadFile(filepath.Join(d, limit))
+	b, err := readFile(filepath.Join(d, limit))
 	if err != nil {
 		return fmt.Errorf("read cgroup: %w", err)
 	}

@@ -176,10 +176,13 @@ type Sandbox struct {
 	id     string
 	dir    string
 	cgroup string
-	lock   *os.File
-	disk   *disk.Disk
-	keep   bool // the disk is a session's and outlives the sandbox
-	client *agent.Client
+	// counters reads the cgroup's accounting through files kept open
+	// until Destroy.
+	counters *cgroup.Counters
+	lock     *os.File
+	disk     *disk.Disk
+	keep     bool // the disk is a session's and outlives the sandbox
+	client   *agent.Client
 	// starting, when set, delivers the exit of a runtime run that was
 	// killed half-way (its caller gave up): Destroy waits for it.
 	starting <-chan error
@@ -241,6 +244,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec, image string) (
 	s := &Sandbox{rt: r, id: newID(), diag: &tail{max: 8 << 10}, initFD: -1}
 	s.dir = filepath.Join(r.sandboxes, s.id)
 	s.cgroup = "/" + r.cfg.CgroupParent + "/" + s.id
+	s.counters = cgroup.NewCounters(s.cgroup)
 	defer func() {
 		if err == nil {
 			return
@@ -629,7 +633,7 @@ func (s *Sandbox) Agent() *agent.Client { return s.client }
 
 // Stats reads the sandbox's cgroup and disk.
 func (s *Sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
-	cs, err := cgroup.Read(s.cgroup)
+	cs, err := s.counters.Read()
 	if err != nil {
 		return runtime.Stats{}, err
 	}
@@ -658,7 +662,7 @@ func (s *Sandbox) Usage(ctx context.Context) (runtime.Usage, error) {
 }
 
 // ResetStats restarts the peak-memory measurement.
-func (s *Sandbox) ResetStats(ctx context.Context) error { return cgroup.ResetPeak(s.cgroup) }
+func (s *Sandbox) ResetStats(ctx context.Context) error { return s.counters.ResetPeak() }
 
 // Update applies new memory, CPU and pids limits to the running sandbox by
 // writing its cgroup (a warm claim must not pay for a runtime process).
@@ -704,7 +708,7 @@ func (r *Runtime) Fixed(l runtime.Limits) runtime.Limits {
 
 // MemoryUsage returns what the sandbox's processes use now (a pre-started
 // interpreter, say).
-func (s *Sandbox) MemoryUsage() (int64, error) { return cgroup.MemoryUsage(s.cgroup) }
+func (s *Sandbox) MemoryUsage() (int64, error) { return s.counters.MemoryUsage() }
 
 // Processes reports how many tasks the sandbox runs and may run: from the
 // cgroup for runc, from the sentry's own count for runsc.
@@ -802,6 +806,10 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+		// Open files of a removed cgroup would keep it in the kernel.
+		if err := s.counters.Close(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := cgroup.Remove(s.cgroup); err != nil {
 			errs = append(errs, err)
 		}
@@ -888,6 +896,7 @@ func (r *Runtime) Reap(ctx context.Context) (int, error) {
 			continue
 		}
 		s := &Sandbox{rt: r, id: e.Name(), dir: dir, lock: lock, initFD: -1, cgroup: "/" + r.cfg.CgroupParent + "/" + e.Name()}
+		s.counters = cgroup.NewCounters(s.cgroup)
 		if _, err := os.Stat(filepath.Join(dir, "disk.img")); err == nil {
 			s.disk = &disk.Disk{Image: filepath.Join(dir, "disk.img"), Dir: filepath.Join(dir, "disk")}
 		} else {

@@ -32,6 +32,7 @@ func (db *DB) ClaimExecution(ctx context.Context, node string, now time.Time) (*
 	case err != nil:
 		return nil, fmt.Errorf("claim execution: %w", err)
 	}
+	db.w.keep(ctx, sqlstore.ClaimNext(false), sqlstore.ClaimExecution)
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("claim execution: %w", err)

@@ -36,8 +36,8 @@ const busyTimeout = 30 * time.Second
 
 // DB is a store.Store in one SQLite file. It is safe for concurrent use.
 type DB struct {
-	w *sql.DB // the one write connection
-	r *sql.DB // read-only connections
+	w *pool // the one write connection
+	r *pool // read-only connections
 }
 
 // Open opens (creating it and its directory if needed) the database at
@@ -62,10 +62,11 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		},
 		"_txlock": {"immediate"},
 	}.Encode()
-	w, err := sql.Open("sqlite", uri)
+	wdb, err := sql.Open("sqlite", uri)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	w := newPool(wdb)
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
@@ -75,11 +76,12 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	r, err := sql.Open("sqlite", uri+"&_query_only=1")
+	rdb, err := sql.Open("sqlite", uri+"&_query_only=1")
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	r := newPool(rdb)
 	n := max(4, runtime.GOMAXPROCS(0))
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
@@ -224,12 +226,16 @@ func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliverie
 	if err != nil {
 		return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 	}
+	narrow, full := row.Update(from)
+	db.w.keep(ctx, narrow.SQL, full.SQL, sqlstore.ExecutionStatus)
+	if len(ds) > 0 {
+		db.w.keep(ctx, sqlstore.InsertDelivery)
+	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("update execution %s: %w", e.ID, err)
 	}
 	defer tx.Rollback()
-	narrow, full := row.Update(from)
 	n, err := execCount(ctx, tx, narrow)
 	if err == nil && n == 0 {
 		n, err = execCount(ctx, tx, full)
@@ -260,7 +266,7 @@ func (db *DB) FinishExecution(ctx context.Context, e *store.Execution, deliverie
 }
 
 // execCount runs st in tx and returns how many rows it changed.
-func execCount(ctx context.Context, tx *sql.Tx, st sqlstore.Statement) (int64, error) {
+func execCount(ctx context.Context, tx *tx, st sqlstore.Statement) (int64, error) {
 	res, err := tx.ExecContext(ctx, st.SQL, st.Args...)
 	if err != nil {
 		return 0, err
@@ -401,7 +407,7 @@ func (db *DB) Deliveries(ctx context.Context, tenant, executionID string) ([]sto
 	return ds, nil
 }
 
-func (db *DB) deliveries(ctx context.Context, on *sql.DB, query string, args ...any) ([]store.Delivery, error) {
+func (db *DB) deliveries(ctx context.Context, on *pool, query string, args ...any) ([]store.Delivery, error) {
 	rows, err := on.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -423,6 +429,7 @@ func (db *DB) AddEgress(ctx context.Context, tenant, executionID string, attempt
 	if len(attempts) == 0 {
 		return nil
 	}
+	db.w.keep(ctx, sqlstore.NextEgressSeq, sqlstore.InsertEgress)
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("add egress: %w", err)

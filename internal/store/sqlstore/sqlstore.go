@@ -286,12 +286,12 @@ WHERE tenant = $1 AND id = $2` + statusIn(&full.Args, from)
 // less), and only while it is still queued.
 func (r *Row) Claim() Statement {
 	e := r.Execution
-	return Statement{
-		SQL: `UPDATE executions SET record = $3, node = $4, status = $5
-WHERE tenant = $1 AND id = $2 AND status = 'queued'`,
-		Args: []any{e.Tenant, e.ID, r.record, e.Node, string(e.Record.Status)},
-	}
+	return Statement{SQL: ClaimExecution, Args: []any{e.Tenant, e.ID, r.record, e.Node, string(e.Record.Status)}}
 }
+
+// ClaimExecution is the SQL of Row.Claim.
+const ClaimExecution = `UPDATE executions SET record = $3, node = $4, status = $5
+WHERE tenant = $1 AND id = $2 AND status = 'queued'`
 
 // statusIn is the condition that the status is one of from, its values
 // appended to args; "" when from is empty.

@@ -465,11 +465,12 @@ test('pause, then connect resumes: files kept, and on gVisor the context too', a
 test("lifecycle onTimeout 'pause': paused at the timeout, connect resumes: files kept, and on gVisor the context too", async () => {
   const tier = process.env.CORRAL_E2B_TIER
   const s = await Sandbox.create(template, {
-    timeoutMs: 3_000, lifecycle: { onTimeout: 'pause' }, metadata: { suite: run, role: 'autopause' },
+    timeoutMs: 12_000, lifecycle: { onTimeout: 'pause' }, metadata: { suite: run, role: 'autopause' },
   })
   try {
     assert.deepEqual((await s.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
-    // Calls that find it paused by its timeout meanwhile resume it.
+    // Done before its timeout (a call running at the timeout ends with
+    // the pause, as with a kill).
     await s.files.write('/workspace/kept.txt', 'kept')
     assert.equal((await s.runCode('z = 9')).error, undefined)
     await until('the pause at the timeout', async () => (await BaseSandbox.getInfo(s.sandboxId)).state === 'paused', 30_000)
@@ -490,7 +491,7 @@ test("lifecycle onTimeout 'pause': paused at the timeout, connect resumes: files
 test('autoResume: an HTTP request to a port of a sandbox paused at its timeout resumes it', async () => {
   const tier = process.env.CORRAL_E2B_TIER
   const s = await BaseSandbox.create(template, {
-    timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: true }, metadata: { suite: run, role: 'autoresume' },
+    timeoutMs: 12_000, lifecycle: { onTimeout: 'pause', autoResume: true }, metadata: { suite: run, role: 'autoresume' },
   })
   try {
     assert.deepEqual((await s.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })

@@ -31,8 +31,9 @@ import (
 // with ErrPaused: resuming costs a restore, which the client asks for
 // (Resume) — unless the sandbox wakes on a call (one the server paused at
 // its timeout or idle, or one whose lifecycle asks for auto-resume;
-// autopause.go), which the call then resumes. What this node holds of it (its description, its process list
-// and their buffered output) stays readable. Its timeout stops while it is
+// autopause.go), which the call then resumes. What this node holds of it
+// (its description, its process list and their buffered output) stays
+// readable. Its timeout stops while it is
 // paused; a paused sandbox is kept for Config.PausedTTL, and a resume gives
 // it its whole timeout again.
 

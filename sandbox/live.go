@@ -51,7 +51,33 @@ type CreateSandboxRequest struct {
 	// anyone with the URL reaches them. /v1's ports route always takes
 	// the API key.
 	PublicPorts bool `json:"public_ports,omitempty"`
+	// Lifecycle says what happens at the timeout (killed, or paused) and
+	// whether a paused sandbox wakes on its next call; nil: killed.
+	Lifecycle *SandboxLifecycle `json:"lifecycle,omitempty"`
 }
+
+// SandboxLifecycle is what happens to a live sandbox at its timeout, and
+// after a pause (E2B's lifecycle).
+type SandboxLifecycle struct {
+	// OnTimeout is "kill" (the default: the sandbox and its files go) or
+	// "pause" (it is paused, kept for the server's paused TTL, and resumed
+	// by its next call or a resume).
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// KeepMemory: a pause at the timeout saves the sandbox's memory where
+	// its tier can (gVisor); false keeps its files only. Default true.
+	KeepMemory *bool `json:"keep_memory,omitempty"`
+	// AutoResume: a sandbox a client paused resumes on its next call
+	// that needs it running too, as one the server paused (at its timeout
+	// or idle) always does; without it such a call is 409 sandbox_paused.
+	AutoResume bool `json:"auto_resume,omitempty"`
+}
+
+// Reasons of a pause (SandboxPause.Reason).
+const (
+	PauseClient  = "client"
+	PauseTimeout = "timeout"
+	PauseIdle    = "idle"
+)
 
 // Info describes a live sandbox (GET /v1/sandboxes/{id}; the OpenAPI
 // schema SandboxInfo).
@@ -81,6 +107,9 @@ type Info struct {
 	PublicPorts bool `json:"public_ports,omitempty"`
 	// Resume says what the resume kept, in the answer of Sandbox.Resume.
 	Resume *SandboxResume `json:"resume,omitempty"`
+	// Lifecycle is the sandbox's lifecycle (CreateSandboxRequest.Lifecycle),
+	// its defaults filled in.
+	Lifecycle *SandboxLifecycle `json:"lifecycle,omitempty"`
 }
 
 // SandboxInfo is Info's old name, kept for one release.
@@ -101,6 +130,11 @@ type SandboxPause struct {
 	// how long the pause took.
 	ImageBytes int64 `json:"image_bytes,omitempty"`
 	DurationMS int64 `json:"duration_ms"`
+	// Reason is why it was paused: "client" (a pause call), "timeout"
+	// (its lifecycle pauses it at its timeout) or "idle" (nobody called it
+	// for the server's pause_after_idle). A sandbox the server paused
+	// resumes on its next call that needs it running.
+	Reason string `json:"reason,omitempty"`
 }
 
 // SandboxResume says what a resume kept.

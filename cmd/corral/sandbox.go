@@ -162,6 +162,8 @@ func cmdSandboxCreate(args []string) int {
 		cpus         float64
 		pids         int64
 		allow        string
+		onTimeout    string
+		autoResume   bool
 	)
 	fs.StringVar(&req.Language, "lang", "", "language: picks the image and caches (default bash)")
 	fs.StringVar(&req.Image, "image", "", "image (default: the language's)")
@@ -176,6 +178,8 @@ func cmdSandboxCreate(args []string) int {
 	fs.Var(&env, "env", "a NAME=value environment variable of every process (repeatable)")
 	fs.StringVar(&allow, "network-allow", "", "comma-separated domains the sandbox may reach (default: no network)")
 	fs.StringVar(&req.SandboxID, "id", "", "sandbox id (default: the server makes one)")
+	fs.StringVar(&onTimeout, "on-timeout", "", "kill (default) or pause: at its timeout the sandbox is paused (kept, resumed by its next call) instead of removed")
+	fs.BoolVar(&autoResume, "auto-resume", false, "a pause by a client is undone by the next call too, as the server's own pauses are")
 	fs.BoolVar(&jsonOut, "json", false, "print the sandbox's description as JSON")
 	if code, ok := parseSandbox(fs, args); !ok {
 		return code
@@ -194,6 +198,9 @@ func cmdSandboxCreate(args []string) int {
 	req.Metadata, req.Env = meta, env
 	if allow != "" {
 		req.Network = &sandbox.Network{Allow: strings.Split(allow, ",")}
+	}
+	if onTimeout != "" || autoResume {
+		req.Lifecycle = &sandbox.SandboxLifecycle{OnTimeout: onTimeout, AutoResume: autoResume}
 	}
 	ctx, stop := interruptible()
 	defer stop()

@@ -226,13 +226,15 @@ func (d *daemon) run(ctx context.Context) error {
 }
 
 // start runs the node's background work on wg until ctx ends: heartbeat,
-// workspace reaper, live sandboxes' usage readings, dispatcher,
+// workspace reaper, live sandboxes' usage readings and their pauses at
+// their timeout or when idle, dispatcher,
 // deliveries, the warming of the host image's caches, and the warm pool
 // classes left out at start once their image is built or runsc arrives.
 func (d *daemon) start(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() { d.cluster.Run(ctx) })
 	wg.Go(func() { d.table.Run(ctx) })
 	wg.Go(func() { d.live.Sample(ctx) })
+	wg.Go(func() { d.live.Run(ctx) })
 	wg.Go(func() {
 		if err := d.node.Run(ctx); err != nil {
 			d.log.Error("node stopped", "err", err)

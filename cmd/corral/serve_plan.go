@@ -143,6 +143,7 @@ func sessionConfigs(cfg config.Config) (session.Config, live.Config) {
 	l.DefaultDiskMB, l.MaxDiskMB = cfg.Sessions.DiskMB, cfg.Sessions.MaxDiskMB
 	l.MaxProcesses = cfg.Sessions.MaxProcesses
 	l.PausedTTL = time.Duration(cfg.Sessions.PausedTTL)
+	l.PauseAfterIdle = time.Duration(cfg.Sessions.PauseAfterIdle)
 	return s, l
 }
 

@@ -155,7 +155,7 @@ func TestPlanComponents(t *testing.T) {
 	c.Sessions.DiskMB, c.Sessions.MaxDiskMB = 256, 4096
 	c.Sessions.ReapInterval = config.Duration(10 * time.Second)
 	c.Sessions.SandboxTimeout, c.Sessions.MaxProcesses = config.Duration(10*time.Minute), 16
-	c.Sessions.PausedTTL = config.Duration(72 * time.Hour)
+	c.Sessions.PausedTTL, c.Sessions.PauseAfterIdle = config.Duration(72*time.Hour), config.Duration(10*time.Minute)
 	c.Pool.MaxUses, c.Pool.IdleTimeout = 5, config.Duration(time.Minute)
 	c.Pool.Warm = []config.PoolWarm{
 		{Image: "python", Tier: "gvisor", Language: "python", MinIdle: 1, MaxIdle: 4, Zygote: true, Preload: []string{"numpy"}},
@@ -194,7 +194,7 @@ func TestPlanComponents(t *testing.T) {
 	wantSessions.DefaultTTL, wantSessions.MaxTTL, wantSessions.DefaultDiskMB, wantSessions.MaxDiskMB = 2*time.Hour, 48*time.Hour, 256, 4096
 	wantLive := live.DefaultConfig()
 	wantLive.DefaultTimeout, wantLive.MaxTimeout, wantLive.DefaultDiskMB, wantLive.MaxDiskMB = 10*time.Minute, 48*time.Hour, 256, 4096
-	wantLive.MaxProcesses, wantLive.PausedTTL = 16, 72*time.Hour
+	wantLive.MaxProcesses, wantLive.PausedTTL, wantLive.PauseAfterIdle = 16, 72*time.Hour, 10*time.Minute
 
 	for _, tc := range []struct {
 		what      string

@@ -226,6 +226,9 @@ type Config struct {
 		// PausedTTL is how long a paused live sandbox is kept (its own
 		// timeout stops while it is paused).
 		PausedTTL Duration `toml:"paused_ttl"`
+		// PauseAfterIdle pauses a live sandbox nobody has called for this
+		// long (0: never); its next call resumes it.
+		PauseAfterIdle Duration `toml:"pause_after_idle"`
 	} `toml:"sessions"`
 
 	// E2B is the E2B-compatible API (internal/e2b).
@@ -429,6 +432,9 @@ func (c *Config) Validate() error {
 		if d.v <= 0 {
 			bad("%s %s: must be positive", d.name, d.v)
 		}
+	}
+	if c.Sessions.PauseAfterIdle < 0 {
+		bad("sessions.pause_after_idle %s: 0 (never) or positive", c.Sessions.PauseAfterIdle)
 	}
 	if c.Cluster.Heartbeat > 0 && c.Cluster.LostAfter < 3*c.Cluster.Heartbeat {
 		bad("cluster.lost_after %s: at least three heartbeats (%s)", c.Cluster.LostAfter, 3*c.Cluster.Heartbeat)

@@ -631,3 +631,27 @@ func TestTemplates(t *testing.T) {
 		}
 	}
 }
+
+// TestLifecycle: autoPause and autoResume at creation are the sandbox's
+// lifecycle, which getInfo answers in E2B's names (kill, no auto-resume
+// without them).
+func TestLifecycle(t *testing.T) {
+	u := newUnit(t, "")
+	for _, tc := range []struct {
+		body string
+		want lifecycle
+	}{
+		{`{"templateID":"base","timeout":60}`, lifecycle{OnTimeout: "kill"}},
+		{`{"templateID":"base","timeout":60,"autoPause":false}`, lifecycle{OnTimeout: "kill"}},
+		{`{"templateID":"base","timeout":60,"autoPause":true}`, lifecycle{OnTimeout: "pause"}},
+		{`{"templateID":"base","timeout":60,"autoPause":true,"autoPauseMemory":false}`, lifecycle{OnTimeout: "pause"}},
+		{`{"templateID":"base","timeout":60,"autoPause":true,"autoResume":{"enabled":true}}`, lifecycle{OnTimeout: "pause", AutoResume: true}},
+	} {
+		c := u.create(keyA, tc.body)
+		var d detail
+		u.call(keyA, "GET", "/sandboxes/"+c.SandboxID, "", http.StatusOK, &d)
+		if d.Lifecycle == nil || *d.Lifecycle != tc.want {
+			t.Errorf("%s: lifecycle %+v, want %+v", tc.body, d.Lifecycle, tc.want)
+		}
+	}
+}

@@ -24,8 +24,8 @@ import (
 const clientID = "corral"
 
 // createBody is the body of POST /sandboxes (and /v2/sandboxes). Fields
-// the SDKs send that Corral has no use for (mcp, iam, volumeMounts,
-// autoPause, ...) are ignored.
+// the SDKs send that Corral has no use for (mcp, iam, volumeMounts, ...)
+// are ignored.
 type createBody struct {
 	TemplateID string            `json:"templateID"`
 	Timeout    *int64            `json:"timeout"`
@@ -37,6 +37,21 @@ type createBody struct {
 		// its traffic access token (live: PublicPorts).
 		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
 	} `json:"network"`
+	// AutoPause pauses the sandbox at its timeout instead of killing it
+	// (lifecycle.onTimeout "pause"), with its memory unless
+	// AutoPauseMemory is false; AutoResume.Enabled resumes it on its next
+	// call even when a client paused it (live: sandbox.SandboxLifecycle).
+	AutoPause       bool  `json:"autoPause"`
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	AutoResume      *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+}
+
+// lifecycle is E2B's SandboxLifecycle, in getInfo's answer.
+type lifecycle struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"`
 }
 
 // timeoutBody is the body of POST /sandboxes/{id}/timeout and /connect.
@@ -76,7 +91,8 @@ type listed struct {
 // detail is the answer of GET /sandboxes/{id} (E2B's SandboxDetail).
 type detail struct {
 	listed
-	Domain *string `json:"domain"`
+	Domain    *string    `json:"domain"`
+	Lifecycle *lifecycle `json:"lifecycle,omitempty"`
 }
 
 // metric is one reading of GET /sandboxes/{id}/metrics (E2B's
@@ -247,6 +263,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 	if body.Network != nil && body.Network.AllowPublicTraffic != nil {
 		req.PublicPorts = *body.Network.AllowPublicTraffic
 	}
+	if body.AutoPause || body.AutoResume != nil {
+		req.Lifecycle = &sandbox.SandboxLifecycle{OnTimeout: live.OnTimeoutKill}
+		if body.AutoPause {
+			req.Lifecycle.OnTimeout, req.Lifecycle.KeepMemory = live.OnTimeoutPause, body.AutoPauseMemory
+		}
+		req.Lifecycle.AutoResume = body.AutoResume != nil && body.AutoResume.Enabled
+	}
 	// A fresh id is no other node's: it is made here.
 	sb, info, err := s.cfg.Sandboxes.Create(r.Context(), tenant, req)
 	if err != nil {
@@ -275,7 +298,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, tenant string) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, detail{listed: s.listed(sb.Info()), Domain: s.domain()})
+	info := sb.Info()
+	d := detail{listed: s.listed(info), Domain: s.domain()}
+	if l := info.Lifecycle; l != nil {
+		d.Lifecycle = &lifecycle{AutoResume: l.AutoResume, OnTimeout: l.OnTimeout}
+	}
+	writeJSON(w, http.StatusOK, d)
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request, tenant string) {

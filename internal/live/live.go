@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
@@ -68,6 +69,9 @@ type Config struct {
 	// PausedTTL is how long a paused live sandbox is kept
 	// (DefaultPausedTTL if zero); its own timeout stops while it is paused.
 	PausedTTL time.Duration
+	// PauseAfterIdle pauses a live sandbox nobody has called for this long
+	// (autopause.go); 0: never.
+	PauseAfterIdle time.Duration
 	// MetricsEvery is how often every running sandbox's usage is read
 	// (DefaultMetricsEvery if zero); MetricsKept how many readings each
 	// keeps (DefaultMetricsKept if zero). See metrics.go.
@@ -122,8 +126,15 @@ type Spec struct {
 	Image string `json:"image"`
 	// Restarts counts the sandboxes made again after one died.
 	Restarts int64 `json:"restarts"`
-	// Paused is set while the sandbox is paused (pause.go).
+	// Paused is set while the sandbox is paused (pause.go); its Reason
+	// says who paused it, and so whether its next call resumes it
+	// (autopause.go).
 	Paused *sandbox.SandboxPause `json:"paused,omitempty"`
+	// KeepAfterTimeout is how long past its timeout a sandbox paused then
+	// (Request.Lifecycle) is kept: the paused TTL when it was made. Its
+	// workspace expires that much after its timeout, so that the reaper
+	// never takes it before autopause.go pauses it.
+	KeepAfterTimeout time.Duration `json:"keep_after_timeout,omitempty"`
 }
 
 // Sandbox is the handle of one live sandbox; it is its workspace's
@@ -161,6 +172,8 @@ type Sandbox struct {
 
 	// meter keeps its usage readings (metrics.go).
 	meter meter
+	// called is when a call last used it (unix ns; autopause.go).
+	called atomic.Int64
 }
 
 // ID is the sandbox's id.
@@ -289,6 +302,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	if err := validate.CheckMetadata(req.Metadata); err != nil {
 		return nil, sandbox.Info{}, err
 	}
+	if err := checkLifecycle(req.Lifecycle); err != nil {
+		return nil, sandbox.Info{}, err
+	}
 	p, err := m.prepare(tenant, &req)
 	if err != nil {
 		return nil, sandbox.Info{}, err
@@ -307,9 +323,12 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	}
 	now := m.table.Now().UTC()
 	spec := &Spec{Request: req, Tier: string(p.Tier), Image: p.Image.Name}
+	if pausesAtTimeout(req.Lifecycle) {
+		spec.KeepAfterTimeout = m.pausedTTL()
+	}
 	s := m.newSandbox(nil, tenant, id, spec)
 	w, created, err := m.table.Put(workspace.Info{Tenant: tenant, Session: sandbox.Session{ID: id, DiskMB: req.Limits.DiskMB,
-		TTLSeconds: req.TimeoutSeconds, CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(timeout)}}, spec, nil)
+		TTLSeconds: req.TimeoutSeconds, CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(timeout + spec.KeepAfterTimeout)}}, spec, nil)
 	switch {
 	case w == nil && err != nil:
 		return nil, sandbox.Info{}, err
@@ -395,8 +414,25 @@ func (s *Sandbox) Stop() {
 }
 
 // held returns the sandbox's running sandbox, making it (again, on the
-// same disk) if it has none or the one it had died.
+// same disk) if it has none or the one it had died, and resuming it if it
+// is paused and wakes on a call (autopause.go). The caller holds neither
+// the workspace's lock nor s.mu, which a resume takes.
 func (s *Sandbox) held(ctx context.Context) (runtime.Sandbox, error) {
+	s.touch()
+	for range wakeTries {
+		sb, err := s.hold(ctx)
+		if !errors.Is(err, ErrPaused) || !s.wakes() {
+			return sb, err
+		}
+		if err := s.wake(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.hold(ctx)
+}
+
+// hold is held without the resume: a paused sandbox is ErrPaused.
+func (s *Sandbox) hold(ctx context.Context) (runtime.Sandbox, error) {
 	m := s.m
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -546,8 +582,8 @@ func (s *Sandbox) infoLocked() sandbox.Info {
 	r := s.spec.Request
 	info := sandbox.Info{SandboxID: s.id, Language: r.Language, Image: s.spec.Image, Tier: s.spec.Tier,
 		Limits: r.Limits, Network: r.Network, Metadata: r.Metadata, State: "running",
-		TimeoutSeconds: wi.TTLSeconds, CreatedAt: wi.CreatedAt, ExpiresAt: wi.ExpiresAt,
-		Executions: wi.Executions, Restarts: s.spec.Restarts, PublicPorts: r.PublicPorts}
+		TimeoutSeconds: wi.TTLSeconds, CreatedAt: wi.CreatedAt, ExpiresAt: wi.ExpiresAt.Add(-s.spec.KeepAfterTimeout),
+		Executions: wi.Executions, Restarts: s.spec.Restarts, PublicPorts: r.PublicPorts, Lifecycle: lifecycleOf(r.Lifecycle)}
 	if info.Limits.CPUCores == 0 {
 		// Made by a server before cpu_cores was its name: cpus alone.
 		info.Limits.CPUCores = info.Limits.CPUs
@@ -555,6 +591,8 @@ func (s *Sandbox) infoLocked() sandbox.Info {
 	if p := s.spec.Paused; p != nil {
 		pause := *p
 		info.State, info.Pause = "paused", &pause
+		// When it is dropped if never resumed.
+		info.ExpiresAt = wi.ExpiresAt
 	}
 	return info
 }
@@ -591,7 +629,7 @@ func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) (sandbo
 	_, err := m.table.Update(s.w, func(i *workspace.Info) {
 		i.TTLSeconds = int64(timeout.Seconds())
 		i.LastUsedAt = now
-		i.ExpiresAt = now.Add(timeout)
+		i.ExpiresAt = now.Add(timeout + s.spec.KeepAfterTimeout)
 	})
 	info := s.infoLocked()
 	m.mu.Unlock()
@@ -608,7 +646,20 @@ func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) (sandbo
 // nothing back.
 func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
 	m := s.m
-	sb, err := s.held(ctx)
+	s.touch()
+	sb, err := s.hold(ctx)
+	for try := 0; errors.Is(err, ErrPaused) && s.wakes() && try < wakeTries; try++ {
+		// The resume takes the workspace's lock: it is let go meanwhile,
+		// and taken again before the sandbox is lent.
+		s.w.Unlock()
+		if err = s.wake(ctx); err != nil {
+			return nil, pausedInput(err)
+		}
+		if err = s.lock(ctx); err != nil {
+			return nil, err
+		}
+		sb, err = s.hold(ctx)
+	}
 	if err != nil {
 		s.w.Unlock()
 		return nil, pausedInput(err)
@@ -629,6 +680,7 @@ func (s *Sandbox) Lend(ctx context.Context) (*fleet.Lease, error) {
 		}); err != nil {
 			m.log.Warn("save sandbox", "sandbox", s.w.Key(), "err", err)
 		}
+		s.touch()
 		s.w.Unlock()
 	})
 	l.Env, l.Tier, l.Image = env, tier, img

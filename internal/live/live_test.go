@@ -199,6 +199,8 @@ func TestLiveCreateRefuses(t *testing.T) {
 		{sandbox.CreateSandboxRequest{Metadata: big}, "metadata"},
 		{sandbox.CreateSandboxRequest{Metadata: map[string]string{"k": strings.Repeat("v", 5000)}}, "metadata"},
 		{sandbox.CreateSandboxRequest{Metadata: map[string]string{"k": "a\x00b"}}, "metadata"},
+		{sandbox.CreateSandboxRequest{Lifecycle: &sandbox.SandboxLifecycle{OnTimeout: "sleep"}}, "lifecycle.on_timeout"},
+		{sandbox.CreateSandboxRequest{Lifecycle: &sandbox.SandboxLifecycle{KeepMemory: new(bool)}}, "lifecycle.keep_memory"},
 	} {
 		req := tc.req
 		if req.Tier == "" {

@@ -31,8 +31,11 @@ import (
 // While paused, every call that needs the sandbox (processes started,
 // stdin, signals, files, contexts, executions with its id) fails
 // with ErrPaused: resuming costs a restore, which the client asks for
-// (Resume). What this node holds of it (its description, its process list
-// and their buffered output) stays readable. Its timeout stops while it is
+// (Resume) — unless the sandbox wakes on a call (one the server paused at
+// its timeout or idle, or one whose lifecycle asks for auto-resume;
+// autopause.go), which the call then resumes. What this node holds of it
+// (its description, its process list and their buffered output) stays
+// readable. Its timeout stops while it is
 // paused; a paused sandbox is kept for Config.PausedTTL, and a resume gives
 // it its whole timeout again.
 
@@ -72,19 +75,25 @@ func (s *Sandbox) lock(ctx context.Context) error {
 // running execution end first (ctx bounds the wait). Pausing a paused
 // sandbox is ErrPaused.
 func (s *Sandbox) Pause(ctx context.Context) error {
-	m := s.m
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.w.Unlock()
+	return s.pauseLocked(ctx, sandbox.PauseClient, true)
+}
+
+// pauseLocked pauses the sandbox for reason (the workspace's lock is
+// held): with its memory if memory and its runtime can save it.
+func (s *Sandbox) pauseLocked(ctx context.Context, reason string, memory bool) error {
+	m := s.m
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.paused() {
 		return ErrPaused
 	}
 	start := time.Now()
-	p := &sandbox.SandboxPause{}
-	if s.sb != nil && alive(s.sb) {
+	p := &sandbox.SandboxPause{Reason: reason}
+	if memory && s.sb != nil && alive(s.sb) {
 		if _, ok := s.sb.(runtime.Pauser); ok {
 			size, err := s.pauseMemoryLocked(ctx)
 			switch {
@@ -114,7 +123,7 @@ func (s *Sandbox) Pause(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pause %s: paused, but its state was not saved (a restart of this node makes it again with its files): %w", s.w.Key(), err)
 	}
-	m.log.Info("sandbox paused", "sandbox", s.w.Key(), "memory", p.Memory, "image_bytes", p.ImageBytes, "duration_ms", p.DurationMS)
+	m.log.Info("sandbox paused", "sandbox", s.w.Key(), "reason", reason, "memory", p.Memory, "image_bytes", p.ImageBytes, "duration_ms", p.DurationMS)
 	return nil
 }
 
@@ -178,6 +187,7 @@ func (s *Sandbox) dropPausedLocked() int {
 // ErrNotPaused.
 func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 	m := s.m
+	s.touch()
 	if err := s.lock(ctx); err != nil {
 		return sandbox.Info{}, err
 	}
@@ -225,7 +235,7 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 	err := m.table.SetLive(s.w, s.spec)
 	if _, uerr := m.table.Update(s.w, func(i *workspace.Info) {
 		i.LastUsedAt = now
-		i.ExpiresAt = now.Add(time.Duration(i.TTLSeconds) * time.Second)
+		i.ExpiresAt = now.Add(time.Duration(i.TTLSeconds)*time.Second + s.spec.KeepAfterTimeout)
 	}); err == nil {
 		err = uerr
 	}

@@ -40,7 +40,7 @@ func (s *Sandbox) OpenPort(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
-	return &portConn{Tunnel: t, sandbox: s.id}, nil
+	return &portConn{Tunnel: t, sandbox: s.id, s: s}, nil
 }
 
 // portAgent checks port and returns the agent to reach it through.
@@ -66,17 +66,23 @@ func portError(id string, port int, err error) error {
 
 // portConn is a tunnel whose failed dial reads as this package's
 // ErrPortClosed.
+// Its bytes are calls of the sandbox (autopause.go).
 type portConn struct {
 	*agent.Tunnel
 	sandbox string
+	s       *Sandbox
 }
 
 func (c *portConn) Read(p []byte) (int, error) {
 	n, err := c.Tunnel.Read(p)
+	if n > 0 {
+		c.s.touch()
+	}
 	return n, c.explain(err)
 }
 
 func (c *portConn) Write(p []byte) (int, error) {
+	c.s.touch()
 	n, err := c.Tunnel.Write(p)
 	return n, c.explain(err)
 }

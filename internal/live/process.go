@@ -425,7 +425,13 @@ func (p *Process) Events(after uint64) ([]sandbox.ProcessEvent, <-chan struct{},
 // after seq after (0: all there are), then each as it comes, until its
 // end event.
 func (p *Process) Follow(after uint64) stream.Source[sandbox.ProcessEvent] {
-	return stream.Log(p.out.Events, func(ev sandbox.ProcessEvent) uint64 { return ev.Seq }, after)
+	read := func(after uint64) ([]sandbox.ProcessEvent, <-chan struct{}, bool) {
+		// A client following a process is a call of its sandbox as long
+		// as it follows (each wait of the stream reads again).
+		p.sb.touch()
+		return p.out.Events(after)
+	}
+	return stream.Log(read, func(ev sandbox.ProcessEvent) uint64 { return ev.Seq }, after)
 }
 
 // Wait describes the process once it has ended (or ctx has).
@@ -444,13 +450,18 @@ func (p *Process) Wait(ctx context.Context) (sandbox.ProcessInfo, error) {
 }
 
 // active checks that the process may be acted on: its sandbox is there,
-// not paused.
-func (p *Process) active() error {
-	if _, err := p.sb.m.Get(p.sb.tenant, p.sb.id); err != nil {
+// not paused (resumed first if it wakes on a call: autopause.go).
+func (p *Process) active(ctx context.Context) error {
+	s := p.sb
+	if _, err := s.m.Get(s.tenant, s.id); err != nil {
 		return err
 	}
-	if p.sb.paused() {
-		return ErrPaused
+	s.touch()
+	if s.paused() {
+		if !s.wakes() {
+			return ErrPaused
+		}
+		return s.wake(ctx)
 	}
 	return nil
 }
@@ -477,7 +488,7 @@ func (m *Manager) stdinStall() time.Duration {
 // *NotReadingError (ErrNotReading); the bytes counted reach the process,
 // in order, if it reads, and nothing more of r was taken.
 func (p *Process) WriteStdin(ctx context.Context, r io.Reader) (int64, error) {
-	if err := p.active(); err != nil {
+	if err := p.active(ctx); err != nil {
 		return 0, err
 	}
 	if err := p.writable(); err != nil {
@@ -528,7 +539,9 @@ func (p *Process) writable() error {
 
 // CloseStdin closes the process's stdin (it reads EOF).
 func (p *Process) CloseStdin() error {
-	if err := p.active(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), wakeWait)
+	defer cancel()
+	if err := p.active(ctx); err != nil {
 		return err
 	}
 	if err := p.writable(); err != nil {
@@ -563,7 +576,7 @@ func ParseSignal(s string) (syscall.Signal, error) {
 
 // Signal sends sig to the process and its process group.
 func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
-	if err := p.active(); err != nil {
+	if err := p.active(ctx); err != nil {
 		return err
 	}
 	if p.out.Ended() {
@@ -579,7 +592,7 @@ func (p *Process) Resize(ctx context.Context, size sandbox.PTYSize) error {
 	if size.Cols == 0 || size.Rows == 0 {
 		return validate.Refuse("cols", "give cols and rows (1-65535)")
 	}
-	if err := p.active(); err != nil {
+	if err := p.active(ctx); err != nil {
 		return err
 	}
 	p.out.mu.Lock()

@@ -51,6 +51,7 @@ type CreateSandboxArgs struct {
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"the old name of cpu_cores, kept for one release"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for everything that runs in the sandbox"`
 	NetworkAllow   []string          `json:"network_allow,omitempty" jsonschema:"domains the sandbox may reach through the server's egress proxy, e.g. pypi.org or *.github.com; without it there is no network"`
+	OnTimeout      string            `json:"on_timeout,omitempty" jsonschema:"what happens at the timeout: kill (the default: the sandbox and its files end) or pause (it is kept, its files and on gVisor its variables, and the next call resumes it)"`
 }
 
 // LiveSandbox is the structured result of create_sandbox.
@@ -151,6 +152,7 @@ Use it to choose the image, memory, network or lifetime; run_cell without sandbo
 		Annotations: &gomcp.ToolAnnotations{Title: "Create a live sandbox", DestructiveHint: &no, OpenWorldHint: &yes},
 	}, func(in *jsonschema.Schema) {
 		in.Properties["tier"].Enum = []any{"container", "gvisor", "auto"}
+		in.Properties["on_timeout"].Enum = []any{"kill", "pause"}
 		for _, name := range []string{"timeout_seconds", "memory_mb", "cpu_cores", "cpus"} {
 			in.Properties[name].ExclusiveMinimum = jsonschema.Ptr(0.0)
 		}
@@ -194,6 +196,9 @@ func (s *Server) createSandbox(ctx context.Context, a *CreateSandboxArgs) (*gomc
 		Limits: sandbox.SandboxLimits{MemoryMB: a.MemoryMB, CPUCores: a.CPUCores, CPUs: a.CPUs}}
 	if len(a.NetworkAllow) > 0 {
 		req.Network = &sandbox.Network{Allow: a.NetworkAllow}
+	}
+	if a.OnTimeout != "" {
+		req.Lifecycle = &sandbox.SandboxLifecycle{OnTimeout: a.OnTimeout}
 	}
 	sb, info, err := s.client.CreateSandbox(ctx, req)
 	if err != nil {

@@ -462,6 +462,61 @@ test('pause, then connect resumes: files kept, and on gVisor the context too', a
   }
 })
 
+test("lifecycle onTimeout 'pause': paused at the timeout, connect resumes: files kept, and on gVisor the context too", async () => {
+  const tier = process.env.CORRAL_E2B_TIER
+  const s = await Sandbox.create(template, {
+    timeoutMs: 12_000, lifecycle: { onTimeout: 'pause' }, metadata: { suite: run, role: 'autopause' },
+  })
+  try {
+    assert.deepEqual((await s.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
+    // Done before its timeout (a call running at the timeout ends with
+    // the pause, as with a kill).
+    await s.files.write('/workspace/kept.txt', 'kept')
+    assert.equal((await s.runCode('z = 9')).error, undefined)
+    await until('the pause at the timeout', async () => (await BaseSandbox.getInfo(s.sandboxId)).state === 'paused', 30_000)
+    const back = await Sandbox.connect(s.sandboxId, { timeoutMs: 300_000 })
+    assert.equal((await BaseSandbox.getInfo(s.sandboxId)).state, 'running')
+    assert.equal(await back.files.read('/workspace/kept.txt'), 'kept')
+    const z = await back.runCode('z')
+    if (tier === 'gvisor') {
+      assert.equal(z.text, '9') // its memory came back
+    } else if (tier === 'container') {
+      assert.equal(z.error?.name, 'NameError') // files only on runc
+    }
+  } finally {
+    await s.kill()
+  }
+})
+
+test('autoResume: an HTTP request to a port of a sandbox paused at its timeout resumes it', async () => {
+  const tier = process.env.CORRAL_E2B_TIER
+  const s = await BaseSandbox.create(template, {
+    timeoutMs: 12_000, lifecycle: { onTimeout: 'pause', autoResume: true }, metadata: { suite: run, role: 'autoresume' },
+  })
+  try {
+    assert.deepEqual((await s.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    await s.commands.run('mkdir -p /tmp/www && echo woke > /tmp/www/hello.txt')
+    await s.commands.run('python3 -m http.server 3000 --directory /tmp/www', { background: true })
+    const get = () => fetch(`${sandboxURL}/hello.txt`, {
+      headers: { 'E2b-Sandbox-Id': s.sandboxId, 'E2b-Sandbox-Port': '3000', 'E2B-Traffic-Access-Token': s.trafficAccessToken },
+    })
+    await until('the server listens', async () => (await get()).status === 200)
+    await until('the pause at the timeout', async () => (await BaseSandbox.getInfo(s.sandboxId)).state === 'paused', 30_000)
+    const res = await get()
+    if (tier === 'gvisor') {
+      // Its memory came back: the server answers the request that woke it.
+      assert.equal(res.status, 200)
+      assert.equal(await res.text(), 'woke\n')
+    } else {
+      // Resumed with its files only: nothing listens any more.
+      assert.equal(res.status, 502)
+    }
+    assert.equal((await BaseSandbox.getInfo(s.sandboxId)).state, 'running')
+  } finally {
+    await s.kill()
+  }
+})
+
 test('pty: a terminal that follows a resize', async () => {
   let out = ''
   const decoder = new TextDecoder()

@@ -98,7 +98,7 @@ func TestLiveLifecycle(t *testing.T) {
 	want := sandbox.Info{SandboxID: "box", Language: "bash", Image: info.Image, Tier: "container",
 		Limits:   sandbox.SandboxLimits{MemoryMB: 512, CPUCores: 1, CPUs: 1, Pids: 256, DiskMB: 1024},
 		Metadata: map[string]string{"owner": "ann"}, State: "running", TimeoutSeconds: 60,
-		CreatedAt: start, ExpiresAt: start.Add(time.Minute)}
+		CreatedAt: start, ExpiresAt: start.Add(time.Minute), Lifecycle: &sandbox.SandboxLifecycle{OnTimeout: "kill"}}
 	if b, w := mustJSON(t, info), mustJSON(t, want); b != w {
 		t.Errorf("Create =\n%s\nwant\n%s", b, w)
 	}

@@ -3,16 +3,13 @@ package live
 import (
 	"bytes"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
-	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/testenv"
-	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -27,19 +24,10 @@ func TestAutoPause(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
-			e := testenv.Engine(t)
-			var logs testenv.LogBuffer
-			log := slog.New(slog.NewTextHandler(&logs, nil))
-			reg := registry(t)
-			table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log)
-			if err != nil {
-				t.Fatal(err)
-			}
 			cfg := DefaultConfig()
 			cfg.PauseAfterIdle = time.Second
-			lm := New(cfg, Deps{Table: table, Engine: e, Fleet: e.Fleet(), Publisher: reg, Log: log})
-			t.Cleanup(lm.Close)
-			m := &byID{Manager: lm, sessions: session.New(session.DefaultConfig(), table, e, e.Fleet(), log)}
+			r := newOnRuntimes(t, cfg)
+			table, logs, lm, m := r.table, r.logs, r.lm, r.m
 			ctx := t.Context()
 			memory := tier == runtime.TierGVisor
 			create := func(id string, timeout int64, l *sandbox.SandboxLifecycle) {

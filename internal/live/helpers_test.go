@@ -393,3 +393,30 @@ func (b *byID) InterruptContext(ctx context.Context, tenant, id, cid string) err
 	}
 	return k.Interrupt(ctx, cid)
 }
+
+// onRuntimes is a live Manager on the real runtimes (testenv.Engine) for
+// the *_sandbox_test.go tests: its engine, workspace table and log, and
+// the Manager alone (lm) and with sessions (m), as the API holds it.
+type onRuntimes struct {
+	e     *engine.Engine
+	table *workspace.Table
+	logs  *testenv.LogBuffer
+	lm    *Manager
+	m     *byID
+}
+
+// newOnRuntimes makes an onRuntimes with cfg, closed at the end of t.
+func newOnRuntimes(t *testing.T, cfg Config) *onRuntimes {
+	t.Helper()
+	r := &onRuntimes{e: testenv.Engine(t), logs: &testenv.LogBuffer{}}
+	log := slog.New(slog.NewTextHandler(r.logs, nil))
+	reg := registry(t)
+	var err error
+	if r.table, err = workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log); err != nil {
+		t.Fatal(err)
+	}
+	r.lm = New(cfg, Deps{Table: r.table, Engine: r.e, Fleet: r.e.Fleet(), Publisher: reg, Log: log})
+	t.Cleanup(r.lm.Close)
+	r.m = &byID{Manager: r.lm, sessions: session.New(session.DefaultConfig(), r.table, r.e, r.e.Fleet(), log)}
+	return r
+}

@@ -2,14 +2,12 @@ package live
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/testenv"
-	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -21,18 +19,10 @@ func TestMetricsSandbox(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
-			e := testenv.Engine(t)
-			var logs testenv.LogBuffer
-			log := slog.New(slog.NewTextHandler(&logs, nil))
-			reg := registry(t)
-			table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log)
-			if err != nil {
-				t.Fatal(err)
-			}
 			cfg := DefaultConfig()
 			cfg.MetricsEvery = 200 * time.Millisecond
-			lm := New(cfg, Deps{Table: table, Engine: e, Fleet: e.Fleet(), Publisher: reg, Log: log})
-			t.Cleanup(lm.Close)
+			r := newOnRuntimes(t, cfg)
+			lm := r.lm
 			ctx := t.Context()
 			s, _, err := lm.Create(ctx, "t", sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python",
 				Tier: sandbox.Isolation(tier), Limits: sandbox.SandboxLimits{MemoryMB: 512, CPUCores: 1, DiskMB: 256}})

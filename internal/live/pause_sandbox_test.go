@@ -3,7 +3,6 @@ package live
 import (
 	"bytes"
 	"errors"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -13,9 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
-	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/testenv"
-	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -30,17 +27,8 @@ func TestPauseSandbox(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
-			e := testenv.Engine(t)
-			var logs testenv.LogBuffer
-			log := slog.New(slog.NewTextHandler(&logs, nil))
-			reg := registry(t)
-			table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lm := New(DefaultConfig(), Deps{Table: table, Engine: e, Fleet: e.Fleet(), Publisher: reg, Log: log})
-			t.Cleanup(lm.Close)
-			m := &byID{Manager: lm, sessions: session.New(session.DefaultConfig(), table, e, e.Fleet(), log)}
+			r := newOnRuntimes(t, DefaultConfig())
+			e, table, logs, m := r.e, r.table, r.logs, r.m
 			ctx := t.Context()
 			memory := tier == runtime.TierGVisor
 			if _, err := m.Create(ctx, "t", sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python",

@@ -6,16 +6,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/runtime"
-	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/testenv"
-	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -26,17 +23,8 @@ func TestDialPortSandbox(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
-			e := testenv.Engine(t)
-			var logs testenv.LogBuffer
-			log := slog.New(slog.NewTextHandler(&logs, nil))
-			reg := registry(t)
-			table, err := workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lm := New(DefaultConfig(), Deps{Table: table, Engine: e, Fleet: e.Fleet(), Publisher: reg, Log: log})
-			t.Cleanup(lm.Close)
-			m := &byID{Manager: lm, sessions: session.New(session.DefaultConfig(), table, e, e.Fleet(), log)}
+			r := newOnRuntimes(t, DefaultConfig())
+			m := r.m
 			ctx := t.Context()
 			if _, err := m.Create(ctx, "t", sandbox.CreateSandboxRequest{SandboxID: "box", Language: "python",
 				Tier: sandbox.Isolation(tier), TimeoutSeconds: 600}); err != nil {

@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,21 +258,7 @@ func readFile(name string) ([]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	b := make([]byte, 0, 1024)
-	for {
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: name, Err: err}
-		}
-		b = b[:len(b)+n]
-		if n == 0 || len(b) < cap(b) {
-			return b, nil
-		}
-		b = slices.Grow(b, cap(b))
-	}
+	return preadAll(fd, name)
 }
 
 // writeFile writes data to the cgroup file name, in one write (a cgroup

@@ -5,9 +5,7 @@ package agent
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,19 +15,10 @@ import (
 	"time"
 )
 
-// relay stands between a local agent and its clients the way a restore
-// does: the agent keeps its stdin and stdout, and the host's end is
-// replaced by a new stream (switchTo) while the agent runs on.
-type relay struct {
-	agentIn  io.WriteCloser
-	agentOut io.ReadCloser
-	cmd      *exec.Cmd
-
-	mu       sync.Mutex
-	toClient *io.PipeWriter // the current client's read side
-}
-
-func startRelay(t *testing.T) (*relay, string) {
+// startLink starts a local agent (this test binary) on a new root behind
+// a Link, whose Attach replaces the host's stream the way a restore does
+// while the agent runs on.
+func startLink(t *testing.T) (*Link, string) {
 	t.Helper()
 	root := t.TempDir()
 	for _, d := range []string{"workspace", "tmp", "dev/shm"} {
@@ -37,75 +26,12 @@ func startRelay(t *testing.T) (*relay, string) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(os.Args[0], "local", root)
-	in, err := cmd.StdinPipe()
+	l, err := StartLink(os.Args[0], root, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = testWriter{t}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{agentIn: in, agentOut: out, cmd: cmd}
-	go r.pumpOut()
-	t.Cleanup(func() {
-		in.Close() // the agent kills its processes and exits
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	return r, root
-}
-
-// pumpOut copies the agent's frames to whichever client is current.
-func (r *relay) pumpOut() {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := r.agentOut.Read(buf)
-		if n > 0 {
-			r.mu.Lock()
-			if r.toClient != nil {
-				_, _ = r.toClient.Write(buf[:n])
-			}
-			r.mu.Unlock()
-		}
-		if err != nil {
-			r.mu.Lock()
-			if r.toClient != nil {
-				r.toClient.CloseWithError(err)
-			}
-			r.mu.Unlock()
-			return
-		}
-	}
-}
-
-// switchTo ends the current client's stream (it sees EOF, as the host does
-// when a checkpointed sandbox stops) and returns a new stream's ends.
-func (r *relay) switchTo() (io.Reader, io.Writer, io.Closer) {
-	fromAgent, toClient := io.Pipe()
-	fromClient, toAgent := io.Pipe()
-	r.mu.Lock()
-	if r.toClient != nil {
-		r.toClient.Close()
-	}
-	r.toClient = toClient
-	r.mu.Unlock()
-	go func() {
-		// What the client sends reaches the agent; the client's Close
-		// ends only this copy, never the agent's stdin.
-		_, _ = io.Copy(r.agentIn, fromClient)
-	}()
-	return fromAgent, toAgent, toAgent
+	t.Cleanup(func() { l.Close() }) // the agent kills its processes and exits
+	return l, root
 }
 
 // evaluator is a python process that runs each stdin line, holding its
@@ -205,10 +131,10 @@ func startEvaluator(t *testing.T, c *Client, out Output) *Process {
 // with its memory, gets the output the process wrote while the agent was
 // suspended, and numbers its requests above the old client's.
 func TestResumeOnNewStream(t *testing.T) {
-	r, root := startRelay(t)
+	r, root := startLink(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c1 := NewClient(r.switchTo())
+	c1 := NewClient(r.Attach())
 	if _, err := c1.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +170,7 @@ func TestResumeOnNewStream(t *testing.T) {
 	}
 	awaitGone(t, quiet.PID)
 
-	c2 := NewResumedClient(r.switchTo())
+	c2 := NewResumedClient(r.Attach())
 	t.Cleanup(func() { c2.Close() })
 	h, err := c2.Ready(ctx)
 	if err != nil {
@@ -305,10 +231,10 @@ func TestResumeOnNewStream(t *testing.T) {
 // TestResumeSameStream: after a failed checkpoint the same client resumes
 // the agent, and what the process wrote meanwhile arrives.
 func TestResumeSameStream(t *testing.T) {
-	r, root := startRelay(t)
+	r, root := startLink(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := NewClient(r.switchTo())
+	c := NewClient(r.Attach())
 	t.Cleanup(func() { c.Close() })
 	if _, err := c.Ready(ctx); err != nil {
 		t.Fatal(err)

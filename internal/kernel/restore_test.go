@@ -6,13 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -22,18 +18,10 @@ import (
 	"github.com/corralhq/corral/sandbox"
 )
 
-// relay stands between a local agent and its clients the way a restore on
-// another node process does: the agent keeps its stdin and stdout, and the
-// host's stream is replaced by a new one (next) while the agent runs on.
-type relay struct {
-	in  io.WriteCloser
-	out io.ReadCloser
-
-	mu       sync.Mutex
-	toClient *io.PipeWriter
-}
-
-func startRelay(t *testing.T) *relay {
+// startLink starts a local agent (this test binary) on a new root behind
+// an agent.Link, whose Attach replaces the host's stream the way a restore
+// on another node process does while the agent runs on.
+func startLink(t *testing.T) *agent.Link {
 	t.Helper()
 	_, err := os.Stat(hostPython)
 	testenv.Need(t, err == nil, hostPython+" (contexts' unit tests run it)")
@@ -43,65 +31,12 @@ func startRelay(t *testing.T) *relay {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(os.Args[0], "local", root)
-	in, err := cmd.StdinPipe()
+	l, err := agent.StartLink(os.Args[0], root, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{in: in, out: out}
-	go r.pump()
-	t.Cleanup(func() {
-		in.Close() // the agent kills its processes and exits
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	return r
-}
-
-func (r *relay) pump() {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := r.out.Read(buf)
-		r.mu.Lock()
-		if n > 0 && r.toClient != nil {
-			_, _ = r.toClient.Write(buf[:n])
-		}
-		if err != nil && r.toClient != nil {
-			r.toClient.CloseWithError(err)
-		}
-		r.mu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-}
-
-// next ends the current client's stream (it reads EOF, as the host does
-// when a checkpointed sandbox stops) and returns a new stream's ends.
-func (r *relay) next() (io.Reader, io.Writer, io.Closer) {
-	fromAgent, toClient := io.Pipe()
-	fromClient, toAgent := io.Pipe()
-	r.mu.Lock()
-	if r.toClient != nil {
-		r.toClient.Close()
-	}
-	r.toClient = toClient
-	r.mu.Unlock()
-	go func() { _, _ = io.Copy(r.in, fromClient) }() // a client's Close ends only this copy
-	return fromAgent, toAgent, toAgent
+	t.Cleanup(func() { l.Close() }) // the agent kills its processes and exits
+	return l
 }
 
 // TestRestoreResumedContexts: contexts saved with their sandbox (Suspend, Save,
@@ -112,10 +47,10 @@ func (r *relay) next() (io.Reader, io.Writer, io.Closer) {
 // whose process the agent does not run (lost) cannot fork, and its next
 // cell restarts it and says so.
 func TestRestoreResumedContexts(t *testing.T) {
-	r := startRelay(t)
+	r := startLink(t)
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 	defer cancel()
-	c1 := agent.NewClient(r.next())
+	c1 := agent.NewClient(r.Attach())
 	if _, err := c1.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +85,7 @@ func TestRestoreResumedContexts(t *testing.T) {
 	// The lost context's process is one the resumed agent does not run.
 	saved.Contexts[1].Process = 1 << 30
 
-	c2 := agent.NewResumedClient(r.next())
+	c2 := agent.NewResumedClient(r.Attach())
 	if _, err := c2.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -176,7 +176,7 @@ type Sandbox struct {
 	root  string
 	agent *agent.Local
 	// link and client replace agent in a PausableSandbox (pause.go).
-	link   *link
+	link   *agent.Link
 	client *agent.Client
 	spec   runtime.Spec
 	paused atomic.Bool // Pause handed the agent on: stop leaves it
@@ -291,7 +291,7 @@ func (s *Sandbox) stop() error {
 	}
 	if s.link != nil {
 		s.client.Close()
-		return s.link.close()
+		return s.link.Close()
 	}
 	return s.agent.Close()
 }

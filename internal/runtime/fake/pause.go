@@ -7,13 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
-	"time"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/runtime"
@@ -80,7 +76,7 @@ func (s PausableSandbox) Pause(ctx context.Context, dir string) error {
 		return errors.Join(fmt.Errorf("pause fake sandbox %s: %w", s.id, err), rerr)
 	}
 	s.paused.Store(true)
-	s.link.detach()
+	s.link.Detach()
 	s.client.Close() // ends only its relay
 	s.rt.mu.Lock()
 	delete(s.rt.live, s.id)
@@ -111,13 +107,13 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 		return nil, fmt.Errorf("restore fake sandbox: its agent is gone: %w", runtime.ErrNoImage)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return nil, errors.Join(err, old.link.close())
+		return nil, errors.Join(err, old.link.Close())
 	}
 	s := &Sandbox{rt: r, id: old.id, root: old.root, keep: true, spec: spec, link: old.link}
 	s.limits.Store(&spec.Limits)
-	s.client = agent.NewResumedClient(s.link.attach())
+	s.client = agent.NewResumedClient(s.link.Attach())
 	if _, err := s.client.Ready(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("restore fake sandbox: %w", err), s.link.close())
+		return nil, errors.Join(fmt.Errorf("restore fake sandbox: %w", err), s.link.Close())
 	}
 	r.mu.Lock()
 	r.created++
@@ -126,118 +122,14 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 	return PausableSandbox{s}, nil
 }
 
-// link is the host's end of a pausable fake sandbox's control stream: the
-// agent's stdin and stdout, relayed to the client of the moment. A client
-// closing its stream ends only its relay; the agent ends with close.
-type link struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser // the agent's stdin
-	out io.ReadCloser  // the agent's stdout
-
-	mu sync.Mutex
-	to *io.PipeWriter // the current client's reading end; nil while detached
-
-	closeOnce sync.Once
-	closeErr  error
-}
-
-// startLink starts binary as a local agent on root.
-func startLink(binary, root string, stderr io.Writer) (*link, error) {
-	cmd := exec.Command(binary, "local", root)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, fmt.Errorf("agent stdin: %w", err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("agent stdout: %w", err)
-	}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start agent: %w", err)
-	}
-	l := &link{cmd: cmd, in: in, out: out}
-	go l.relay()
-	return l, nil
-}
-
-// relay copies the agent's frames to the current client. While detached
-// the agent is suspended and sends nothing.
-func (l *link) relay() {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := l.out.Read(buf)
-		l.mu.Lock()
-		to := l.to
-		l.mu.Unlock()
-		if to == nil {
-			continue
-		}
-		// Not under mu: a client that stopped reading must not block
-		// detach, which closes its end.
-		if n > 0 {
-			_, _ = to.Write(buf[:n])
-		}
-		if err != nil {
-			to.CloseWithError(err)
-			return
-		}
-	}
-}
-
-// attach gives the agent a new client stream, ending the previous one.
-func (l *link) attach() (io.Reader, io.Writer, io.Closer) {
-	fromAgent, toClient := io.Pipe()
-	fromClient, toAgent := io.Pipe()
-	l.mu.Lock()
-	if l.to != nil {
-		l.to.Close()
-	}
-	l.to = toClient
-	l.mu.Unlock()
-	go func() {
-		_, _ = io.Copy(l.in, fromClient)
-		fromClient.Close()
-	}()
-	return fromAgent, toAgent, toAgent
-}
-
-// detach ends the current client's stream: it sees the agent lost.
-func (l *link) detach() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.to != nil {
-		l.to.Close()
-		l.to = nil
-	}
-}
-
-// close ends the agent (it kills every process it started) and waits for
-// it; one that does not exit within a few seconds is killed.
-func (l *link) close() error {
-	l.closeOnce.Do(func() {
-		l.detach()
-		l.in.Close()
-		done := make(chan error, 1)
-		go func() { done <- l.cmd.Wait() }()
-		select {
-		case l.closeErr = <-done:
-		case <-time.After(5 * time.Second):
-			l.cmd.Process.Kill()
-			l.closeErr = <-done
-		}
-	})
-	return l.closeErr
-}
-
 // startLinked starts the sandbox's agent behind a link and waits for it.
 func (s *Sandbox) startLinked(ctx context.Context) error {
-	l, err := startLink(s.rt.agent, s.root, s.rt.log)
+	l, err := agent.StartLink(s.rt.agent, s.root, s.rt.log)
 	if err != nil {
 		return err
 	}
 	s.link = l
-	s.client = agent.NewClient(l.attach())
+	s.client = agent.NewClient(l.Attach())
 	if _, err := s.client.Ready(ctx); err != nil {
 		return errors.Join(fmt.Errorf("local agent: %w", err), s.stop())
 	}

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -270,19 +269,7 @@ func writeFile(name string, data []byte) error {
 		return err
 	}
 	defer unix.Close(fd)
-	for {
-		n, err := unix.Write(fd, data)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.PathError{Op: "write", Path: name, Err: err}
-		}
-		if n < len(data) {
-			return &os.PathError{Op: "write", Path: name, Err: io.ErrShortWrite}
-		}
-		return nil
-	}
+	return pwriteAll(fd, name, data)
 }
 
 func openFile(name string, flag int) (int, error) {

@@ -48,6 +48,7 @@ slowest first.
 """
 
 import collections
+import concurrent.futures
 import json
 import os
 import re
@@ -362,6 +363,13 @@ def root(want):
 # time rather than the suite's. Measured figures: docs/testing.md.
 FUZZ_TIME = float(os.environ.get("CORRAL_FUZZTIME", "3"))
 FUZZ_BUDGET = 150
+# Targets fuzzed at once, one worker each.
+FUZZ_JOBS = 2
+
+
+def work_dir(tmp, p):
+    """The scratch copy of package p's testdata the fuzz lane runs it in."""
+    return os.path.join(tmp, p.replace("/", "_"))
 
 
 def fuzz_targets(pkgs):
@@ -393,53 +401,79 @@ def fuzz(want):
     start, failed, found, took = time.time(), [], [], []
     n = sum(len(targets[p]) for p in pkgs)
     print("fuzz lane: %d targets in %d packages, %.0f s each" % (n, len(pkgs), FUZZ_TIME), flush=True)
-    for p in pkgs:
-        d = every[p][2]
+    # Compile every package's instrumented test binary, then fuzz the
+    # targets FUZZ_JOBS at a time, each with one worker (-test.parallel=1):
+    # the same fuzzing per target as one at a time with a worker per core,
+    # but the start and the baseline coverage run of one target (a good
+    # part of its time, and single-threaded) overlap another's fuzzing.
+    def build(p):
         binary = os.path.join(tmp, "bin", p.replace("/", "_") + ".test")
         # Instrumented for fuzzing; compiled as root, where the build cache is.
         b = subprocess.run(["go", "test", "-c", "-fuzz=.", "-o", binary, "./" + p], cwd=ROOT, env=env)
         if b.returncode != 0:
-            failed.append(p)
-            continue
+            return None
         # Each package runs in a scratch copy of its testdata: the targets
         # read their corpus from there and write what fails there.
-        work = os.path.join(tmp, p.replace("/", "_"))
+        d = every[p][2]
+        work = work_dir(tmp, p)
         os.makedirs(work)
         if os.path.isdir(os.path.join(d, "testdata")):
             subprocess.run(["cp", "-a", os.path.join(d, "testdata"), work], check=True)
-        home = os.path.join(tmp, "home")
-        os.makedirs(home, exist_ok=True)
         cache = os.path.join(tmp, "cache", p.replace("/", "_"))
         os.makedirs(cache, exist_ok=True)
+        return binary, work, cache
+
+    home = os.path.join(tmp, "home")
+    os.makedirs(home, exist_ok=True)
+    os.makedirs(os.path.join(tmp, "cache"), exist_ok=True)
+    with concurrent.futures.ThreadPoolExecutor(FUZZ_JOBS) as ex:
+        built = dict(zip(pkgs, ex.map(build, pkgs)))
+    print("fuzz lane: %d packages compiled in %.0f s" % (len(pkgs), time.time() - start), flush=True)
+    for p in pkgs:
+        if built[p] is None:
+            failed.append(p)
+    if as_root:
+        dirs = [b[1] for b in built.values() if b] + [home, os.path.join(tmp, "cache")]
+        subprocess.run(["chown", "-R", "65534:65534"] + dirs, check=True)
+
+    def run(p, t):
+        binary, work, cache = built[p]
+        d = every[p][2]
+        cmd = [binary, "-test.run=^$", "-test.fuzz=^%s$" % t, "-test.fuzztime=%gs" % FUZZ_TIME,
+               "-test.fuzzcachedir=" + cache, "-test.timeout=%ds" % (FUZZ_TIME + 300),
+               "-test.parallel=1",
+               # Go minimizes each new interesting input for up to 60 s,
+               # past the fuzz time, which then fails the run with
+               # "context deadline exceeded" (large seeds: FuzzPath).
+               "-test.fuzzminimizetime=1s"]
         if as_root:
-            subprocess.run(["chown", "-R", "65534:65534", work, home, os.path.join(tmp, "cache")], check=True)
-        for t in targets[p]:
-            cmd = [binary, "-test.run=^$", "-test.fuzz=^%s$" % t, "-test.fuzztime=%gs" % FUZZ_TIME,
-                   "-test.fuzzcachedir=" + cache, "-test.timeout=%ds" % (FUZZ_TIME + 300),
-                   # Go minimizes each new interesting input for up to 60 s,
-                   # past the fuzz time, which then fails the run with
-                   # "context deadline exceeded" (large seeds: FuzzPath).
-                   "-test.fuzzminimizetime=1s"]
-            if as_root:
-                cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
-                       "HOME=" + home, "TMPDIR=" + home] + cmd
-            t0 = time.time()
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
+                   "HOME=" + home, "TMPDIR=" + home] + cmd
+        t0 = time.time()
+        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+        retried = coordinator_race(r, work, d, t)
+        if retried:
+            # Go 1.26's fuzz coordinator can fail a target that found
+            # nothing at the fuzz time's end (go.dev/issue/75804, fixed
+            # in Go 1.27): the lone message is the deadline's and no
+            # input was written. Once more; a second time is a failure.
             r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-            if coordinator_race(r, work, d, t):
-                # Go 1.26's fuzz coordinator can fail a target that found
-                # nothing at the fuzz time's end (go.dev/issue/75804, fixed
-                # in Go 1.27): the lone message is the deadline's and no
-                # input was written. Once more; a second time is a failure.
-                print("     %-28s %-28s go.dev/issue/75804 (no input written): once more" % (p, t), flush=True)
-                r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-            took.append((time.time() - t0, p, t))
+        return p, t, time.time() - t0, r, retried
+
+    work_items = [(p, t) for p in pkgs if built[p] for t in targets[p]]
+    with concurrent.futures.ThreadPoolExecutor(FUZZ_JOBS) as ex:
+        for f in concurrent.futures.as_completed([ex.submit(run, p, t) for p, t in work_items]):
+            p, t, secs, r, retried = f.result()
+            if retried:
+                print("     %-28s %-28s go.dev/issue/75804 (no input written): ran once more" % (p, t), flush=True)
+            took.append((secs, p, t))
             execs = re.findall(r"execs: (\d+)", r.stdout + r.stderr)
-            print("%-4s %-28s %-28s %5.1f s %9s execs" % ("ok" if r.returncode == 0 else "FAIL", p, t, took[-1][0],
+            print("%-4s %-28s %-28s %5.1f s %9s execs" % ("ok" if r.returncode == 0 else "FAIL", p, t, secs,
                                                        execs[-1] if execs else "?"), flush=True)
             if r.returncode != 0:
                 failed.append(p + " " + t)
                 print(r.stdout + r.stderr)
-                found += keep_crashers(work, d, t)
+                found += keep_crashers(work_dir(tmp, p), every[p][2], t)
     total = time.time() - start
     for f in found:
         print("the failing input is kept in %s: fix the code; go test runs it from now on" % os.path.relpath(f, ROOT))

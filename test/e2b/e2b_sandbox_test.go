@@ -61,11 +61,14 @@ func sdkEnv(s *testserver.Server) []string {
 		"CORRAL_E2B_KEY_OTHER="+testserver.BetaE2BKey)
 }
 
-// TestStockSDK runs suite.test.js against a server per tier.
+// TestStockSDK runs suite.test.js against a server per tier, the two at
+// once: the suite mostly waits (on timeouts, pauses, a sandbox's
+// server), and each server and node process is its own.
 func TestStockSDK(t *testing.T) {
 	node := prepare(t)
 	for _, tier := range []string{"container", "gvisor"} {
 		t.Run(tier, func(t *testing.T) {
+			t.Parallel()
 			s := server(t, tier)
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 			defer cancel()

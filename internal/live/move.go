@@ -45,8 +45,11 @@ const (
 	// takeOverWait bounds a takeover (the snapshot's download), whatever
 	// bounds the call that asked for it.
 	takeOverWait = 5 * time.Minute
-	// drainParallel bounds the sandboxes a drain moves at once.
-	drainParallel = 4
+	// drainParallel bounds the sandboxes a drain moves at once: much of
+	// a move is waiting (a checkpoint, a disk's release, uploads).
+	drainParallel = 8
+	// handOffWait bounds the hand-off of a sandbox written to the store.
+	handOffWait = 5 * time.Second
 )
 
 // ErrDraining: this node is being drained and takes no sandbox over.
@@ -281,7 +284,11 @@ func (s *Sandbox) handOff(ctx context.Context) (err error) {
 		m.mu.Unlock()
 		m.publish(ctx, s, info)
 	}
-	if err := m.mover.HandOff(ctx, s.tenant, s.id); err != nil {
+	// Written: handing it off is one write to the store, worth doing
+	// past the drain's deadline.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOffWait)
+	defer cancel()
+	if err := m.mover.HandOff(hctx, s.tenant, s.id); err != nil {
 		return err
 	}
 	// Its snapshot is the sandbox now, another node's to take: the local

@@ -52,6 +52,23 @@ const (
 	handOffWait = 5 * time.Second
 )
 
+// ErrMoved: a call reached this node for a sandbox its drain moved off
+// it meanwhile (the call was routed before); sent again, it reaches the
+// sandbox's new node.
+var ErrMoved = &fault.Error{Kind: fault.Unavailable, Code: "sandbox_unavailable", Field: "sandbox_id",
+	RetryAfter: time.Second, Message: "the sandbox moved to another node during the call; retry"}
+
+// notHere is the error of a call for tenant's sandbox id that this node
+// does not hold: ErrMoved if its drain moved it off, else ErrNotFound.
+func (m *Manager) notHere(tenant, id string) error {
+	m.moves.mu.Lock()
+	defer m.moves.mu.Unlock()
+	if m.moves.left[moveKey(tenant, id)] {
+		return ErrMoved
+	}
+	return ErrNotFound
+}
+
 // ErrDraining: this node is being drained and takes no sandbox over.
 var ErrDraining = &fault.Error{Kind: fault.Unavailable, Code: "sandbox_unavailable", Field: "sandbox_id",
 	RetryAfter: time.Second, Message: "the sandbox is moving between nodes; retry"}

@@ -91,21 +91,7 @@ func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id stri
 	}
 	if cluster.Forwarded(r) {
 		if moves && !s.live.Has(tenant, id) && s.live.Movable() {
-			// Sent here by a node it left (a drain): taken over here if
-			// it is in the snapshot store, or sent on to the node that
-			// took it over meanwhile.
-			owner, se, err := s.ownerOf(r, tenant, id, how)
-			switch {
-			case se != nil:
-				if _, err := s.takeOver(r, tenant, id, se); err != nil && !errors.Is(err, live.ErrElsewhere) {
-					s.log.Warn("take over a sandbox sent here by another node", "sandbox", id, "err", err)
-				}
-			case err == nil && !owner.Local && owner.Node.ID != r.Header.Get(cluster.ForwardedHeader):
-				s.cluster.Forward(w, r, tenant, id, owner, fail)
-				return false
-			case err != nil && !errors.Is(err, cluster.ErrNoOwner):
-				s.log.Warn("find the owner of a sandbox sent here by another node", "sandbox", id, "err", err)
-			}
+			return s.routeSent(w, r, tenant, id, how, fail)
 		}
 		return true
 	}
@@ -163,6 +149,34 @@ func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id stri
 		s.cluster.Forward(w, r, tenant, id, owner, failed)
 		return false
 	}
+}
+
+// routeSent routes a call another node sent here for a sandbox this node
+// does not hold: sent by a node it left (a drain), it is taken over here
+// if it is in the snapshot store, or sent on to the node that took it
+// over meanwhile. It reports whether this node serves r itself.
+func (s *Server) routeSent(w http.ResponseWriter, r *http.Request, tenant, id string, how int, fail func(http.ResponseWriter, error)) bool {
+	for range 2 {
+		owner, se, err := s.ownerOf(r, tenant, id, how)
+		switch {
+		case se != nil:
+			_, err := s.takeOver(r, tenant, id, se)
+			if errors.Is(err, live.ErrElsewhere) {
+				continue // another node took it first: sent on to it
+			}
+			if err != nil {
+				s.log.Warn("take over a sandbox sent here by another node", "sandbox", id, "err", err)
+			}
+			return true
+		case err == nil && !owner.Local && owner.Node.ID != r.Header.Get(cluster.ForwardedHeader):
+			s.cluster.Forward(w, r, tenant, id, owner, fail)
+			return false
+		case err != nil && !errors.Is(err, cluster.ErrNoOwner):
+			s.log.Warn("find the owner of a sandbox sent here by another node", "sandbox", id, "err", err)
+		}
+		return true
+	}
+	return true
 }
 
 // ownerOf returns the owner of (tenant, id), and the owner's error apart

@@ -107,15 +107,26 @@ func (ms *moves) start(key string) (mv *move, first bool) {
 	return mv, true
 }
 
+// markLeft records that the sandbox of key left this node.
+func (ms *moves) markLeft(key string) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	ms.markLeftLocked(key)
+}
+
+func (ms *moves) markLeftLocked(key string) {
+	if ms.left == nil {
+		ms.left = map[string]bool{}
+	}
+	ms.left[key] = true
+}
+
 // end ends move mv of key with err; left: the sandbox left this node.
 func (ms *moves) end(key string, mv *move, err error, left bool) {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if left {
-		if ms.left == nil {
-			ms.left = map[string]bool{}
-		}
-		ms.left[key] = true
+		ms.markLeftLocked(key)
 	}
 	delete(ms.now, key)
 	mv.err = err
@@ -314,6 +325,9 @@ func (s *Sandbox) handOff(ctx context.Context) (err error) {
 	s.spec.Paused.SnapshotID = ""
 	m.mu.Unlock()
 	left = true
+	// Left before it goes: a call that waited for its lock meanwhile
+	// learns that it moved (ErrMoved), not that it never was.
+	m.moves.markLeft(k)
 	if err := m.table.Remove(s.w); err != nil {
 		m.log.Warn("remove a handed-off sandbox's local copy", "sandbox", k, "err", err)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/snapshot"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
@@ -81,6 +82,9 @@ type Config struct {
 	// a process that takes none of its stdin for this long fails the
 	// write with ErrNotReading (DefaultStdinStall if zero).
 	StdinStall time.Duration
+	// Snapshots keeps paused sandboxes where every node can take them up
+	// (snapstore.go); nil: they stay on this node's disk only.
+	Snapshots *snapshot.Store
 }
 
 // DefaultConfig: live sandboxes live 5 minutes unless told (24 h at
@@ -110,7 +114,9 @@ type Manager struct {
 	fleet  *fleet.Fleet
 	pub    Publisher
 	pool   Taker // nil: no warm sandboxes
+	mover  Mover // nil: sandboxes do not move between nodes
 	log    *slog.Logger
+	moves  moves
 
 	// mu guards every sandbox's spec and token; it is taken before the
 	// table's own lock.
@@ -195,14 +201,17 @@ type Deps struct {
 	// Pool gives a new sandbox its first sandbox when one there matches
 	// (pool.Pool).
 	Pool Taker
-	Log  *slog.Logger
+	// Mover moves sandboxes' ownership between nodes (move.go); nil:
+	// they stay where they were made.
+	Mover Mover
+	Log   *slog.Logger
 }
 
 // New returns the manager of the live sandboxes in d.Table: those on disk
 // from this node's last run are made again on their next use.
 func New(cfg Config, d Deps) *Manager {
 	table, log := d.Table, d.Log
-	m := &Manager{cfg: cfg, table: table, engine: d.Engine, fleet: d.Fleet, pub: d.Publisher, pool: d.Pool, log: log}
+	m := &Manager{cfg: cfg, table: table, engine: d.Engine, fleet: d.Fleet, pub: d.Publisher, pool: d.Pool, mover: d.Mover, log: log}
 	for _, w := range table.All() {
 		rec := table.State(w).Live
 		if rec == nil {
@@ -359,11 +368,11 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 func (m *Manager) Get(tenant, id string) (*Sandbox, error) {
 	w, _, ok := m.table.Get(tenant, id)
 	if !ok {
-		return nil, ErrNotFound
+		return nil, m.notHere(tenant, id)
 	}
 	s, ok := m.table.State(w).Occupant.(*Sandbox)
 	if !ok {
-		return nil, ErrNotFound
+		return nil, m.notHere(tenant, id)
 	}
 	return s, nil
 }
@@ -406,11 +415,19 @@ func (m *Manager) Close() {
 	}
 }
 
-// Stop tears the sandbox down (its workspace is being removed).
+// Stop tears the sandbox down (its workspace is being removed): a paused
+// one's snapshot goes too.
 func (s *Sandbox) Stop() {
 	s.mu.Lock()
 	s.dropLocked()
 	s.mu.Unlock()
+	s.m.mu.Lock()
+	snap := ""
+	if p := s.spec.Paused; p != nil {
+		snap = p.SnapshotID
+	}
+	s.m.mu.Unlock()
+	s.m.dropSnapshot(context.Background(), s.w.Key(), snap)
 }
 
 // held returns the sandbox's running sandbox, making it (again, on the
@@ -437,7 +454,7 @@ func (s *Sandbox) hold(ctx context.Context) (runtime.Sandbox, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.table.State(s.w).Gone {
-		return nil, ErrNotFound
+		return nil, m.notHere(s.tenant, s.id)
 	}
 	if s.paused() {
 		return nil, ErrPaused

@@ -56,6 +56,9 @@ type Options struct {
 	// verify each other with its CA); the server's HTTP client trusts the
 	// CA.
 	TLS *TLS
+	// StopWait is how long Stop waits after SIGTERM before it kills (30 s
+	// if zero): a test whose drain takes longer (--drain-timeout) says so.
+	StopWait time.Duration
 }
 
 // TLS is a certificate and key in PEM files, and the CA that signed them.
@@ -96,11 +99,12 @@ type Server struct {
 	// TLS is what the server serves https with, if it does.
 	TLS *TLS
 
-	t    testing.TB
-	args []string
-	cmd  *exec.Cmd
-	logs *lockedBuffer
-	done chan struct{}
+	t        testing.TB
+	args     []string
+	stopWait time.Duration
+	cmd      *exec.Cmd
+	logs     *lockedBuffer
+	done     chan struct{}
 }
 
 type lockedBuffer struct {
@@ -160,7 +164,10 @@ base_delay = "300ms"
 	if o.NoPool {
 		cfg += "\n[pool]\nwarm = []\n"
 	}
-	s := &Server{URL: "http://" + listen, Data: data, t: t, HTTP: http.DefaultClient, logs: &lockedBuffer{}}
+	s := &Server{URL: "http://" + listen, Data: data, t: t, HTTP: http.DefaultClient, logs: &lockedBuffer{}, stopWait: o.StopWait}
+	if s.stopWait == 0 {
+		s.stopWait = 30 * time.Second
+	}
 	if o.TLS != nil {
 		s.URL, s.HTTP, s.TLS = "https://"+listen, o.TLS.Client(t), o.TLS
 		cfg += fmt.Sprintf("\n[tls]\ncert = %q\nkey = %q\npeer_ca = %q\n", o.TLS.Cert, o.TLS.Key, o.TLS.CA)
@@ -248,7 +255,7 @@ func (s *Server) Stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(s.stopWait):
 		s.t.Errorf("corral serve ignored SIGTERM")
 		s.cmd.Process.Kill()
 		<-s.done

@@ -38,10 +38,18 @@ const pausedFile = "corral-paused.json"
 type pausedSandbox struct {
 	// Key is runtime.Key of the paused sandbox's spec, Workspace its disk
 	// image and Fixed its limits that a restore cannot change.
-	Key       string         `json:"key"`
-	Workspace string         `json:"workspace"`
-	Fixed     runtime.Limits `json:"fixed"`
-	PausedAt  time.Time      `json:"paused_at"`
+	Key       string `json:"key"`
+	Workspace string `json:"workspace"`
+	// WorkspaceRel is Workspace relative to the pause directory: a
+	// directory moved (or copied to another node, internal/live's
+	// snapshots) with the disk beside it is restored from there.
+	WorkspaceRel string `json:"workspace_rel,omitempty"`
+	// Shape is runtime.Shape of the spec: what a restore where the
+	// directory moved to (another node, whose paths differ) checks
+	// instead of Key.
+	Shape    string         `json:"shape,omitempty"`
+	Fixed    runtime.Limits `json:"fixed"`
+	PausedAt time.Time      `json:"paused_at"`
 }
 
 // checkpointFlags: pages uncompressed (this runsc's default, pinned) in a
@@ -115,8 +123,12 @@ func (s *gvisorSandbox) Pause(ctx context.Context, dir string) error {
 	err = syncFiles(dir)
 	if err == nil {
 		var meta []byte
-		meta, err = json.Marshal(pausedSandbox{Key: runtime.Key(runtime.TierGVisor, s.spec), Workspace: workspace,
-			Fixed: s.rt.Fixed(*s.limits.Load()), PausedAt: time.Now().UTC()})
+		p := pausedSandbox{Key: runtime.Key(runtime.TierGVisor, s.spec), Shape: runtime.Shape(runtime.TierGVisor, s.spec), Workspace: workspace,
+			Fixed: s.rt.Fixed(*s.limits.Load()), PausedAt: time.Now().UTC()}
+		if abs, aerr := filepath.Abs(dir); aerr == nil {
+			p.WorkspaceRel, _ = filepath.Rel(abs, workspace)
+		}
+		meta, err = json.Marshal(p)
 		if err == nil {
 			err = writeFileSync(filepath.Join(dir, pausedFile), meta)
 		}
@@ -128,7 +140,9 @@ func (s *gvisorSandbox) Pause(ctx context.Context, dir string) error {
 		return errors.Join(fmt.Errorf("pause sandbox %s: %w", s.id, err), derr, removeImage(dir))
 	}
 	if derr != nil {
-		return fmt.Errorf("pause sandbox %s: saved, but not all of it was removed: %w", s.id, derr)
+		// Saved whole, and stopped: the pause happened. What is left (a
+		// loop device a slow teardown still holds) goes by itself.
+		s.rt.cfg.Log.Warn("a paused sandbox was saved, but not all of it was removed", "sandbox", s.id, "err", derr)
 	}
 	return nil
 }
@@ -175,10 +189,16 @@ func (r *Runtime) checkImage(spec runtime.Spec, dir string) error {
 		return fmt.Errorf("restore from %s: %w: %w", dir, runtime.ErrNoImage, err)
 	}
 	workspace, err := filepath.Abs(spec.Workspace)
+	// moved: the directory moved with the disk beside it (a snapshot
+	// taken up on another node, or elsewhere on this one).
+	moved := false
+	if abs, aerr := filepath.Abs(dir); aerr == nil && p.WorkspaceRel != "" && workspace != p.Workspace {
+		moved = filepath.Join(abs, p.WorkspaceRel) == workspace
+	}
 	switch {
-	case spec.Workspace == "" || err != nil || workspace != p.Workspace:
+	case spec.Workspace == "" || err != nil || (workspace != p.Workspace && !moved):
 		return fmt.Errorf("restore from %s: paused with workspace %s, not %q: %w", dir, p.Workspace, spec.Workspace, runtime.ErrNoImage)
-	case runtime.Key(r.cfg.Tier, spec) != p.Key:
+	case runtime.Key(r.cfg.Tier, spec) != p.Key && !(moved && p.Shape != "" && runtime.Shape(r.cfg.Tier, spec) == p.Shape):
 		return fmt.Errorf("restore from %s: paused with another image, mounts or overlays: %w", dir, runtime.ErrNoImage)
 	case r.Fixed(spec.Limits) != p.Fixed:
 		return fmt.Errorf("restore from %s: paused with fixed limits %+v, not %+v: %w", dir, p.Fixed, r.Fixed(spec.Limits), runtime.ErrNoImage)

@@ -229,6 +229,14 @@ type Pauser interface {
 	Pause(ctx context.Context, dir string) error
 }
 
+// DiskCopier is a Sandbox made with Spec.Workspace that can copy its
+// disk's image while it runs, for a snapshot of its files: its file system
+// is frozen for the copy (its programs' writes wait), so that the copy is
+// consistent. dst must not exist; on error it is not left behind.
+type DiskCopier interface {
+	CopyDisk(ctx context.Context, dst string) error
+}
+
 // Restorer is a Runtime that restores what its sandboxes' Pause saved.
 type Restorer interface {
 	// Restore starts a sandbox from the state Pause saved in dir. spec must
@@ -238,6 +246,16 @@ type Restorer interface {
 	// lists the processes that run (agent.ResumeState), and Attach takes
 	// up their output. The saved state serves once: Restore removes it.
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
+}
+
+// Rebaser is a Restorer whose saved state can be restored on a copy of
+// the paused sandbox's Workspace image at another path: a snapshot of a
+// sandbox made into a new sandbox, with a disk of its own. The copy must
+// be whole and at rest (the image as the pause left it).
+type Rebaser interface {
+	// Rebase makes the state saved in dir name workspace as its
+	// Workspace image.
+	Rebase(dir, workspace string) error
 }
 
 // ErrNotPausable reports a sandbox Pause cannot save (one without a

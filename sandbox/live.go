@@ -83,6 +83,8 @@ const (
 	PauseClient  = "client"
 	PauseTimeout = "timeout"
 	PauseIdle    = "idle"
+	// PauseDrain: its node was drained (SIGTERM) and handed it off.
+	PauseDrain = "drain"
 )
 
 // Info describes a live sandbox (GET /v1/sandboxes/{id}; the OpenAPI
@@ -141,6 +143,10 @@ type SandboxPause struct {
 	// for the server's pause_after_idle). A sandbox the server paused
 	// resumes on its next call that needs it running.
 	Reason string `json:"reason,omitempty"`
+	// SnapshotID names the snapshot the paused sandbox is kept as in the
+	// server's snapshot store, when it keeps them: any node of the
+	// cluster can resume it from there.
+	SnapshotID string `json:"snapshot_id,omitempty"`
 }
 
 // SandboxResume says what a resume kept.

@@ -82,6 +82,9 @@ type Config struct {
 	// a process that takes none of its stdin for this long fails the
 	// write with ErrNotReading (DefaultStdinStall if zero).
 	StdinStall time.Duration
+	// Snapshots keeps paused sandboxes where every node can take them up
+	// (snapstore.go); nil: they stay on this node's disk only.
+	Snapshots *snapshot.Store
 }
 
 // DefaultConfig: live sandboxes live 5 minutes unless told (24 h at

@@ -189,9 +189,12 @@ func Open(ctx context.Context, cfg Config, owner Owner, log *slog.Logger) (*Tabl
 }
 
 func (t *Table) newWorkspace(info Info) *Workspace {
-	return &Workspace{key: key(info.Tenant, info.ID), dir: filepath.Join(t.cfg.Dir, info.Tenant, info.ID),
+	return &Workspace{key: key(info.Tenant, info.ID), dir: t.Dir(info.Tenant, info.ID),
 		lock: make(chan struct{}, 1), info: info}
 }
+
+// Dir is the directory workspace (tenant, id) has or would have.
+func (t *Table) Dir(tenant, id string) string { return filepath.Join(t.cfg.Dir, tenant, id) }
 
 // Own asks the owner for (tenant, id): ErrElsewhere when another node
 // owns it.

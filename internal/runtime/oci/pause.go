@@ -38,10 +38,14 @@ const pausedFile = "corral-paused.json"
 type pausedSandbox struct {
 	// Key is runtime.Key of the paused sandbox's spec, Workspace its disk
 	// image and Fixed its limits that a restore cannot change.
-	Key       string         `json:"key"`
-	Workspace string         `json:"workspace"`
-	Fixed     runtime.Limits `json:"fixed"`
-	PausedAt  time.Time      `json:"paused_at"`
+	Key       string `json:"key"`
+	Workspace string `json:"workspace"`
+	// WorkspaceRel is Workspace relative to the pause directory: a
+	// directory moved (or copied to another node, internal/live's
+	// snapshots) with the disk beside it is restored from there.
+	WorkspaceRel string         `json:"workspace_rel,omitempty"`
+	Fixed        runtime.Limits `json:"fixed"`
+	PausedAt     time.Time      `json:"paused_at"`
 }
 
 // checkpointFlags: pages uncompressed (this runsc's default, pinned) in a
@@ -116,8 +120,12 @@ func (s *gvisorSandbox) Pause(ctx context.Context, dir string) error {
 	err = syncFiles(dir)
 	if err == nil {
 		var meta []byte
-		meta, err = json.Marshal(pausedSandbox{Key: runtime.Key(runtime.TierGVisor, s.spec), Workspace: workspace,
-			Fixed: s.rt.Fixed(*s.limits.Load()), PausedAt: time.Now().UTC()})
+		p := pausedSandbox{Key: runtime.Key(runtime.TierGVisor, s.spec), Workspace: workspace,
+			Fixed: s.rt.Fixed(*s.limits.Load()), PausedAt: time.Now().UTC()}
+		if abs, aerr := filepath.Abs(dir); aerr == nil {
+			p.WorkspaceRel, _ = filepath.Rel(abs, workspace)
+		}
+		meta, err = json.Marshal(p)
 		if err == nil {
 			err = writeFileSync(filepath.Join(dir, pausedFile), meta)
 		}
@@ -211,8 +219,12 @@ func (r *Runtime) checkImage(spec runtime.Spec, dir string) error {
 		return err
 	}
 	workspace, err := filepath.Abs(spec.Workspace)
+	moved := false
+	if abs, aerr := filepath.Abs(dir); aerr == nil && p.WorkspaceRel != "" {
+		moved = filepath.Join(abs, p.WorkspaceRel) == workspace
+	}
 	switch {
-	case spec.Workspace == "" || err != nil || workspace != p.Workspace:
+	case spec.Workspace == "" || err != nil || (workspace != p.Workspace && !moved):
 		return fmt.Errorf("restore from %s: paused with workspace %s, not %q: %w", dir, p.Workspace, spec.Workspace, runtime.ErrNoImage)
 	case runtime.Key(r.cfg.Tier, spec) != p.Key:
 		return fmt.Errorf("restore from %s: paused with another image, mounts or overlays: %w", dir, runtime.ErrNoImage)

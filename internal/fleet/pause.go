@@ -58,18 +58,3 @@ func (f *Fleet) Restore(ctx context.Context, tier runtime.Tier, spec runtime.Spe
 	f.mu.Unlock()
 	return sb, nil
 }
-
-// Rebase makes the state a Pause saved in dir name workspace as its
-// disk image (runtime.Rebaser): a copy of the paused sandbox's disk,
-// made into another sandbox.
-func (f *Fleet) Rebase(tier runtime.Tier, dir, workspace string) error {
-	rt, ok := f.Runtime(tier)
-	if !ok {
-		return fmt.Errorf("no %s runtime", tier)
-	}
-	r, ok := rt.(runtime.Rebaser)
-	if !ok {
-		return fmt.Errorf("%w: the %s runtime cannot move a saved sandbox to another disk", runtime.ErrUnavailable, tier)
-	}
-	return r.Rebase(dir, workspace)
-}

@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/session"
-	"github.com/corralhq/corral/internal/snapshot"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/internal/workspace"
@@ -405,8 +403,6 @@ type onRuntimes struct {
 	logs  *testenv.LogBuffer
 	lm    *Manager
 	m     *byID
-	// snaps is the Manager's snapshot store, on a local blob directory.
-	snaps *snapshot.Store
 }
 
 // newOnRuntimes makes an onRuntimes with cfg, closed at the end of t.
@@ -419,16 +415,7 @@ func newOnRuntimes(t *testing.T, cfg Config) *onRuntimes {
 	if r.table, err = workspace.Open(t.Context(), workspace.Config{Dir: t.TempDir(), ReapInterval: time.Minute}, reg, log); err != nil {
 		t.Fatal(err)
 	}
-	blobs, err := local.New(t.TempDir(), "http://127.0.0.1:1", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { blobs.Close() })
-	if r.snaps, err = snapshot.New(blobs, snapshot.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.snaps.Close() })
-	r.lm = New(cfg, Deps{Table: r.table, Engine: r.e, Fleet: r.e.Fleet(), Publisher: reg, Snapshots: r.snaps, Log: log})
+	r.lm = New(cfg, Deps{Table: r.table, Engine: r.e, Fleet: r.e.Fleet(), Publisher: reg, Log: log})
 	t.Cleanup(r.lm.Close)
 	r.m = &byID{Manager: r.lm, sessions: session.New(session.DefaultConfig(), r.table, r.e, r.e.Fleet(), log)}
 	return r

@@ -114,9 +114,7 @@ type Manager struct {
 	fleet  *fleet.Fleet
 	pub    Publisher
 	pool   Taker // nil: no warm sandboxes
-	// snaps keeps snapshots (snapshots.go); nil: the server takes none.
-	snaps *snapshot.Store
-	log   *slog.Logger
+	log    *slog.Logger
 
 	// mu guards every sandbox's spec and token; it is taken before the
 	// table's own lock.
@@ -201,17 +199,14 @@ type Deps struct {
 	// Pool gives a new sandbox its first sandbox when one there matches
 	// (pool.Pool).
 	Pool Taker
-	// Snapshots keeps snapshots of sandboxes (snapshots.go), in the blob
-	// store every node shares; nil: snapshots are not served.
-	Snapshots *snapshot.Store
-	Log       *slog.Logger
+	Log  *slog.Logger
 }
 
 // New returns the manager of the live sandboxes in d.Table: those on disk
 // from this node's last run are made again on their next use.
 func New(cfg Config, d Deps) *Manager {
 	table, log := d.Table, d.Log
-	m := &Manager{cfg: cfg, table: table, engine: d.Engine, fleet: d.Fleet, pub: d.Publisher, pool: d.Pool, snaps: d.Snapshots, log: log}
+	m := &Manager{cfg: cfg, table: table, engine: d.Engine, fleet: d.Fleet, pub: d.Publisher, pool: d.Pool, log: log}
 	for _, w := range table.All() {
 		rec := table.State(w).Live
 		if rec == nil {
@@ -300,13 +295,6 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	} else if !validate.ValidID(req.SandboxID) {
 		return nil, sandbox.Info{}, validate.Refuse("sandbox_id", validate.IDRule)
 	}
-	var from *snapshot.Manifest
-	if req.SnapshotID != "" {
-		var err error
-		if from, req, err = m.fromSnapshot(ctx, tenant, req); err != nil {
-			return nil, sandbox.Info{}, err
-		}
-	}
 	timeout := validate.Duration(req.TimeoutSeconds, time.Second)
 	if timeout == 0 {
 		timeout = m.cfg.DefaultTimeout
@@ -320,6 +308,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	}
 	if err := checkLifecycle(req.Lifecycle); err != nil {
 		return nil, sandbox.Info{}, err
+	}
+	if req.SnapshotID != "" {
+		return m.fromSnapshot(ctx, tenant, req, timeout)
 	}
 	p, err := m.prepare(tenant, &req)
 	if err != nil {
@@ -355,11 +346,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	// for the id meanwhile finds no sandbox.
 	s.w = w
 	m.table.SetOccupant(w, s)
-	var rep *sandbox.SandboxResume
-	switch {
-	case err == nil && from != nil:
-		rep, err = s.makeFrom(ctx, from)
-	case err == nil:
+	if err == nil {
 		_, err = s.held(ctx)
 	}
 	if err != nil {
@@ -369,10 +356,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 		}
 		return nil, sandbox.Info{}, err
 	}
-	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", p.Tier, "image", p.Image.Name, "snapshot", req.SnapshotID)
+	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", p.Tier, "image", p.Image.Name)
 	info := s.Info()
 	m.publish(ctx, s, info)
-	info.Resume = rep
 	return s, info, nil
 }
 

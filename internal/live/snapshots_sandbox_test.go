@@ -25,7 +25,9 @@ func TestSnapshotSandbox(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tier := range []runtime.Tier{runtime.TierContainer, runtime.TierGVisor} {
 		t.Run(string(tier), func(t *testing.T) {
-			r := newOnRuntimes(t, DefaultConfig())
+			cfg := DefaultConfig()
+			cfg.Snapshots = snapshots(t)
+			r := newOnRuntimes(t, cfg)
 			m, lm := r.m, r.lm
 			defer func() {
 				if t.Failed() || testing.Verbose() {
@@ -72,7 +74,7 @@ func TestSnapshotSandbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			snap, err := src.Snapshot(ctx, "first")
+			snap, err := src.CreateSnapshot(ctx, "first")
 			if err != nil {
 				t.Fatalf("snapshot: %v", err)
 			}
@@ -149,7 +151,7 @@ func TestSnapshotSandbox(t *testing.T) {
 			if _, _, err := lm.Create(ctx, "t", sandbox.CreateSandboxRequest{SnapshotID: snap.SnapshotID, Image: "other"}); fault.Of(err).Field != "image" {
 				t.Errorf("create from it with another image: %v, want refused", err)
 			}
-			if _, err := src.Snapshot(ctx, "snap_x"); fault.Of(err).Field != "name" {
+			if _, err := src.CreateSnapshot(ctx, "snap_x"); fault.Of(err).Field != "name" {
 				t.Errorf("snapshot named snap_x: %v, want refused", err)
 			}
 

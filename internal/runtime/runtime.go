@@ -248,16 +248,6 @@ type Restorer interface {
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 
-// Rebaser is a Restorer whose saved state can be restored on a copy of
-// the paused sandbox's Workspace image at another path: a snapshot of a
-// sandbox made into a new sandbox, with a disk of its own. The copy must
-// be whole and at rest (the image as the pause left it).
-type Rebaser interface {
-	// Rebase makes the state saved in dir name workspace as its
-	// Workspace image.
-	Rebase(dir, workspace string) error
-}
-
 // ErrNotPausable reports a sandbox Pause cannot save (one without a
 // Workspace).
 var ErrNotPausable = errors.New("sandbox cannot be paused")

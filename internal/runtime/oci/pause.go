@@ -69,7 +69,6 @@ type gvisorSandbox struct {
 
 var _ runtime.Pauser = (*gvisorSandbox)(nil)
 var _ runtime.Restorer = (*Runtime)(nil)
-var _ runtime.Rebaser = (*Runtime)(nil)
 
 // wrap returns s as the runtime.Sandbox its tier makes it.
 func (r *Runtime) wrap(s *Sandbox, spec runtime.Spec) runtime.Sandbox {
@@ -173,50 +172,15 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 	return r.wrap(s, spec), nil
 }
 
-// Rebase implements runtime.Rebaser.
-func (r *Runtime) Rebase(dir, workspace string) error {
-	p, err := readPaused(dir)
-	if err != nil {
-		return err
-	}
-	if p.Workspace, err = filepath.Abs(workspace); err != nil {
-		return fmt.Errorf("rebase %s: %w", dir, err)
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("rebase %s: %w", dir, err)
-	}
-	// Written aside and renamed: a crash leaves the old marker or the new.
-	tmp := filepath.Join(dir, pausedFile+".tmp")
-	os.Remove(tmp)
-	if err := writeFileSync(tmp, b); err != nil {
-		return fmt.Errorf("rebase %s: %w", dir, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, pausedFile)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("rebase %s: %w", dir, err)
-	}
-	return nil
-}
-
-// readPaused reads dir's pausedFile.
-func readPaused(dir string) (pausedSandbox, error) {
-	var p pausedSandbox
-	b, err := os.ReadFile(filepath.Join(dir, pausedFile))
-	if err != nil {
-		return p, fmt.Errorf("restore from %s: %w: %w", dir, runtime.ErrNoImage, err)
-	}
-	if err := json.Unmarshal(b, &p); err != nil {
-		return p, fmt.Errorf("restore from %s: %w: %w", dir, runtime.ErrNoImage, err)
-	}
-	return p, nil
-}
-
 // checkImage reads dir's pausedFile and checks that spec can restore it.
 func (r *Runtime) checkImage(spec runtime.Spec, dir string) error {
-	p, err := readPaused(dir)
+	b, err := os.ReadFile(filepath.Join(dir, pausedFile))
 	if err != nil {
-		return err
+		return fmt.Errorf("restore from %s: %w: %w", dir, runtime.ErrNoImage, err)
+	}
+	var p pausedSandbox
+	if err := json.Unmarshal(b, &p); err != nil {
+		return fmt.Errorf("restore from %s: %w: %w", dir, runtime.ErrNoImage, err)
 	}
 	workspace, err := filepath.Abs(spec.Workspace)
 	moved := false

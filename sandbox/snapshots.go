@@ -68,11 +68,15 @@ type ForkRequest struct {
 // ForkResult is one fork of a ForkAnswer: its sandbox, or why it could
 // not be made.
 type ForkResult struct {
-	Sandbox *Info `json:"sandbox,omitempty"`
-	Error   *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error,omitempty"`
+	Sandbox *Info      `json:"sandbox,omitempty"`
+	Error   *ForkError `json:"error,omitempty"`
+}
+
+// ForkError is why a fork could not be made: an API error's code and
+// message.
+type ForkError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // ForkAnswer is the answer of POST /v1/sandboxes/{id}/fork: one result

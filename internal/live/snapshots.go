@@ -205,6 +205,45 @@ func (m *Manager) Snapshots(ctx context.Context, tenant, sandboxID string) ([]sa
 	return out, nil
 }
 
+// MaxSnapshotPage bounds a page of SnapshotPage.
+const MaxSnapshotPage = 1000
+
+// SnapshotPage is a page of Snapshots: at most limit (1 to
+// MaxSnapshotPage) after cursor ("": from the newest), and the cursor of
+// the next page ("": none). A cursor is opaque to the caller; one this
+// server did not make is refused naming field.
+func (m *Manager) SnapshotPage(ctx context.Context, tenant, sandboxID, field, cursor string, limit int) ([]sandbox.Snapshot, string, error) {
+	if sandboxID != "" && !validate.ValidID(sandboxID) {
+		return nil, "", validate.Refuse("sandbox_id", validate.IDRule)
+	}
+	var after sandbox.Snapshot
+	if cursor != "" {
+		ns, id, ok := strings.Cut(cursor, ".")
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if !ok || err != nil || snapshot.ValidID(id) != nil {
+			return nil, "", validate.Refuse(field, "is not a cursor this server gave; start again without it")
+		}
+		after = sandbox.Snapshot{SnapshotID: id, CreatedAt: time.Unix(0, n).UTC()}
+	}
+	all, err := m.Snapshots(ctx, tenant, sandboxID)
+	if err != nil {
+		return nil, "", err
+	}
+	if cursor != "" {
+		// Newest first: what comes after the cursor is older, or as old
+		// with a smaller id.
+		all = slices.DeleteFunc(all, func(sn sandbox.Snapshot) bool {
+			c := sn.CreatedAt.Compare(after.CreatedAt)
+			return c > 0 || c == 0 && sn.SnapshotID >= after.SnapshotID
+		})
+	}
+	if len(all) <= limit {
+		return all, "", nil
+	}
+	last := all[limit-1]
+	return all[:limit], strconv.FormatInt(last.CreatedAt.UnixNano(), 10) + "." + last.SnapshotID, nil
+}
+
 // Snapshot describes tenant's snapshot ref (its id or name).
 func (m *Manager) Snapshot(ctx context.Context, tenant, ref string) (sandbox.Snapshot, error) {
 	mf, err := m.findSnapshot(ctx, tenant, "snapshot_id", ref)
@@ -479,7 +518,7 @@ func (s *Sandbox) Fork(ctx context.Context, count int, timeout time.Duration) ([
 		return nil, validate.Refuse("count", "must be between 1 and %d", MaxForks)
 	}
 	if timeout < 0 || timeout > m.cfg.MaxTimeout {
-		return nil, m.timeoutError()
+		return nil, validate.Refuse("timeout_seconds", "must be between 0 (the default) and %d", int(m.cfg.MaxTimeout.Seconds()))
 	}
 	mf, _, err := s.createSnapshot(ctx, "", kindFork)
 	if err != nil {

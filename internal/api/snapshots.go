@@ -53,7 +53,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, t *Tenant
 		}
 		limit = n
 	}
-	list, next, err := s.live.SnapshotPage(r.Context(), t.Name, q.Get("sandbox_id"), "cursor", q.Get("cursor"), limit)
+	list, next, err := s.live.SnapshotPage(r.Context(), t.Name, live.SnapshotFilter{SandboxID: q.Get("sandbox_id")}, "cursor", q.Get("cursor"), limit)
 	s.reply(w, http.StatusOK, sandbox.SnapshotList{Snapshots: list, NextCursor: next}, err)
 }
 

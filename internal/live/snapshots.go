@@ -189,16 +189,23 @@ func (m *Manager) findSnapshot(ctx context.Context, tenant, field, ref string) (
 	return nil, ErrSnapshotNotFound.With(field, "no snapshot has the id or name %q (list them: GET /v1/snapshots)", ref)
 }
 
-// Snapshots lists tenant's snapshots, newest first; those of sandboxID
-// alone when it is set.
-func (m *Manager) Snapshots(ctx context.Context, tenant, sandboxID string) ([]sandbox.Snapshot, error) {
+// SnapshotFilter picks snapshots of a listing; an empty field picks all.
+type SnapshotFilter struct {
+	// SandboxID: those of this sandbox; Name: those given this name or
+	// with this id.
+	SandboxID, Name string
+}
+
+// Snapshots lists tenant's snapshots that f picks, newest first.
+func (m *Manager) Snapshots(ctx context.Context, tenant string, f SnapshotFilter) ([]sandbox.Snapshot, error) {
 	list, err := m.tenantSnapshots(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]sandbox.Snapshot, 0, len(list))
 	for _, mf := range list {
-		if sandboxID == "" || mf.Meta.Extra[MetaSandbox] == sandboxID {
+		if (f.SandboxID == "" || mf.Meta.Extra[MetaSandbox] == f.SandboxID) &&
+			(f.Name == "" || mf.Meta.Extra[extraName] == f.Name || mf.ID == f.Name) {
 			out = append(out, snapshotInfo(mf))
 		}
 	}
@@ -212,8 +219,8 @@ const MaxSnapshotPage = 1000
 // MaxSnapshotPage) after cursor ("": from the newest), and the cursor of
 // the next page ("": none). A cursor is opaque to the caller; one this
 // server did not make is refused naming field.
-func (m *Manager) SnapshotPage(ctx context.Context, tenant, sandboxID, field, cursor string, limit int) ([]sandbox.Snapshot, string, error) {
-	if sandboxID != "" && !validate.ValidID(sandboxID) {
+func (m *Manager) SnapshotPage(ctx context.Context, tenant string, f SnapshotFilter, field, cursor string, limit int) ([]sandbox.Snapshot, string, error) {
+	if f.SandboxID != "" && !validate.ValidID(f.SandboxID) {
 		return nil, "", validate.Refuse("sandbox_id", validate.IDRule)
 	}
 	var after sandbox.Snapshot
@@ -225,7 +232,7 @@ func (m *Manager) SnapshotPage(ctx context.Context, tenant, sandboxID, field, cu
 		}
 		after = sandbox.Snapshot{SnapshotID: id, CreatedAt: time.Unix(0, n).UTC()}
 	}
-	all, err := m.Snapshots(ctx, tenant, sandboxID)
+	all, err := m.Snapshots(ctx, tenant, f)
 	if err != nil {
 		return nil, "", err
 	}

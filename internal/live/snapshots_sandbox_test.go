@@ -127,11 +127,11 @@ func TestSnapshotSandbox(t *testing.T) {
 			}
 
 			// Listed for its tenant, not for another.
-			list, err := lm.Snapshots(ctx, "t", "")
+			list, err := lm.Snapshots(ctx, "t", SnapshotFilter{})
 			if err != nil || len(list) != 1 || list[0].SnapshotID != snap.SnapshotID {
 				t.Errorf("snapshots of t: %+v, %v", list, err)
 			}
-			if list, err := lm.Snapshots(ctx, "other", ""); err != nil || len(list) != 0 {
+			if list, err := lm.Snapshots(ctx, "other", SnapshotFilter{}); err != nil || len(list) != 0 {
 				t.Errorf("snapshots of another tenant: %+v, %v", list, err)
 			}
 			if _, err := lm.Snapshot(ctx, "other", snap.SnapshotID); !errors.Is(err, ErrSnapshotNotFound) {
@@ -185,7 +185,7 @@ func TestSnapshotSandbox(t *testing.T) {
 			if got, _ := read("src", "mine.txt"); got != "" {
 				t.Errorf("the source has a fork's file: %q", got)
 			}
-			if list, err := lm.Snapshots(ctx, "t", ""); err != nil || len(list) != 1 {
+			if list, err := lm.Snapshots(ctx, "t", SnapshotFilter{}); err != nil || len(list) != 1 {
 				t.Errorf("snapshots after the fork (its own is not listed, and deleted): %+v, %v", list, err)
 			}
 

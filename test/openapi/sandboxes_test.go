@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralhq/corral/test/testserver"
 	"github.com/corralhq/corral/sandbox"
+	"github.com/corralhq/corral/test/testserver"
 )
 
 // liveSandboxes exercises every operation of /v1/sandboxes and each

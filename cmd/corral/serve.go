@@ -31,6 +31,7 @@ import (
 	"github.com/corralhq/corral/internal/pool"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/snapshot"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/state/memory"
 	"github.com/corralhq/corral/internal/state/redis"
@@ -108,7 +109,8 @@ type daemon struct {
 // open opens what p describes, in order: the listener's certificate and
 // the peers' CAs (with TLS), runtimes and engine (reaping what a previous
 // process left), store, state, this node's heartbeat, warm pool,
-// notifier, workspaces with their sessions and live sandboxes, blob store,
+// notifier, blob store (and the snapshot store on it), workspaces with
+// their sessions and live sandboxes,
 // node, API with E2B's beside it. Each one opened is closed by cu.
 func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, error) {
 	auth, err := api.NewAuth(p.Tenants)
@@ -144,15 +146,23 @@ func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, 
 	d.pool = openPool(ctx, p.Pool, d.local, m, log.With("component", "pool"))
 	cu.AddFunc(d.pool.Close)
 	d.notifier = newNotifier(p, st, auth, m, log)
-	sessions, sandboxes, err := d.openWorkspaces(ctx, cu)
-	if err != nil {
-		return nil, err
-	}
 	blobs, blobHandler, err := openBlob(ctx, p, log)
 	if err != nil {
 		return nil, fmt.Errorf("open blob store: %w", err)
 	}
 	cu.Add(blobs.Close)
+	if p.Snapshots {
+		snaps, err := snapshot.New(blobs, snapshot.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("open snapshot store: %w", err)
+		}
+		cu.Add(snaps.Close)
+		d.plan.Sandboxes.Snapshots = snaps
+	}
+	sessions, sandboxes, err := d.openWorkspaces(ctx, cu)
+	if err != nil {
+		return nil, err
+	}
 	d.node = node.New(p.Node, node.Deps{Engine: d.local.engine, Fleet: d.local.fleet, Pool: d.pool, Store: st, State: ls,
 		Cluster: d.cluster, Notifier: d.notifier, Metrics: m, Log: log.With("node", p.Cluster.ID), Sessions: sessions,
 		Artifacts: node.BlobArtifacts{Store: blobs}})
@@ -178,7 +188,7 @@ func (d *daemon) openWorkspaces(ctx context.Context, cu *cleanup) (*session.Mana
 	sessions := session.New(d.plan.Sessions, d.table, d.local.engine, d.local.fleet, d.log.With("component", "sessions"))
 	cu.AddFunc(sessions.Close)
 	d.live = live.New(d.plan.Sandboxes, live.Deps{Table: d.table, Engine: d.local.engine, Fleet: d.local.fleet,
-		Publisher: d.cluster, Pool: d.pool, Log: d.log.With("component", "sandboxes")})
+		Publisher: d.cluster, Mover: d.cluster, Pool: d.pool, Log: d.log.With("component", "sandboxes")})
 	cu.AddFunc(d.live.Close)
 	return sessions, d.live, nil
 }
@@ -257,14 +267,20 @@ func (d *daemon) start(ctx context.Context, wg *sync.WaitGroup) {
 // drain is the answer to SIGTERM (docs/ARCHITECTURE.md): /readyz answers
 // 503 so load balancers look elsewhere, no more work is claimed, what has
 // not started goes back to the queue, and what runs may finish for the
-// drain timeout. The same signal again stops at once.
+// drain timeout, while the live sandboxes move to the other nodes through
+// the snapshot store (with sessions.snapshots; live.Manager.Drain). The
+// same signal again stops at once.
 func (d *daemon) drain() {
 	signal.Reset(os.Interrupt, syscall.SIGTERM)
 	d.api.Drain()
 	d.log.Info("draining", "running", d.node.Running(), "drain_timeout", d.plan.DrainTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), d.plan.DrainTimeout)
 	defer cancel()
+	var wg sync.WaitGroup
+	// Live sandboxes move to the other nodes meanwhile (with snapshots).
+	wg.Go(func() { d.live.Drain(ctx) })
 	d.node.Drain(ctx)
+	wg.Wait()
 }
 
 // openTLS reads the listener's certificate, and the CAs the other nodes'

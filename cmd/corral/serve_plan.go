@@ -60,6 +60,9 @@ type plan struct {
 	TLS config.TLS
 	// DrainTimeout is how long what runs may finish after SIGTERM.
 	DrainTimeout time.Duration
+	// Snapshots: paused live sandboxes are kept in the blob store too
+	// (sessions.snapshots).
+	Snapshots bool
 }
 
 // backend is a store, state or blob store to open.
@@ -88,7 +91,7 @@ type e2bPlan struct {
 // An error names a setting no component can take.
 func planServe(cfg config.Config) (plan, error) {
 	p := plan{Tenants: tenants(cfg), Local: cfg.Local, Engine: engineConfig(cfg), PublicURL: cfg.PublicURL,
-		Listen: cfg.Listen, TLS: cfg.TLS, DrainTimeout: time.Duration(cfg.DrainTimeout), API: api.Config{MaxBodyBytes: cfg.MaxBodyBytes},
+		Listen: cfg.Listen, TLS: cfg.TLS, DrainTimeout: time.Duration(cfg.DrainTimeout), Snapshots: cfg.Sessions.Snapshots, API: api.Config{MaxBodyBytes: cfg.MaxBodyBytes},
 		E2B: e2bPlan{Domain: cfg.E2B.Domain, Tier: sandbox.Isolation(cfg.E2B.Tier)}}
 	p.Store = storeBackend(cfg)
 	var err error

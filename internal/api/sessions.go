@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/validate"
+	"github.com/corralhq/corral/sandbox"
 )
 
 // sessionBody is the optional body of PUT /v1/sessions/{id}.
@@ -71,7 +73,35 @@ func (s *Server) RouteSandbox(w http.ResponseWriter, r *http.Request, tenant, id
 }
 
 func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id string, how int, fail func(http.ResponseWriter, error)) bool {
-	if s.cluster == nil || cluster.Forwarded(r) {
+	moves := how&sandboxCall != 0 && s.live != nil
+	if moves {
+		// A sandbox arriving on this node or leaving it: its move ends
+		// first, and one that left is routed anew.
+		left, err := s.live.Settle(r.Context(), tenant, id)
+		if err != nil {
+			fail(w, err)
+			return false
+		}
+		if left && s.cluster != nil {
+			return s.routeLeft(w, r, tenant, id, fail)
+		}
+	}
+	if s.cluster == nil {
+		return true
+	}
+	if cluster.Forwarded(r) {
+		if moves && !s.live.Has(tenant, id) && s.live.Movable() {
+			// Sent here by a node it left (a drain): taken over here if
+			// it is in the snapshot store.
+			_, se, err := s.ownerOf(r, tenant, id, how)
+			if se != nil {
+				if _, err := s.takeOver(r, tenant, id, se); err != nil && !errors.Is(err, live.ErrElsewhere) {
+					s.log.Warn("take over a sandbox sent here by another node", "sandbox", id, "err", err)
+				}
+			} else if err != nil && !errors.Is(err, cluster.ErrNoOwner) {
+				s.log.Warn("find the owner of a sandbox sent here by another node", "sandbox", id, "err", err)
+			}
+		}
 		return true
 	}
 	// An owner's error on a call about a live sandbox is the sandbox's.
@@ -82,20 +112,110 @@ func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id stri
 		}
 		fail(w, err)
 	}
-	owner, err := s.cluster.OwnerOf(r.Context(), tenant, id, how&claimSession != 0)
-	var se *cluster.OwnerError
-	switch {
-	case errors.Is(err, cluster.ErrNoOwner):
-		return true // this node answers that there is none
-	case errors.As(err, &se) && se.Lost && how&forgetLost != 0:
-		// Deleting a lost session: its files went with its node; the id
-		// is free again.
-		if err := s.cluster.Forget(r.Context(), se); err != nil {
+	for try := 0; ; try++ {
+		owner, se, err := s.ownerOf(r, tenant, id, how)
+		if se != nil && moves && try < 2 && (se.HandedOff || se.Lost) {
+			// Handed off by a drain, or lost paused: taken over here from
+			// the snapshot store, if it is there.
+			took, terr := s.takeOver(r, tenant, id, se)
+			switch {
+			case took:
+				return true
+			case errors.Is(terr, live.ErrElsewhere):
+				continue // another node took it first: routed to it
+			case errors.Is(terr, live.ErrDraining):
+				return s.routeLeft(w, r, tenant, id, fail)
+			case terr != nil:
+				fail(w, terr)
+				return false
+			}
+		}
+		switch {
+		case errors.Is(err, cluster.ErrNoOwner):
+			return true // this node answers that there is none
+		case se != nil && se.Lost && how&forgetLost != 0:
+			// Deleting a lost session: its files went with its node; the id
+			// is free again.
+			if err := s.cluster.Forget(r.Context(), se); err != nil {
+				failed(w, err)
+				return false
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return false
+		case err != nil:
 			failed(w, err)
 			return false
+		case owner.Local:
+			if moves {
+				// It may be arriving (a takeover under way on this node).
+				if _, err := s.live.Settle(r.Context(), tenant, id); err != nil {
+					fail(w, err)
+					return false
+				}
+			}
+			return true
 		}
-		w.WriteHeader(http.StatusNoContent)
+		s.cluster.Forward(w, r, tenant, id, owner, failed)
 		return false
+	}
+}
+
+// ownerOf returns the owner of (tenant, id), and the owner's error apart
+// when there is one.
+func (s *Server) ownerOf(r *http.Request, tenant, id string, how int) (cluster.Owner, *cluster.OwnerError, error) {
+	owner, err := s.cluster.OwnerOf(r.Context(), tenant, id, how&claimSession != 0)
+	var se *cluster.OwnerError
+	if errors.As(err, &se) {
+		return owner, se, err
+	}
+	return owner, nil, err
+}
+
+// takeOver takes tenant's sandbox id over on this node from the owner se
+// names, when that owner published it paused as a snapshot (live.Manager.
+// TakeOver); false, nil when it did not (the owner's error stands).
+func (s *Server) takeOver(r *http.Request, tenant, id string, se *cluster.OwnerError) (bool, error) {
+	if !s.live.Movable() {
+		return false, nil
+	}
+	pub, err := s.cluster.Published(r.Context(), tenant, id)
+	if errors.Is(err, cluster.ErrNoOwner) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var info sandbox.Info
+	if err := json.Unmarshal(pub.Info, &info); err != nil || pub.Node != se.Node || info.Pause == nil || info.Pause.SnapshotID == "" {
+		return false, nil
+	}
+	if err := s.live.TakeOver(r.Context(), tenant, id, se.Node, info.Pause.SnapshotID); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// routeLeft sends a call about a sandbox that left this node (a drain
+// handed it off) to its new owner, or, while none has taken it, to
+// another node, which takes it over: the node that sent the call here if
+// one did, else any that beats.
+func (s *Server) routeLeft(w http.ResponseWriter, r *http.Request, tenant, id string, fail func(http.ResponseWriter, error)) bool {
+	failed := func(w http.ResponseWriter, err error) {
+		var se *cluster.OwnerError
+		if errors.As(err, &se) {
+			err = se.FaultAs("sandbox")
+		}
+		fail(w, err)
+	}
+	owner, se, err := s.ownerOf(r, tenant, id, sandboxCall)
+	switch {
+	case se != nil && se.HandedOff:
+		peer, perr := s.cluster.Peer(r.Context(), r.Header.Get(cluster.ForwardedHeader))
+		if perr != nil {
+			failed(w, se)
+			return false
+		}
+		owner = peer
 	case err != nil:
 		failed(w, err)
 		return false

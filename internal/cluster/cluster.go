@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -48,9 +49,15 @@ type OwnerError struct {
 	// Lost: the owner is gone, and the session or sandbox with it. Otherwise the
 	// owner is not answering now and may come back (retry later).
 	Lost bool
+	// HandedOff: its node handed the sandbox off (a drain), kept in the
+	// snapshot store for any node to take over (Node is store.NoNode).
+	HandedOff bool
 }
 
 func (e *OwnerError) Error() string {
+	if e.HandedOff {
+		return fmt.Sprintf("%s was handed off by its node, for another to take over", e.ID)
+	}
 	if e.Lost {
 		return fmt.Sprintf("%s was lost with node %s", e.ID, e.Node)
 	}
@@ -65,6 +72,11 @@ func (e *OwnerError) Fault() *fault.Error { return e.FaultAs("session") }
 // FaultAs is e for a call about what ("session", or "sandbox" for a live
 // sandbox): codes what_lost and what_unavailable, field what_id.
 func (e *OwnerError) FaultAs(what string) *fault.Error {
+	if e.HandedOff {
+		return &fault.Error{Kind: fault.Unavailable, Code: what + "_unavailable", Field: what + "_id", Err: e,
+			RetryAfter: ownerRetryAfter,
+			Message:    what + " " + e.ID + " is moving between nodes; retry after the delay in Retry-After"}
+	}
 	if e.Lost {
 		return &fault.Error{Kind: fault.Gone, Code: what + "_lost", Field: what + "_id", Err: e,
 			Message: what + " " + e.ID + " was lost with the node that owned it; its files are gone: create a new " + what}
@@ -262,6 +274,8 @@ func (c *Cluster) OwnerOf(ctx context.Context, tenant, id string, claim bool) (O
 	case owner == c.cfg.ID:
 		c.setOwned(tenant, id, true)
 		return local, nil
+	case owner == store.NoNode:
+		return Owner{}, &OwnerError{Tenant: tenant, ID: id, Node: owner, HandedOff: true}
 	}
 	ns, err := c.Nodes(ctx)
 	if err != nil {
@@ -337,6 +351,74 @@ func (c *Cluster) setOwned(tenant, id string, owned bool) {
 
 // maxOwnedCache bounds the owned cache.
 const maxOwnedCache = 4096
+
+// HandOff gives a sandbox this node owns to no node, its published
+// description kept, so that any node may take it over (live.Mover).
+func (c *Cluster) HandOff(ctx context.Context, tenant, id string) error {
+	c.setOwned(tenant, id, false)
+	owner, err := c.store.MoveSession(ctx, tenant, id, c.cfg.ID, store.NoNode)
+	if err != nil {
+		return fmt.Errorf("hand off %s: %w", id, err)
+	}
+	if owner != store.NoNode {
+		return fmt.Errorf("hand off %s: owned by node %s", id, owner)
+	}
+	return nil
+}
+
+// TakeOver makes a sandbox owned by node from (store.NoNode: handed off;
+// else a lost node) this node's, its published description kept; it
+// reports whether it is this node's (false: another node took it first)
+// (live.Mover).
+func (c *Cluster) TakeOver(ctx context.Context, tenant, id, from string) (bool, error) {
+	owner, err := c.store.MoveSession(ctx, tenant, id, from, c.cfg.ID)
+	if err != nil {
+		return false, fmt.Errorf("take over %s: %w", id, err)
+	}
+	if owner != c.cfg.ID {
+		return false, nil
+	}
+	c.setOwned(tenant, id, true)
+	return true, nil
+}
+
+// Published returns the description published of a sandbox, and its
+// owner; ErrNoOwner when there is none.
+func (c *Cluster) Published(ctx context.Context, tenant, id string) (Sandbox, error) {
+	list, err := c.Sandboxes(ctx, tenant)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	for _, sb := range list {
+		if sb.ID == id {
+			return sb, nil
+		}
+	}
+	return Sandbox{}, ErrNoOwner
+}
+
+// Peer returns another node that beats (within two heartbeats): prefer if
+// it is one, else any.
+func (c *Cluster) Peer(ctx context.Context, prefer string) (Owner, error) {
+	ns, err := c.Nodes(ctx)
+	if err != nil {
+		return Owner{}, err
+	}
+	var out []store.Node
+	for _, n := range ns {
+		if n.ID == c.cfg.ID || c.silent(n) > c.cfg.Heartbeat*2 {
+			continue
+		}
+		if n.ID == prefer {
+			return Owner{Node: n}, nil
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return Owner{}, ErrNoOwner
+	}
+	return Owner{Node: out[rand.IntN(len(out))]}, nil
+}
 
 // Forget removes a lost node's ownership of a session or sandbox, so that
 // its id can be used again (a client deleted it).

@@ -229,6 +229,10 @@ type Config struct {
 		// PauseAfterIdle pauses a live sandbox nobody has called for this
 		// long (0: never); its next call resumes it.
 		PauseAfterIdle Duration `toml:"pause_after_idle"`
+		// Snapshots keeps every paused live sandbox in the blob store as
+		// a snapshot too: any node of the cluster resumes it, and a
+		// drain (SIGTERM) moves the node's sandboxes to the others.
+		Snapshots bool `toml:"snapshots"`
 	} `toml:"sessions"`
 
 	// E2B is the E2B-compatible API (internal/e2b).

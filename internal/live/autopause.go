@@ -125,16 +125,25 @@ func (s *Sandbox) wake(ctx context.Context) error {
 
 // Run pauses this node's live sandboxes that are due (at their timeout
 // with a lifecycle that pauses, or idle for Config.PauseAfterIdle) every
-// second until ctx ends.
+// second, and with a snapshot store collects its unreferenced chunks every
+// gcEvery, until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	tick := time.NewTicker(lifecycleEvery)
 	defer tick.Stop()
+	var gc <-chan time.Time
+	if m.cfg.Snapshots != nil {
+		t := time.NewTicker(gcEvery)
+		defer t.Stop()
+		gc = t.C
+	}
 	for {
 		m.pauseDue(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-gc:
+			m.collect(ctx)
 		}
 	}
 }

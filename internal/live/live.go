@@ -114,7 +114,9 @@ type Manager struct {
 	fleet  *fleet.Fleet
 	pub    Publisher
 	pool   Taker // nil: no warm sandboxes
+	mover  Mover // nil: sandboxes do not move between nodes
 	log    *slog.Logger
+	moves  moves
 
 	// mu guards every sandbox's spec and token; it is taken before the
 	// table's own lock.
@@ -199,14 +201,17 @@ type Deps struct {
 	// Pool gives a new sandbox its first sandbox when one there matches
 	// (pool.Pool).
 	Pool Taker
-	Log  *slog.Logger
+	// Mover moves sandboxes' ownership between nodes (move.go); nil:
+	// they stay where they were made.
+	Mover Mover
+	Log   *slog.Logger
 }
 
 // New returns the manager of the live sandboxes in d.Table: those on disk
 // from this node's last run are made again on their next use.
 func New(cfg Config, d Deps) *Manager {
 	table, log := d.Table, d.Log
-	m := &Manager{cfg: cfg, table: table, engine: d.Engine, fleet: d.Fleet, pub: d.Publisher, pool: d.Pool, log: log}
+	m := &Manager{cfg: cfg, table: table, engine: d.Engine, fleet: d.Fleet, pub: d.Publisher, pool: d.Pool, mover: d.Mover, log: log}
 	for _, w := range table.All() {
 		rec := table.State(w).Live
 		if rec == nil {
@@ -413,11 +418,19 @@ func (m *Manager) Close() {
 	}
 }
 
-// Stop tears the sandbox down (its workspace is being removed).
+// Stop tears the sandbox down (its workspace is being removed): a paused
+// one's snapshot goes too.
 func (s *Sandbox) Stop() {
 	s.mu.Lock()
 	s.dropLocked()
 	s.mu.Unlock()
+	s.m.mu.Lock()
+	snap := ""
+	if p := s.spec.Paused; p != nil {
+		snap = p.SnapshotID
+	}
+	s.m.mu.Unlock()
+	s.m.dropSnapshot(context.Background(), s.w.Key(), snap)
 }
 
 // held returns the sandbox's running sandbox, making it (again, on the

@@ -117,13 +117,24 @@ func (s *Sandbox) pauseLocked(ctx context.Context, reason string, memory bool) e
 	if _, uerr := m.table.Update(s.w, func(i *workspace.Info) { i.ExpiresAt = now.Add(m.pausedTTL()) }); err == nil {
 		err = uerr
 	}
+	m.mu.Unlock()
+	if id := s.snapshotPausedLocked(ctx); id != "" {
+		m.mu.Lock()
+		p.SnapshotID = id
+		if serr := m.table.SetLive(s.w, s.spec); err == nil {
+			err = serr
+		}
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
 	info := s.infoLocked()
 	m.mu.Unlock()
 	m.publish(ctx, s, info)
 	if err != nil {
 		return fmt.Errorf("pause %s: paused, but its state was not saved (a restart of this node makes it again with its files): %w", s.w.Key(), err)
 	}
-	m.log.Info("sandbox paused", "sandbox", s.w.Key(), "reason", reason, "memory", p.Memory, "image_bytes", p.ImageBytes, "duration_ms", p.DurationMS)
+	m.log.Info("sandbox paused", "sandbox", s.w.Key(), "reason", reason, "memory", p.Memory, "image_bytes", p.ImageBytes,
+		"duration_ms", p.DurationMS, "snapshot", p.SnapshotID)
 	return nil
 }
 
@@ -222,6 +233,8 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 		m.log.Warn("save sandbox", "sandbox", s.w.Key(), "err", err)
 	}
 	m.publish(ctx, s, info)
+	// It runs again: the snapshot it was kept as is its past.
+	m.dropSnapshot(ctx, s.w.Key(), p.SnapshotID)
 	rep.DurationMS = time.Since(start).Milliseconds()
 	info.Resume = rep
 	m.log.Info("sandbox resumed", "sandbox", s.w.Key(), "memory", rep.Memory, "processes", rep.Processes,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/snapshot"
@@ -322,4 +323,69 @@ func (m *Manager) adopt(ctx context.Context, tenant, id, snap, dir string) (*San
 	}
 	m.publish(ctx, s, s.Info())
 	return s, nil
+}
+
+// Pause = snapshot. With a snapshot store, every pause (a client's, at
+// the timeout, idle, a drain's) also writes the paused sandbox to the
+// store (MetaPause) and records its id in the sandbox's pause
+// (sandbox.SandboxPause.SnapshotID), which its published description
+// carries to every node: one that finds its owner gone takes it up from
+// there (Manager.TakeOver). The local copy stays: a resume on this node
+// reads it and downloads nothing. A resume, a kill and the paused TTL's
+// expiry delete the snapshot's manifest; Manager.Run collects the chunks
+// no manifest names (snapshot.Store.GC) every gcEvery. A snapshot that
+// cannot be written leaves the sandbox paused on this node only (logged).
+
+const (
+	// snapshotWait bounds the write of a pause's snapshot, whatever bounds
+	// the pause itself (an idle pause waits 2 s for cells).
+	snapshotWait = 10 * time.Minute
+	// dropWait bounds the removal of a snapshot's manifest.
+	dropWait = 30 * time.Second
+	// gcEvery is how often a node collects unreferenced chunks.
+	gcEvery = 10 * time.Minute
+)
+
+// snapshotPausedLocked writes the sandbox just paused to the snapshot
+// store (its workspace's lock and s.mu are held) and returns the
+// snapshot's id; "" without a store or when the write failed (logged).
+func (s *Sandbox) snapshotPausedLocked(ctx context.Context) string {
+	if s.m.cfg.Snapshots == nil {
+		return ""
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotWait)
+	defer cancel()
+	man, err := s.snapshotLocked(sctx, "", "", true)
+	if err != nil {
+		s.m.log.Warn("write a paused sandbox to the snapshot store; only this node can resume it", "sandbox", s.w.Key(), "err", err)
+		return ""
+	}
+	return man.ID
+}
+
+// dropSnapshot deletes snapshot id, a paused sandbox's that no longer
+// is (""; nothing); a failure is logged, and leaves the snapshot to
+// nobody.
+func (m *Manager) dropSnapshot(ctx context.Context, sandboxKey, id string) {
+	if id == "" || m.cfg.Snapshots == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropWait)
+	defer cancel()
+	if err := m.cfg.Snapshots.Delete(dctx, id); err != nil && !errors.Is(err, snapshot.ErrNotFound) {
+		m.log.Warn("delete a paused sandbox's snapshot", "sandbox", sandboxKey, "snapshot", id, "err", err)
+	}
+}
+
+// collect removes the chunks no snapshot names, unless a write is under
+// way (tried again at the next round).
+func (m *Manager) collect(ctx context.Context) {
+	st, err := m.cfg.Snapshots.GC(ctx)
+	switch {
+	case errors.Is(err, snapshot.ErrBusy) || ctx.Err() != nil:
+	case err != nil:
+		m.log.Warn("collect unreferenced snapshot chunks", "err", err)
+	default:
+		m.log.Debug("snapshot chunks collected", "stats", st)
+	}
 }

@@ -300,3 +300,30 @@ func Key(tier Tier, spec Spec) string {
 	}{tier, spec.Rootfs, spec.Mounts, spec.Overlays, spec.System})
 	return string(b)
 }
+
+// Shape is Key without the host's paths: the tier, where each mount and
+// overlay lands and what it is, and system. A sandbox saved on one node
+// (its checkpoint) is restored on another whose spec has its Shape: the
+// same image there comes from other directories (each node's data
+// directory), which gVisor lets a restore bind anew.
+func Shape(tier Tier, spec Spec) string {
+	type place struct {
+		Destination string
+		Writable    bool `json:",omitempty"`
+		Overlay     bool `json:",omitempty"`
+		System      bool `json:",omitempty"`
+	}
+	var places []place
+	for _, m := range spec.Mounts {
+		places = append(places, place{Destination: m.Destination, Writable: m.Writable})
+	}
+	for _, o := range spec.Overlays {
+		places = append(places, place{Destination: o.Destination, Overlay: true, System: o.System})
+	}
+	b, _ := json.Marshal(struct {
+		Tier   Tier
+		Places []place
+		System bool `json:",omitempty"`
+	}{tier, places, spec.System})
+	return string(b)
+}

@@ -76,6 +76,9 @@ type SessionInfo struct {
 	Info             []byte
 }
 
+// NoNode owns a session handed off by its node (MoveSession).
+const NoNode = "-"
+
 // MaxSessionInfo caps a session's published description, in bytes.
 const MaxSessionInfo = 16 << 10
 
@@ -226,6 +229,13 @@ type Store interface {
 	// ReleaseSession removes a session's owner if it is node; releasing a
 	// session node does not own is not an error.
 	ReleaseSession(ctx context.Context, tenant, id, node string) error
+	// MoveSession makes node to the owner of session (tenant, id) if
+	// node from owns it, its description kept, and returns the owner
+	// after (ErrNotFound: none). Either may be NoNode: a session moved to
+	// NoNode is handed off, owned by no node yet still claimed (a claim
+	// answers NoNode), until a node moves it from NoNode to itself; of
+	// nodes that race to, one wins.
+	MoveSession(ctx context.Context, tenant, id, from, to string) (string, error)
 	// NodeSessions lists the sessions node owns.
 	NodeSessions(ctx context.Context, node string) ([]SessionRef, error)
 	// SetSessionInfo stores the description of a session node owns (at

@@ -43,9 +43,13 @@ type pausedSandbox struct {
 	// WorkspaceRel is Workspace relative to the pause directory: a
 	// directory moved (or copied to another node, internal/live's
 	// snapshots) with the disk beside it is restored from there.
-	WorkspaceRel string         `json:"workspace_rel,omitempty"`
-	Fixed        runtime.Limits `json:"fixed"`
-	PausedAt     time.Time      `json:"paused_at"`
+	WorkspaceRel string `json:"workspace_rel,omitempty"`
+	// Shape is runtime.Shape of the spec: what a restore where the
+	// directory moved to (another node, whose paths differ) checks
+	// instead of Key.
+	Shape    string         `json:"shape,omitempty"`
+	Fixed    runtime.Limits `json:"fixed"`
+	PausedAt time.Time      `json:"paused_at"`
 }
 
 // checkpointFlags: pages uncompressed (this runsc's default, pinned) in a
@@ -119,7 +123,7 @@ func (s *gvisorSandbox) Pause(ctx context.Context, dir string) error {
 	err = syncFiles(dir)
 	if err == nil {
 		var meta []byte
-		p := pausedSandbox{Key: runtime.Key(runtime.TierGVisor, s.spec), Workspace: workspace,
+		p := pausedSandbox{Key: runtime.Key(runtime.TierGVisor, s.spec), Shape: runtime.Shape(runtime.TierGVisor, s.spec), Workspace: workspace,
 			Fixed: s.rt.Fixed(*s.limits.Load()), PausedAt: time.Now().UTC()}
 		if abs, aerr := filepath.Abs(dir); aerr == nil {
 			p.WorkspaceRel, _ = filepath.Rel(abs, workspace)
@@ -183,14 +187,16 @@ func (r *Runtime) checkImage(spec runtime.Spec, dir string) error {
 		return fmt.Errorf("restore from %s: %w: %w", dir, runtime.ErrNoImage, err)
 	}
 	workspace, err := filepath.Abs(spec.Workspace)
+	// moved: the directory moved with the disk beside it (a snapshot
+	// taken up on another node, or elsewhere on this one).
 	moved := false
-	if abs, aerr := filepath.Abs(dir); aerr == nil && p.WorkspaceRel != "" {
+	if abs, aerr := filepath.Abs(dir); aerr == nil && p.WorkspaceRel != "" && workspace != p.Workspace {
 		moved = filepath.Join(abs, p.WorkspaceRel) == workspace
 	}
 	switch {
 	case spec.Workspace == "" || err != nil || (workspace != p.Workspace && !moved):
 		return fmt.Errorf("restore from %s: paused with workspace %s, not %q: %w", dir, p.Workspace, spec.Workspace, runtime.ErrNoImage)
-	case runtime.Key(r.cfg.Tier, spec) != p.Key:
+	case runtime.Key(r.cfg.Tier, spec) != p.Key && !(moved && p.Shape != "" && runtime.Shape(r.cfg.Tier, spec) == p.Shape):
 		return fmt.Errorf("restore from %s: paused with another image, mounts or overlays: %w", dir, runtime.ErrNoImage)
 	case r.Fixed(spec.Limits) != p.Fixed:
 		return fmt.Errorf("restore from %s: paused with fixed limits %+v, not %+v: %w", dir, p.Fixed, r.Fixed(spec.Limits), runtime.ErrNoImage)

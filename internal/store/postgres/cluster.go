@@ -168,6 +168,21 @@ func (db *DB) ReleaseSession(ctx context.Context, tenant, id, node string) (err 
 	return nil
 }
 
+// MoveSession implements store.Store.
+func (db *DB) MoveSession(ctx context.Context, tenant, id, from, to string) (_ string, err error) {
+	defer unavailable(&err)
+	if _, err := sqlstore.SessionArgs(tenant, id, to, time.Time{}); err != nil {
+		return "", fmt.Errorf("move session: %w", err)
+	}
+	if !sqlstore.Text(from) {
+		return db.SessionOwner(ctx, tenant, id)
+	}
+	if _, err := db.pool.Exec(ctx, sqlstore.MoveSession, tenant, id, from, to); err != nil {
+		return "", fmt.Errorf("move session %s: %w", id, err)
+	}
+	return db.SessionOwner(ctx, tenant, id)
+}
+
 // NodeSessions implements store.Store.
 func (db *DB) NodeSessions(ctx context.Context, node string) (_ []store.SessionRef, err error) {
 	defer unavailable(&err)

@@ -175,6 +175,17 @@ func (db *DB) ReleaseSession(ctx context.Context, tenant, id, node string) error
 	return nil
 }
 
+// MoveSession implements store.Store.
+func (db *DB) MoveSession(ctx context.Context, tenant, id, from, to string) (string, error) {
+	if _, err := sqlstore.SessionArgs(tenant, id, to, time.Time{}); err != nil {
+		return "", fmt.Errorf("move session: %w", err)
+	}
+	if _, err := db.w.ExecContext(ctx, sqlstore.MoveSession, tenant, id, from, to); err != nil {
+		return "", fmt.Errorf("move session %s: %w", id, err)
+	}
+	return db.SessionOwner(ctx, tenant, id)
+}
+
 // NodeSessions implements store.Store.
 func (db *DB) NodeSessions(ctx context.Context, node string) ([]store.SessionRef, error) {
 	var out []store.SessionRef

@@ -548,7 +548,9 @@ const (
 ON CONFLICT (tenant, id) DO NOTHING`
 	SessionOwner   = `SELECT node FROM sessions WHERE tenant = $1 AND id = $2`
 	ReleaseSession = `DELETE FROM sessions WHERE tenant = $1 AND id = $2 AND node = $3`
-	NodeSessions   = `SELECT tenant, id FROM sessions WHERE node = $1 ORDER BY tenant, id`
+	// MoveSession takes tenant, id, from, to.
+	MoveSession  = `UPDATE sessions SET node = $4 WHERE tenant = $1 AND id = $2 AND node = $3`
+	NodeSessions = `SELECT tenant, id FROM sessions WHERE node = $1 ORDER BY tenant, id`
 	// SetSessionInfo takes tenant, id, node, info.
 	SetSessionInfo = `UPDATE sessions SET info = $4 WHERE tenant = $1 AND id = $2 AND node = $3`
 	ListSessions   = `SELECT tenant, id, node, info FROM sessions WHERE tenant = $1 AND info <> '' ORDER BY id`

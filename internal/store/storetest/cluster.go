@@ -296,6 +296,38 @@ func testSessions(t *testing.T, s store.Store) {
 	if owner, err := s.ClaimSession(ctx, "acme", "s1", "node-b", base); err != nil || owner != "node-b" {
 		t.Errorf("claim after release = %q, %v; want node-b", owner, err)
 	}
+	// A move: only from its owner, its description kept; handed off, it
+	// stays claimed until a node takes it, and one of two takes it.
+	if err := s.SetSessionInfo(ctx, "acme", "s1", "node-b", []byte(`{"x":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := s.MoveSession(ctx, "acme", "s1", "node-a", "node-c"); err != nil || owner != "node-b" {
+		t.Errorf("a move from a node that does not own it = %q, %v; want node-b", owner, err)
+	}
+	if owner, err := s.MoveSession(ctx, "acme", "s1", "node-b", store.NoNode); err != nil || owner != store.NoNode {
+		t.Errorf("hand off = %q, %v; want NoNode", owner, err)
+	}
+	if owner, err := s.ClaimSession(ctx, "acme", "s1", "node-c", base); err != nil || owner != store.NoNode {
+		t.Errorf("a claim of a handed-off session = %q, %v; want NoNode", owner, err)
+	}
+	if owner, err := s.MoveSession(ctx, "acme", "s1", store.NoNode, "node-c"); err != nil || owner != "node-c" {
+		t.Errorf("take over = %q, %v; want node-c", owner, err)
+	}
+	if owner, err := s.MoveSession(ctx, "acme", "s1", store.NoNode, "node-a"); err != nil || owner != "node-c" {
+		t.Errorf("a second take over = %q, %v; want node-c", owner, err)
+	}
+	if list, err := s.ListSessions(ctx, "acme"); err != nil || len(list) != 1 || list[0].Node != "node-c" || string(list[0].Info) != `{"x":1}` {
+		t.Errorf("after the moves: %+v, %v; want s1 of node-c with its description", list, err)
+	}
+	if _, err := s.MoveSession(ctx, "acme", "nosuch", "node-a", "node-b"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("move of no session: %v, want ErrNotFound", err)
+	}
+	if err := s.ReleaseSession(ctx, "acme", "s1", "node-c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimSession(ctx, "acme", "s1", "node-b", base); err != nil {
+		t.Fatal(err)
+	}
 	for _, bad := range [][3]string{{"", "s", "n"}, {"acme", "", "n"}, {"acme", "s", ""}, {"acme", "\xff", "n"}} {
 		if _, err := s.ClaimSession(ctx, bad[0], bad[1], bad[2], base); err == nil {
 			t.Errorf("ClaimSession(%q, %q, %q) accepted", bad[0], bad[1], bad[2])

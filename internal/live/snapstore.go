@@ -350,7 +350,7 @@ const (
 // store (its workspace's lock and s.mu are held) and returns the
 // snapshot's id; "" without a store or when the write failed (logged).
 func (s *Sandbox) snapshotPausedLocked(ctx context.Context) string {
-	if s.m.cfg.Snapshots == nil {
+	if s.m.cfg.Snapshots == nil || !s.m.cfg.PauseSnapshots {
 		return ""
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotWait)

@@ -137,7 +137,9 @@ func (m *Manager) Has(tenant, id string) bool {
 
 // Movable reports whether sandboxes move between nodes here: a snapshot
 // store that pauses write to, and a cluster to move their ownership.
-func (m *Manager) Movable() bool { return m.cfg.Snapshots != nil && m.cfg.PauseSnapshots && m.mover != nil }
+func (m *Manager) Movable() bool {
+	return m.cfg.Snapshots != nil && m.cfg.PauseSnapshots && m.mover != nil
+}
 
 // TakeOver takes tenant's sandbox id over from node from, which published
 // it paused as snapshot snap (see above). ErrElsewhere: another node took

@@ -310,7 +310,7 @@ func (c *checker) liveSandboxes(key string) {
 	} else {
 		c.do(call{method: "DELETE", path: "/v1/sandboxes/" + fa.Forks[0].Sandbox.SandboxID, key: key, want: 204})
 	}
-	c.do(call{method: "POST", path: base + "/fork", key: key, want: 400, body: js(sandbox.ForkRequest{Count: 17})})
+	c.do(call{method: "POST", path: base + "/fork", key: key, want: 400, invalid: true, body: js(sandbox.ForkRequest{Count: 17})})
 	c.do(call{method: "POST", path: base + "/fork", want: 401, body: js(map[string]any{})})
 	c.do(call{method: "POST", path: "/v1/sandboxes/nope/fork", key: key, want: 404, body: js(map[string]any{})})
 	c.do(call{method: "DELETE", path: "/v1/snapshots/" + snap.SnapshotID, want: 401})

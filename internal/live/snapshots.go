@@ -18,6 +18,7 @@ import (
 
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/runtime/disk"
 	"github.com/corralhq/corral/internal/snapshot"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
@@ -30,11 +31,12 @@ import (
 // resume). A snapshot is taken without ending the sandbox:
 //
 //   - gVisor: the sandbox is paused with its memory (runsc checkpoint),
-//     written to the store as a paused sandbox, and restored at once: it is
-//     stopped for the checkpoint, the upload of what changed and the
-//     restore (Snapshot.PausedMS). runsc's --leave-running would keep it
-//     running during the checkpoint, but its disk would move on meanwhile,
-//     away from the memory saved.
+//     staged as a paused sandbox (its saved memory linked, its disk copied,
+//     sparse), restored at once, then the staged copy is uploaded while it
+//     runs on: it is stopped for the checkpoint, the copy and the restore
+//     (Snapshot.PausedMS), not the upload. runsc's --leave-running would
+//     keep it running during the checkpoint, but its disk would move on
+//     meanwhile, away from the memory saved.
 //   - runc (or a gVisor sandbox that cannot be saved): its file system is
 //     frozen (FIFREEZE) while its disk image is copied, and the copy is
 //     written as a sandbox paused with its files only; its processes run
@@ -354,19 +356,36 @@ func (s *Sandbox) snapshotRunningLocked(ctx context.Context, id string, extra ma
 		_, err := s.pauseMemoryLocked(ctx)
 		switch {
 		case err == nil:
-			extra[extraMemory] = "true"
-			now := m.table.Now().UTC()
-			mf, werr := s.snapshotOf(ctx, id, snapshotOptions{extra: extra,
-				paused: &sandbox.SandboxPause{PausedAt: now, Memory: true, Reason: sandbox.PauseClient}})
-			// Back at once, whatever the caller does now.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotRestoreWait)
-			rep := &sandbox.SandboxResume{}
-			rerr := s.reviveLocked(rctx, &sandbox.SandboxPause{Memory: true}, rep)
-			cancel()
-			stopped := time.Since(t0)
-			if rerr == nil && (!rep.Memory || rep.ProcessesLost > 0) {
-				m.log.Warn("a sandbox did not come back whole from its snapshot", "sandbox", s.w.Key(),
-					"memory", rep.Memory, "processes_lost", rep.ProcessesLost)
+			// Back once its state is staged (the saved memory linked, the
+			// disk copied), whatever the caller does now: the upload reads
+			// the staged copy while it runs on.
+			var rerr error
+			var stopped time.Duration
+			revived := false
+			revive := func() {
+				revived = true
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotRestoreWait)
+				defer cancel()
+				rep := &sandbox.SandboxResume{}
+				rerr = s.reviveLocked(rctx, &sandbox.SandboxPause{Memory: true}, rep)
+				stopped = time.Since(t0)
+				if rerr == nil && (!rep.Memory || rep.ProcessesLost > 0) {
+					m.log.Warn("a sandbox did not come back whole from its snapshot", "sandbox", s.w.Key(),
+						"memory", rep.Memory, "processes_lost", rep.ProcessesLost)
+				}
+			}
+			img := filepath.Join(s.w.Dir(), ".snapshot-disk.img")
+			os.Remove(img)
+			defer os.Remove(img)
+			var mf *snapshot.Manifest
+			werr := disk.CopyImage(s.w.Disk(), img)
+			if werr == nil {
+				extra[extraMemory] = "true"
+				mf, werr = s.snapshotOf(ctx, id, snapshotOptions{extra: extra, disk: img, staged: revive,
+					paused: &sandbox.SandboxPause{PausedAt: m.table.Now().UTC(), Memory: true, Reason: sandbox.PauseClient}})
+			}
+			if !revived {
+				revive()
 			}
 			if err := errors.Join(werr, rerr); err != nil {
 				return nil, true, stopped, err

@@ -120,6 +120,10 @@ type snapshotOptions struct {
 	// the snapshot's directory, on the same file system) instead of its
 	// own ("": its own, at rest).
 	disk string
+	// staged, when set, is called once the snapshot's directory holds
+	// what it takes, before the upload: from then on the sandbox may
+	// change (a running one's snapshot restores it then).
+	staged func()
 }
 
 // snapshotOf writes the sandbox, paused or as o says, to the snapshot
@@ -164,6 +168,9 @@ func (s *Sandbox) snapshotOf(ctx context.Context, id string, o snapshotOptions) 
 		return nil, fmt.Errorf("snapshot %s: %w", s.w.Key(), err)
 	}
 	defer os.RemoveAll(dir)
+	if o.staged != nil {
+		o.staged()
+	}
 	man, err := m.cfg.Snapshots.Write(ctx, id, meta, dir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", s.w.Key(), err)

@@ -92,13 +92,18 @@ func (s *Server) routeAs(w http.ResponseWriter, r *http.Request, tenant, id stri
 	if cluster.Forwarded(r) {
 		if moves && !s.live.Has(tenant, id) && s.live.Movable() {
 			// Sent here by a node it left (a drain): taken over here if
-			// it is in the snapshot store.
-			_, se, err := s.ownerOf(r, tenant, id, how)
-			if se != nil {
+			// it is in the snapshot store, or sent on to the node that
+			// took it over meanwhile.
+			owner, se, err := s.ownerOf(r, tenant, id, how)
+			switch {
+			case se != nil:
 				if _, err := s.takeOver(r, tenant, id, se); err != nil && !errors.Is(err, live.ErrElsewhere) {
 					s.log.Warn("take over a sandbox sent here by another node", "sandbox", id, "err", err)
 				}
-			} else if err != nil && !errors.Is(err, cluster.ErrNoOwner) {
+			case err == nil && !owner.Local && owner.Node.ID != r.Header.Get(cluster.ForwardedHeader):
+				s.cluster.Forward(w, r, tenant, id, owner, fail)
+				return false
+			case err != nil && !errors.Is(err, cluster.ErrNoOwner):
 				s.log.Warn("find the owner of a sandbox sent here by another node", "sandbox", id, "err", err)
 			}
 		}

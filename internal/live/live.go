@@ -377,11 +377,11 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 func (m *Manager) Get(tenant, id string) (*Sandbox, error) {
 	w, _, ok := m.table.Get(tenant, id)
 	if !ok {
-		return nil, ErrNotFound
+		return nil, m.notHere(tenant, id)
 	}
 	s, ok := m.table.State(w).Occupant.(*Sandbox)
 	if !ok {
-		return nil, ErrNotFound
+		return nil, m.notHere(tenant, id)
 	}
 	return s, nil
 }
@@ -463,7 +463,7 @@ func (s *Sandbox) hold(ctx context.Context) (runtime.Sandbox, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.table.State(s.w).Gone {
-		return nil, ErrNotFound
+		return nil, m.notHere(s.tenant, s.id)
 	}
 	if s.paused() {
 		return nil, ErrPaused

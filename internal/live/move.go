@@ -45,9 +45,29 @@ const (
 	// takeOverWait bounds a takeover (the snapshot's download), whatever
 	// bounds the call that asked for it.
 	takeOverWait = 5 * time.Minute
-	// drainParallel bounds the sandboxes a drain moves at once.
-	drainParallel = 4
+	// drainParallel bounds the sandboxes a drain moves at once: much of
+	// a move is waiting (a checkpoint, a disk's release, uploads).
+	drainParallel = 8
+	// handOffWait bounds the hand-off of a sandbox written to the store.
+	handOffWait = 5 * time.Second
 )
+
+// ErrMoved: a call reached this node for a sandbox its drain moved off
+// it meanwhile (the call was routed before); sent again, it reaches the
+// sandbox's new node.
+var ErrMoved = &fault.Error{Kind: fault.Unavailable, Code: "sandbox_unavailable", Field: "sandbox_id",
+	RetryAfter: time.Second, Message: "the sandbox moved to another node during the call; retry"}
+
+// notHere is the error of a call for tenant's sandbox id that this node
+// does not hold: ErrMoved if its drain moved it off, else ErrNotFound.
+func (m *Manager) notHere(tenant, id string) error {
+	m.moves.mu.Lock()
+	defer m.moves.mu.Unlock()
+	if m.moves.left[moveKey(tenant, id)] {
+		return ErrMoved
+	}
+	return ErrNotFound
+}
 
 // ErrDraining: this node is being drained and takes no sandbox over.
 var ErrDraining = &fault.Error{Kind: fault.Unavailable, Code: "sandbox_unavailable", Field: "sandbox_id",
@@ -283,7 +303,11 @@ func (s *Sandbox) handOff(ctx context.Context) (err error) {
 		m.mu.Unlock()
 		m.publish(ctx, s, info)
 	}
-	if err := m.mover.HandOff(ctx, s.tenant, s.id); err != nil {
+	// Written: handing it off is one write to the store, worth doing
+	// past the drain's deadline.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOffWait)
+	defer cancel()
+	if err := m.mover.HandOff(hctx, s.tenant, s.id); err != nil {
 		return err
 	}
 	// Its snapshot is the sandbox now, another node's to take: the local

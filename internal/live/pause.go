@@ -60,6 +60,9 @@ func (s *Sandbox) lock(ctx context.Context) error {
 		return err
 	}
 	w, err := s.m.table.Lock(ctx, s.tenant, s.id)
+	if errors.Is(err, ErrNotFound) {
+		return s.m.notHere(s.tenant, s.id)
+	}
 	if err != nil {
 		return err
 	}

@@ -113,7 +113,8 @@ type Info struct {
 	// PublicPorts: its ports are served without its access token
 	// (CreateSandboxRequest.PublicPorts).
 	PublicPorts bool `json:"public_ports,omitempty"`
-	// Resume says what the resume kept, in the answer of Sandbox.Resume.
+	// Resume says what the resume kept, in the answer of Sandbox.Resume,
+	// and of a create from a snapshot (CreateSandboxRequest.SnapshotID).
 	Resume *SandboxResume `json:"resume,omitempty"`
 	// Lifecycle is the sandbox's lifecycle (CreateSandboxRequest.Lifecycle),
 	// its defaults filled in.

@@ -54,6 +54,12 @@ type CreateSandboxRequest struct {
 	// Lifecycle says what happens at the timeout (killed, or paused) and
 	// whether a paused sandbox wakes on its next call; nil: killed.
 	Lifecycle *SandboxLifecycle `json:"lifecycle,omitempty"`
+	// SnapshotID makes the sandbox from a snapshot (Snapshot.SnapshotID,
+	// or its name): with its files and, when the snapshot kept its memory
+	// (gVisor), its processes and code contexts with their variables. Its
+	// language, image, tier, limits and network are the snapshot's (give
+	// them empty or equal); env adds to the snapshot's for new processes.
+	SnapshotID string `json:"snapshot_id,omitempty"`
 }
 
 // SandboxLifecycle is what happens to a live sandbox at its timeout, and
@@ -107,7 +113,8 @@ type Info struct {
 	// PublicPorts: its ports are served without its access token
 	// (CreateSandboxRequest.PublicPorts).
 	PublicPorts bool `json:"public_ports,omitempty"`
-	// Resume says what the resume kept, in the answer of Sandbox.Resume.
+	// Resume says what the resume kept, in the answer of Sandbox.Resume,
+	// and of a create from a snapshot (CreateSandboxRequest.SnapshotID).
 	Resume *SandboxResume `json:"resume,omitempty"`
 	// Lifecycle is the sandbox's lifecycle (CreateSandboxRequest.Lifecycle),
 	// its defaults filled in.

@@ -110,3 +110,37 @@ func TestSandboxMetrics(t *testing.T) {
 		t.Errorf("sent %s %s?%s", r.method, r.path, r.query)
 	}
 }
+
+// TestSnapshotsClient: ListSnapshots follows next_cursor to the last
+// page, passing the sandbox filter on each; Fork is sent once, never
+// retried, and its per-fork errors come back as results.
+func TestSnapshotsClient(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/v1/snapshots" && r.URL.Query().Get("sandbox_id") != "box":
+			t.Errorf("list without the filter: %s", r.URL)
+		case r.URL.Path == "/v1/snapshots" && r.URL.Query().Get("cursor") == "":
+			fmt.Fprint(w, `{"snapshots":[{"snapshot_id":"snap_b"}],"next_cursor":"1.snap_b"}`)
+		case r.URL.Path == "/v1/snapshots" && r.URL.Query().Get("cursor") == "1.snap_b":
+			fmt.Fprint(w, `{"snapshots":[{"snapshot_id":"snap_a"}]}`)
+		case r.URL.Path == "/v1/sandboxes/box/fork":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"error":{"code":"unavailable","message":"busy"}}`)
+		default:
+			t.Errorf("unexpected %s %s", r.Method, r.URL)
+		}
+	})
+	c := f.client(3)
+	list, err := c.ListSnapshots(context.Background(), "box")
+	if err != nil || len(list) != 2 || list[0].SnapshotID != "snap_b" || list[1].SnapshotID != "snap_a" {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	before := len(f.all())
+	if _, err := c.Sandbox("box").Fork(context.Background(), ForkRequest{Count: 2}); err == nil {
+		t.Fatal("a fork answered 503 succeeded")
+	}
+	if n := len(f.all()) - before; n != 1 {
+		t.Errorf("the fork was sent %d times, want once", n)
+	}
+}

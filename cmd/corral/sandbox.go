@@ -29,6 +29,9 @@ func init() {
 		{"timeout", "make a sandbox end a duration from now", cmdSandboxTimeout},
 		{"pause", "pause sandboxes (gVisor: with their memory)", cmdSandboxPause},
 		{"resume", "resume paused sandboxes", cmdSandboxResume},
+		{"snapshot", "take a snapshot of a sandbox (gVisor: with its memory); print its id", cmdSandboxSnapshot},
+		{"snapshots", "list snapshots; rm deletes them", cmdSandboxSnapshots},
+		{"fork", "make N sandboxes from one snapshot of a sandbox", cmdSandboxFork},
 		{"exec", "run a command in a sandbox, streaming its output", cmdSandboxExec},
 		{"run", "run code in a sandbox's code context; variables persist", cmdSandboxRun},
 		{"ps", "list a sandbox's processes", cmdSandboxPs},
@@ -41,7 +44,7 @@ func sandboxUsage() {
 	fmt.Fprintf(os.Stderr, "usage: corral sandbox <command> [flags]\n\n"+
 		"Live sandboxes: held for their whole life, processes run on between calls, files stay.\n\ncommands:\n")
 	for _, c := range sandboxCommands {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
 	}
 }
 
@@ -180,6 +183,7 @@ func cmdSandboxCreate(args []string) int {
 	fs.StringVar(&req.SandboxID, "id", "", "sandbox id (default: the server makes one)")
 	fs.StringVar(&onTimeout, "on-timeout", "", "kill (default) or pause: at its timeout the sandbox is paused (kept, resumed by its next call) instead of removed")
 	fs.BoolVar(&autoResume, "auto-resume", false, "a pause by a client is undone by the next call too, as the server's own pauses are")
+	fs.StringVar(&req.SnapshotID, "snapshot", "", "make it from this snapshot (id or name): its files and, on gVisor, its memory")
 	fs.BoolVar(&jsonOut, "json", false, "print the sandbox's description as JSON")
 	if code, ok := parseSandbox(fs, args); !ok {
 		return code

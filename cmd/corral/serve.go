@@ -151,14 +151,14 @@ func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, 
 		return nil, fmt.Errorf("open blob store: %w", err)
 	}
 	cu.Add(blobs.Close)
-	if p.Snapshots {
-		snaps, err := snapshot.New(blobs, snapshot.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("open snapshot store: %w", err)
-		}
-		cu.Add(snaps.Close)
-		d.plan.Sandboxes.Snapshots = snaps
+	// Always: clients' snapshots are kept there; pauses write to it too
+	// with sessions.snapshots.
+	snaps, err := snapshot.New(blobs, snapshot.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
+	cu.Add(snaps.Close)
+	d.plan.Sandboxes.Snapshots, d.plan.Sandboxes.PauseSnapshots = snaps, p.Snapshots
 	sessions, sandboxes, err := d.openWorkspaces(ctx, cu)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,7 @@
 // Package e2b serves E2B's API on Corral's own listener, so the stock E2B
 // SDKs run against Corral unchanged: the control-plane REST routes they
-// call (create, get, list, kill, timeout, connect, pause, resume and
-// metrics of sandboxes), authenticated by the tenants' API keys sent as
+// call (create, get, list, kill, timeout, connect, pause, resume, metrics,
+// snapshots and fork of sandboxes; snapshots.go), authenticated by the tenants' API keys sent as
 // X-API-Key; the access tokens of sandboxes, E2B's sandbox ids and the
 // mapping of templates to images; and the dispatch of in-sandbox traffic,
 // named by the E2b-Sandbox-Id header (or a {port}-{id}.{domain} host), to
@@ -111,4 +111,8 @@ func (s *Server) Routes(route func(pattern string, h http.HandlerFunc)) {
 	route("POST /sandboxes/{id}/pause", s.authed(s.pause))
 	route("POST /sandboxes/{id}/resume", s.authed(s.resume))
 	route("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
+	route("POST /sandboxes/{id}/snapshots", s.authed(s.createSnapshot))
+	route("POST /sandboxes/{id}/fork", s.authed(s.fork))
+	route("GET /snapshots", s.authed(s.listSnapshots))
+	route("DELETE /templates/{templateID}", s.authed(s.deleteTemplate))
 }

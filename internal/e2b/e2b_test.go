@@ -19,12 +19,14 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/snapshot"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/internal/validate"
@@ -84,7 +86,17 @@ func newUnit(t *testing.T, domain string) *unit {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := live.New(live.DefaultConfig(), live.Deps{Table: table, Engine: f.Engine, Fleet: f.Fleet, Publisher: cl, Log: log})
+	lc := live.DefaultConfig()
+	blobs, err := local.New(t.TempDir(), "http://127.0.0.1:1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blobs.Close() })
+	if lc.Snapshots, err = snapshot.New(blobs, snapshot.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Snapshots.Close() })
+	m := live.New(lc, live.Deps{Table: table, Engine: f.Engine, Fleet: f.Fleet, Publisher: cl, Log: log})
 	t.Cleanup(m.Close)
 	sessions := session.New(session.DefaultConfig(), table, f.Engine, f.Fleet, log)
 	t.Cleanup(sessions.Close)

@@ -35,10 +35,21 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 // failCreate answers the error of a create from template: a refusal of
 // its image is an unknown template, as E2B says it.
 func (s *Server) failCreate(w http.ResponseWriter, err error, template string) {
-	var ie *validate.InputError
-	if errors.As(err, &ie) && ie.Field == "image" {
+	if unknownImage(err) {
 		refuse(w, fault.NotFound, fmt.Sprintf("template '%s' not found", template))
 		return
 	}
 	s.fail(w, err)
+}
+
+// unknownImage reports whether err refuses a create's image (or its
+// snapshot): no such template.
+func unknownImage(err error) bool {
+	var ie *validate.InputError
+	if errors.As(err, &ie) && ie.Field == "image" {
+		return true
+	}
+	var f *fault.Error
+	return errors.As(err, &f) && f.Kind == fault.NotFound && f.Field == "snapshot_id" ||
+		errors.As(err, &ie) && ie.Field == "snapshot_id"
 }

@@ -253,7 +253,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	req := templateRequest(body.TemplateID)
-	req.Tier = s.cfg.Tier
+	if isSnapshotID(body.TemplateID) {
+		// Made as the snapshot's sandbox was: its tier too.
+		req = sandbox.CreateSandboxRequest{SnapshotID: body.TemplateID}
+	} else {
+		req.Tier = s.cfg.Tier
+	}
 	req.SandboxID = NewSandboxID()
 	req.TimeoutSeconds = int64(timeout.Seconds())
 	req.Metadata, req.Env = body.Metadata, body.EnvVars
@@ -272,6 +277,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, tenant string) {
 	}
 	// A fresh id is no other node's: it is made here.
 	sb, info, err := s.cfg.Sandboxes.Create(r.Context(), tenant, req)
+	if unknownImage(err) {
+		// Not an image: a snapshot's name, if the tenant has one so named.
+		byName := req
+		byName.Image, byName.Language, byName.Tier, byName.SnapshotID = "", "", "", snapshotName(body.TemplateID)
+		sb2, info2, err2 := s.cfg.Sandboxes.Create(r.Context(), tenant, byName)
+		if err2 == nil || !unknownImage(err2) && fault.Of(err2).Kind != fault.Unimplemented {
+			sb, info, err = sb2, info2, err2
+		}
+	}
 	if err != nil {
 		s.failCreate(w, err, body.TemplateID)
 		return

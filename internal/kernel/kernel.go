@@ -129,6 +129,10 @@ type ContextOptions struct {
 	Cwd string
 	// Env adds to the base environment, KEY=VALUE each.
 	Env []string
+	// Label is the host's own name for the context, kept with it (and
+	// saved with it: Saved) and found by Labeled; never shown to its
+	// clients.
+	Label string
 }
 
 // Contexts holds the code contexts of one live sandbox. It is safe for
@@ -168,6 +172,8 @@ type codeContext struct {
 	info sandbox.CodeContext
 	cr   lang.Contexter
 	env  []string // the full environment it was created with
+	// label is ContextOptions.Label.
+	label string
 	// turn is held by the run in progress (and by Fork): one at a time.
 	turn chan struct{}
 
@@ -217,7 +223,8 @@ func (k *Contexts) Create(ctx context.Context, o ContextOptions) (sandbox.CodeCo
 		}
 	}
 	env := mergeEnv(k.o.Env, cr.ContextEnv(), o.Env)
-	c := &codeContext{info: sandbox.CodeContext{ID: newID(), Language: r.Name(), Cwd: cwd}, cr: cr, env: env, turn: make(chan struct{}, 1)}
+	c := &codeContext{info: sandbox.CodeContext{ID: newID(), Language: r.Name(), Cwd: cwd}, cr: cr, env: env, label: o.Label,
+		turn: make(chan struct{}, 1)}
 	inst, err := k.spawn(ctx, c)
 	if err != nil {
 		return sandbox.CodeContext{}, err
@@ -535,6 +542,19 @@ func (k *Contexts) List() []sandbox.CodeContext {
 		out = append(out, k.contexts[id].info)
 	}
 	return out
+}
+
+// Labeled returns the oldest context made with label (ContextOptions),
+// if there is one.
+func (k *Contexts) Labeled(label string) (sandbox.CodeContext, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range k.order {
+		if c := k.contexts[id]; c.label == label {
+			return c.info, true
+		}
+	}
+	return sandbox.CodeContext{}, false
 }
 
 // Close ends every context and root zygote and waits for them (as long as

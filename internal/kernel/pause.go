@@ -130,6 +130,7 @@ type SavedContext struct {
 	Language string   `json:"language"`
 	Cwd      string   `json:"cwd"`
 	Env      []string `json:"env"`
+	Label    string   `json:"label,omitempty"`
 	// Process is the agent's id of the context's process; 0 when it had
 	// none (lost with an earlier restore).
 	Process uint32 `json:"process,omitempty"`
@@ -152,7 +153,7 @@ func (k *Contexts) Save() Saved {
 	for _, id := range k.order {
 		kc := k.contexts[id]
 		kc.mu.Lock()
-		sc := SavedContext{ID: kc.info.ID, Language: kc.info.Language, Cwd: kc.info.Cwd, Env: kc.env}
+		sc := SavedContext{ID: kc.info.ID, Language: kc.info.Language, Cwd: kc.info.Cwd, Env: kc.env, Label: kc.label}
 		if kc.cur != nil {
 			sc.Process = kc.cur.proc.ID()
 		}
@@ -192,7 +193,7 @@ func Restore(c *agent.Client, o Options, s Saved) (*Contexts, int, error) {
 			continue
 		}
 		kc := &codeContext{info: sandbox.CodeContext{ID: sc.ID, Language: sc.Language, Cwd: sc.Cwd}, cr: cr,
-			env: sc.Env, turn: make(chan struct{}, 1)}
+			env: sc.Env, label: sc.Label, turn: make(chan struct{}, 1)}
 		if sc.Process != 0 {
 			out := &output{}
 			if p, err := c.Attach(sc.Process, out); err == nil {

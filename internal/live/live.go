@@ -82,9 +82,15 @@ type Config struct {
 	// a process that takes none of its stdin for this long fails the
 	// write with ErrNotReading (DefaultStdinStall if zero).
 	StdinStall time.Duration
-	// Snapshots keeps paused sandboxes where every node can take them up
-	// (snapstore.go); nil: they stay on this node's disk only.
+	// Snapshots is the snapshot store, in the blob store every node
+	// shares: clients' snapshots (snapshots.go) and, with PauseSnapshots,
+	// paused sandboxes where every node can take them up (snapstore.go);
+	// nil: neither.
 	Snapshots *snapshot.Store
+	// PauseSnapshots: every pause also writes the sandbox to Snapshots
+	// (sessions.snapshots), and sandboxes move between nodes; without it
+	// a paused sandbox stays on this node's disk only.
+	PauseSnapshots bool
 }
 
 // DefaultConfig: live sandboxes live 5 minutes unless told (24 h at
@@ -313,6 +319,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	}
 	if err := checkLifecycle(req.Lifecycle); err != nil {
 		return nil, sandbox.Info{}, err
+	}
+	if req.SnapshotID != "" {
+		return m.fromSnapshot(ctx, tenant, req, timeout)
 	}
 	p, err := m.prepare(tenant, &req)
 	if err != nil {

@@ -167,8 +167,10 @@ func (m *Manager) Has(tenant, id string) bool {
 }
 
 // Movable reports whether sandboxes move between nodes here: a snapshot
-// store and a cluster to move their ownership.
-func (m *Manager) Movable() bool { return m.cfg.Snapshots != nil && m.mover != nil }
+// store that pauses write to, and a cluster to move their ownership.
+func (m *Manager) Movable() bool {
+	return m.cfg.Snapshots != nil && m.cfg.PauseSnapshots && m.mover != nil
+}
 
 // TakeOver takes tenant's sandbox id over from node from, which published
 // it paused as snapshot snap (see above). ErrElsewhere: another node took

@@ -216,31 +216,8 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 	}
 	start := time.Now()
 	rep := &sandbox.SandboxResume{ProcessesLost: s.pauseLost}
-	if p.Memory {
-		err := s.restoreLocked(ctx, rep)
-		if err != nil && ctx.Err() != nil {
-			// Still paused, its saved state whole: the client may retry.
-			return sandbox.Info{}, fmt.Errorf("resume %s: %w", s.w.Key(), err)
-		}
-		if err != nil {
-			m.log.Warn("restore a paused sandbox; making it anew on its disk, its memory lost", "sandbox", s.w.Key(), "err", err)
-		}
-	}
-	if !rep.Memory {
-		// Its files only: what ran in it is lost.
-		_, lost := settle(s.moving, nil, true)
-		rep.ProcessesLost += lost
-		s.moving = nil
-		s.closeContextsLocked()
-		if err := os.RemoveAll(s.pauseDir()); err != nil {
-			m.log.Warn("remove a paused sandbox's saved state", "sandbox", s.w.Key(), "err", err)
-		}
-		m.mu.Lock()
-		p.Memory = false // nothing is left to restore
-		m.mu.Unlock()
-		if _, err := s.startLocked(ctx, ""); err != nil {
-			return sandbox.Info{}, fmt.Errorf("resume %s: %w", s.w.Key(), err)
-		}
+	if err := s.reviveLocked(ctx, p, rep); err != nil {
+		return sandbox.Info{}, err
 	}
 	m.mu.Lock()
 	now := m.table.Now().UTC()
@@ -266,6 +243,46 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 	m.log.Info("sandbox resumed", "sandbox", s.w.Key(), "memory", rep.Memory, "processes", rep.Processes,
 		"processes_lost", rep.ProcessesLost, "contexts", rep.Contexts, "duration_ms", rep.DurationMS)
 	return info, nil
+}
+
+// reviveLocked brings back a sandbox saved as p says (s.mu is held):
+// restored with its memory when p.Memory, else, or when that restore
+// fails, made anew on its disk (its processes and contexts lost, and
+// p.Memory cleared: nothing is left to restore). rep says what was kept.
+// A restore that fails on ctx leaves it saved, whole: the caller may
+// retry.
+func (s *Sandbox) reviveLocked(ctx context.Context, p *sandbox.SandboxPause, rep *sandbox.SandboxResume) error {
+	m := s.m
+	m.mu.Lock()
+	memory := p.Memory
+	m.mu.Unlock()
+	if memory {
+		err := s.restoreLocked(ctx, rep)
+		if err != nil && ctx.Err() != nil {
+			// Still paused, its saved state whole: the client may retry.
+			return fmt.Errorf("resume %s: %w", s.w.Key(), err)
+		}
+		if err != nil {
+			m.log.Warn("restore a paused sandbox; making it anew on its disk, its memory lost", "sandbox", s.w.Key(), "err", err)
+		}
+	}
+	if !rep.Memory {
+		// Its files only: what ran in it is lost.
+		_, lost := settle(s.moving, nil, true)
+		rep.ProcessesLost += lost
+		s.moving = nil
+		s.closeContextsLocked()
+		if err := os.RemoveAll(s.pauseDir()); err != nil {
+			m.log.Warn("remove a paused sandbox's saved state", "sandbox", s.w.Key(), "err", err)
+		}
+		m.mu.Lock()
+		p.Memory = false // nothing is left to restore
+		m.mu.Unlock()
+		if _, err := s.startLocked(ctx, ""); err != nil {
+			return fmt.Errorf("resume %s: %w", s.w.Key(), err)
+		}
+	}
+	return nil
 }
 
 // restoreLocked restores a sandbox paused with its memory (s.mu is held)

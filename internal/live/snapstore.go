@@ -100,22 +100,59 @@ func (s *Sandbox) Snapshot(ctx context.Context, id string) (*snapshot.Manifest, 
 // the snapshot this one follows ("" none), pause whether a pause writes
 // it (MetaPause).
 func (s *Sandbox) snapshotLocked(ctx context.Context, id, parent string, pause bool) (*snapshot.Manifest, error) {
+	return s.snapshotOf(ctx, id, snapshotOptions{parent: parent, pause: pause})
+}
+
+// snapshotOptions are what a snapshot of the sandbox (snapshotOf) is
+// besides the paused sandbox itself.
+type snapshotOptions struct {
+	// parent is the snapshot this one follows ("" none); pause whether a
+	// pause writes it (MetaPause).
+	parent string
+	pause  bool
+	// extra is added to Meta.Extra (a client's snapshot: snapshots.go).
+	extra map[string]string
+	// paused, when set, is the pause the snapshot records of a sandbox
+	// that is not paused (a snapshot of a running one: its memory saved
+	// and its disk at rest for the moment, or disk a copy of its disk).
+	paused *sandbox.SandboxPause
+	// disk is a copy of the sandbox's disk image to take (moved into
+	// the snapshot's directory, on the same file system) instead of its
+	// own ("": its own, at rest).
+	disk string
+	// staged, when set, is called once the snapshot's directory holds
+	// what it takes, before the upload: from then on the sandbox may
+	// change (a running one's snapshot restores it then).
+	staged func()
+}
+
+// snapshotOf writes the sandbox, paused or as o says, to the snapshot
+// store as snapshot id (the workspace's lock and s.mu are held).
+func (s *Sandbox) snapshotOf(ctx context.Context, id string, o snapshotOptions) (*snapshot.Manifest, error) {
 	m := s.m
+	parent, pause := o.parent, o.pause
 	m.mu.Lock()
-	if s.spec.Paused == nil {
+	paused := s.spec.Paused
+	if o.paused != nil {
+		paused = o.paused
+	}
+	if paused == nil {
 		m.mu.Unlock()
 		return nil, ErrNotPaused
 	}
 	st := m.table.State(s.w)
 	rec := snapshotRecord{Tenant: s.tenant, Info: st.Info, Spec: *s.spec, Pause: pause, ProcessesLost: s.pauseLost}
 	rec.Spec.Paused = new(sandbox.SandboxPause)
-	*rec.Spec.Paused = *s.spec.Paused
+	*rec.Spec.Paused = *paused
 	rec.Spec.Paused.SnapshotID = "" // a snapshot does not name itself
 	r := s.spec.Request
 	meta := snapshot.Meta{Image: s.spec.Image, Tier: s.spec.Tier, Limits: r.Limits, Parent: parent,
 		Extra: map[string]string{MetaTenant: s.tenant, MetaSandbox: s.id}}
 	if pause {
 		meta.Extra[MetaPause] = "true"
+	}
+	for k, v := range o.extra {
+		meta.Extra[k] = v
 	}
 	m.mu.Unlock()
 	if h, err := readHostState(s.pauseDir()); err == nil {
@@ -126,11 +163,14 @@ func (s *Sandbox) snapshotLocked(ctx context.Context, id, parent string, pause b
 			meta.Processes = append(meta.Processes, p.Info)
 		}
 	}
-	dir, err := s.stage(rec)
+	dir, err := s.stage(rec, o.disk)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", s.w.Key(), err)
 	}
 	defer os.RemoveAll(dir)
+	if o.staged != nil {
+		o.staged()
+	}
 	man, err := m.cfg.Snapshots.Write(ctx, id, meta, dir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", s.w.Key(), err)
@@ -142,8 +182,9 @@ func (s *Sandbox) snapshotLocked(ctx context.Context, id, parent string, pause b
 
 // stage links what a snapshot holds of the sandbox into a new directory
 // beside its own (same file system: links, not copies) and writes its
-// record there; the caller removes it.
-func (s *Sandbox) stage(rec snapshotRecord) (string, error) {
+// record there; the caller removes it. disk, when set, is a copy of the
+// disk image to move there instead of linking the sandbox's own.
+func (s *Sandbox) stage(rec snapshotRecord, disk string) (string, error) {
 	src := s.w.Dir()
 	dir, err := os.MkdirTemp(filepath.Dir(src), "."+filepath.Base(src)+".snapshot-")
 	if err != nil {
@@ -156,6 +197,12 @@ func (s *Sandbox) stage(rec snapshotRecord) (string, error) {
 		}
 	}()
 	for _, name := range []string{"disk.img", accessTokenFile} {
+		if name == "disk.img" && disk != "" {
+			if err := os.Rename(disk, filepath.Join(dir, name)); err != nil {
+				return "", err
+			}
+			continue
+		}
 		if err := os.Link(filepath.Join(src, name), filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", err
 		}
@@ -310,7 +357,7 @@ const (
 // store (its workspace's lock and s.mu are held) and returns the
 // snapshot's id; "" without a store or when the write failed (logged).
 func (s *Sandbox) snapshotPausedLocked(ctx context.Context) string {
-	if s.m.cfg.Snapshots == nil {
+	if s.m.cfg.Snapshots == nil || !s.m.cfg.PauseSnapshots {
 		return ""
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotWait)

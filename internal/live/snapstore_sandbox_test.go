@@ -56,7 +56,7 @@ func TestSnapshotMaterialize(t *testing.T) {
 			}
 			t.Cleanup(func() { st.Close() })
 			cfg := DefaultConfig()
-			cfg.Snapshots = snapshots(t)
+			cfg.Snapshots, cfg.PauseSnapshots = snapshots(t), true
 			open := func(node string) *byID {
 				reg := cluster.New(cluster.Config{ID: node, Address: "127.0.0.1:1", Heartbeat: time.Second, LostAfter: time.Minute},
 					st, slog.New(slog.DiscardHandler))

@@ -15,7 +15,7 @@ import (
 // pause writes a snapshot of its own.
 func TestPauseIsSnapshot(t *testing.T) {
 	snaps := snapshots(t)
-	u := newUnit(t, func(c *Config) { c.Snapshots = snaps; c.PausedTTL = time.Hour })
+	u := newUnit(t, func(c *Config) { c.Snapshots, c.PauseSnapshots = snaps, true; c.PausedTTL = time.Hour })
 	ctx := t.Context()
 	paused := func(id string) string {
 		t.Helper()

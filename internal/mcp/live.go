@@ -28,6 +28,10 @@ const (
 	ToolRunCell       = "run_cell"
 	ToolForkContext   = "fork_context"
 	ToolCloseSandbox  = "close_sandbox"
+	// ToolSnapshotSandbox and ToolForkSandbox keep and copy a whole
+	// sandbox (snapshots.go).
+	ToolSnapshotSandbox = "snapshot_sandbox"
+	ToolForkSandbox     = "fork_sandbox"
 )
 
 // Bounds of run_cell: a cell's default and largest timeout, and how much
@@ -52,6 +56,7 @@ type CreateSandboxArgs struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for everything that runs in the sandbox"`
 	NetworkAllow   []string          `json:"network_allow,omitempty" jsonschema:"domains the sandbox may reach through the server's egress proxy, e.g. pypi.org or *.github.com; without it there is no network"`
 	OnTimeout      string            `json:"on_timeout,omitempty" jsonschema:"what happens at the timeout: kill (the default: the sandbox and its files end) or pause (it is kept, its files and on gVisor its variables, and the next call resumes it)"`
+	SnapshotID     string            `json:"snapshot_id,omitempty" jsonschema:"make the sandbox from this snapshot (from snapshot_sandbox: its id or name): its files and, on gVisor, its code contexts with their variables; language, image and tier are the snapshot's"`
 }
 
 // LiveSandbox is the structured result of create_sandbox.
@@ -189,11 +194,11 @@ Close what you no longer need; a sandbox left open ends at its timeout.`,
 
 func (s *Server) createSandbox(ctx context.Context, a *CreateSandboxArgs) (*gomcp.CallToolResult, error) {
 	lang := a.Language
-	if lang == "" {
+	if lang == "" && a.SnapshotID == "" {
 		lang = "python"
 	}
 	req := sandbox.CreateSandboxRequest{Language: lang, Image: a.Image, Tier: sandbox.Tier(a.Tier), TimeoutSeconds: a.TimeoutSeconds, Env: a.Env,
-		Limits: sandbox.SandboxLimits{MemoryMB: a.MemoryMB, CPUCores: a.CPUCores, CPUs: a.CPUs}}
+		Limits: sandbox.SandboxLimits{MemoryMB: a.MemoryMB, CPUCores: a.CPUCores, CPUs: a.CPUs}, SnapshotID: a.SnapshotID}
 	if len(a.NetworkAllow) > 0 {
 		req.Network = &sandbox.Network{Allow: a.NetworkAllow}
 	}
@@ -204,7 +209,7 @@ func (s *Server) createSandbox(ctx context.Context, a *CreateSandboxArgs) (*gomc
 	if err != nil {
 		return s.callFailed(ToolCreateSandbox, err)
 	}
-	cc, err := sb.CreateContext(ctx, sandbox.ContextRequest{Language: lang})
+	cc, err := s.firstContext(ctx, sb, lang, info)
 	if err != nil {
 		// The model never learns this sandbox's id: end it now.
 		s.kill(ctx, sb)
@@ -216,6 +221,21 @@ func (s *Server) createSandbox(ctx context.Context, a *CreateSandboxArgs) (*gomc
 		sb.ID, lang, info.Image, info.Tier, cc.Language, cc.ID, info.ExpiresAt.UTC().Format(time.RFC3339),
 		time.Until(info.ExpiresAt).Round(time.Second), sb.ID, cc.ID)
 	return &gomcp.CallToolResult{Content: []gomcp.Content{&gomcp.TextContent{Text: text}}, StructuredContent: out}, nil
+}
+
+// firstContext is the context create_sandbox answers with: one the
+// snapshot it was made from brought, else a new one of lang (default: the
+// sandbox's language).
+func (s *Server) firstContext(ctx context.Context, sb *sandbox.Sandbox, lang string, info *sandbox.Info) (*sandbox.CodeContext, error) {
+	if info.Resume != nil && info.Resume.Contexts > 0 {
+		if list, err := sb.Contexts(ctx); err == nil && len(list) > 0 {
+			return &list[0], nil
+		}
+	}
+	if lang == "" {
+		lang = info.Language
+	}
+	return sb.CreateContext(ctx, sandbox.ContextRequest{Language: lang})
 }
 
 // kill ends a sandbox this call made and cannot hand over.

@@ -53,15 +53,17 @@ func TestToolsAndSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	required := map[string][]string{
-		ToolRunCode:       {"code", "language"},
-		ToolGetExecution:  {"execution_id"},
-		ToolListFiles:     {"session_id"},
-		ToolReadFile:      {"path", "session_id"},
-		ToolWriteFile:     {"path", "session_id"},
-		ToolCreateSandbox: nil,
-		ToolRunCell:       {"code"},
-		ToolForkContext:   {"context_id", "sandbox_id"},
-		ToolCloseSandbox:  {"sandbox_id"},
+		ToolRunCode:         {"code", "language"},
+		ToolGetExecution:    {"execution_id"},
+		ToolListFiles:       {"session_id"},
+		ToolReadFile:        {"path", "session_id"},
+		ToolWriteFile:       {"path", "session_id"},
+		ToolCreateSandbox:   nil,
+		ToolRunCell:         {"code"},
+		ToolForkContext:     {"context_id", "sandbox_id"},
+		ToolCloseSandbox:    {"sandbox_id"},
+		ToolSnapshotSandbox: {"sandbox_id"},
+		ToolForkSandbox:     {"sandbox_id"},
 	}
 	got := map[string][]string{}
 	for _, tool := range res.Tools {
@@ -223,7 +225,7 @@ func TestHTTPToken(t *testing.T) {
 	}
 	defer cs.Close()
 	res, err := cs.ListTools(t.Context(), nil)
-	if err != nil || len(res.Tools) != 9 {
+	if err != nil || len(res.Tools) != 11 {
 		t.Fatalf("list tools with the token: %v %v", res, err)
 	}
 }

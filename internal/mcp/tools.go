@@ -182,6 +182,7 @@ Text comes back as text; images (PNG, JPEG, GIF, WebP) as images; other bytes as
 	}, s.writeFile)
 
 	s.addLiveTools()
+	s.addSnapshotTools()
 }
 
 func minLen(s *jsonschema.Schema, prop string) { s.Properties[prop].MinLength = jsonschema.Ptr(1) }

@@ -229,6 +229,14 @@ type Pauser interface {
 	Pause(ctx context.Context, dir string) error
 }
 
+// DiskCopier is a Sandbox made with Spec.Workspace that can copy its
+// disk's image while it runs, for a snapshot of its files: its file system
+// is frozen for the copy (its programs' writes wait), so that the copy is
+// consistent. dst must not exist; on error it is not left behind.
+type DiskCopier interface {
+	CopyDisk(ctx context.Context, dst string) error
+}
+
 // Restorer is a Runtime that restores what its sandboxes' Pause saved.
 type Restorer interface {
 	// Restore starts a sandbox from the state Pause saved in dir. spec must

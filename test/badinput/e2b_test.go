@@ -44,6 +44,10 @@ var restFixtures = map[string]e2bFixture{
 	"POST /sandboxes/{id}/pause":      {path: "/sandboxes/{id}/pause"},
 	"POST /sandboxes/{id}/resume":     {path: "/sandboxes/{id}/resume", body: `{"timeout":3600}`},
 	"GET /sandboxes/{id}/metrics":     {path: "/sandboxes/{id}/metrics", query: "start=1577836800&end=4102444800"},
+	"POST /sandboxes/{id}/snapshots":  {path: "/sandboxes/{id}/snapshots", body: `{"name":"e2b-snap"}`},
+	"POST /sandboxes/{id}/fork":       {path: "/sandboxes/{id}/fork", body: `{"count":1,"timeout":60}`},
+	"GET /snapshots":                  {path: "/snapshots", query: "sandboxID=$sid&limit=5"},
+	"DELETE /templates/{templateID}":  {path: "/templates/e2b-snap"},
 }
 
 // envdFixtures has an entry for every route internal/e2b/envd registers,

@@ -26,6 +26,7 @@ import (
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/snapshot"
 	"github.com/corralhq/corral/internal/state/memory"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/testenv"
@@ -90,6 +91,15 @@ func newServer(t *testing.T) *server {
 	t.Cleanup(sessions.Close)
 	lc := live.DefaultConfig()
 	lc.StdinStall = 2 * time.Second // under patience: the bound is answered, not a hang
+	snapBlobs, err := local.New(filepath.Join(t.TempDir(), "snapshots"), s.url, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { snapBlobs.Close() })
+	if lc.Snapshots, err = snapshot.New(snapBlobs, snapshot.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Snapshots.Close() })
 	sandboxes := live.New(lc, live.Deps{Table: table, Engine: fk.Engine, Fleet: fk.Fleet, Publisher: cl, Log: log})
 	t.Cleanup(sandboxes.Close)
 	s.blobs, err = local.New(filepath.Join(t.TempDir(), "blobs"), s.url, nil, log)

@@ -37,6 +37,7 @@ var (
 	execP = map[string]string{"id": "sweep-exec"}
 	sesP  = map[string]string{"id": "sweep-session"}
 	fileP = map[string]string{"id": "sweep-session", "path": "f.txt"}
+	snapP = map[string]string{"id": "sweep-snap"}
 )
 
 // v1Fixtures has an entry for every operation of api/openapi.yaml: a new
@@ -65,6 +66,11 @@ var v1Fixtures = map[string]v1Fixture{
 	"POST /v1/sandboxes/{id}/pause":         {params: sbP},
 	"POST /v1/sandboxes/{id}/resume":        {params: sbP},
 	"GET /v1/sandboxes/{id}/metrics":        {params: sbP, query: "since=2020-01-01T00%3A00%3A00Z&until=4102444800"},
+	"POST /v1/sandboxes/{id}/snapshots":     {params: sbP, body: `{"name":"sweep-snap"}`},
+	"POST /v1/sandboxes/{id}/fork":          {params: sbP, body: `{"count":1,"timeout_seconds":60}`},
+	"GET /v1/snapshots":                     {query: "sandbox_id=sweep&limit=5"},
+	"GET /v1/snapshots/{id}":                {params: snapP},
+	"DELETE /v1/snapshots/{id}":             {params: snapP},
 	"POST /v1/sandboxes/{id}/processes": {params: sbP, body: `{"cmd":["echo","hi"],"env":{"A":"1"},"cwd":"/workspace","tag":"t"}`,
 		alt: []string{`{"shell":"echo hi"}`}},
 	"GET /v1/sandboxes/{id}/processes":                    {params: sbP},
@@ -166,6 +172,7 @@ func (w *v1World) make() {
 	json.Unmarshal(w.call("POST", "/v1/sandboxes/sweep/contexts", `{"language":"python"}`, 201), &c)
 	w.vars["$cid"] = c.ID
 	w.call("PUT", "/v1/sandboxes/sweep/files?path=/workspace/f.txt", "hello", 200)
+	w.call("POST", "/v1/sandboxes/sweep/snapshots", `{"name":"sweep-snap"}`, 201)
 	w.call("PUT", "/v1/sessions/sweep-session", `{}`, 201, 200)
 	w.call("PUT", "/v1/sessions/sweep-session/files/f.txt", "hello", 204, 200)
 	w.call("POST", "/v1/executions?wait=true", `{"execution_id":"sweep-exec","language":"bash","code":"echo hi"}`, 200)

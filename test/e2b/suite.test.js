@@ -517,6 +517,91 @@ test('autoResume: an HTTP request to a port of a sandbox paused at its timeout r
   }
 })
 
+test('createSnapshot, then Sandbox.create(snapshotId): files kept, and on gVisor the context too; listSnapshots, deleteSnapshot', async () => {
+  const tier = process.env.CORRAL_E2B_TIER
+  const s = await Sandbox.create(template, { timeoutMs: 300_000, metadata: { suite: run, role: 'snapshot' } })
+  const made = []
+  try {
+    await s.files.write('/workspace/kept.txt', 'kept')
+    assert.equal((await s.runCode('w = 11')).error, undefined)
+    const snap = await s.createSnapshot({ name: `snap-${process.pid}` })
+    assert.match(snap.snapshotId, /^snap_/)
+    assert.deepEqual(snap.names, [`snap-${process.pid}`])
+    // The sandbox runs on, its context too.
+    assert.equal((await s.runCode('w')).text, '11')
+    await s.files.write('/workspace/after.txt', 'after')
+    const listed = await s.listSnapshots().nextItems()
+    assert.deepEqual(listed.map((x) => x.snapshotId), [snap.snapshotId])
+    const all = []
+    for (const p = BaseSandbox.listSnapshots({ limit: 1 }); p.hasNext;) all.push(...await p.nextItems())
+    assert.ok(all.some((x) => x.snapshotId === snap.snapshotId), JSON.stringify(all))
+    // Another tenant sees none of it.
+    const others = await BaseSandbox.listSnapshots({ apiKey: otherKey }).nextItems()
+    assert.ok(!others.some((x) => x.snapshotId === snap.snapshotId))
+    await assert.rejects(Sandbox.create(snap.snapshotId, { apiKey: otherKey }))
+
+    const copy = await Sandbox.create(snap.snapshotId, { timeoutMs: 300_000, metadata: { suite: run, role: 'from-snapshot' } })
+    made.push(copy)
+    assert.notEqual(copy.sandboxId, s.sandboxId)
+    assert.equal(await copy.files.read('/workspace/kept.txt'), 'kept')
+    assert.equal(await copy.files.exists('/workspace/after.txt'), false)
+    const w = await copy.runCode('w')
+    if (tier === 'gvisor') {
+      assert.equal(w.text, '11') // its memory came with it
+    } else if (tier === 'container') {
+      assert.equal(w.error?.name, 'NameError') // files only on runc
+    }
+    // By its name too.
+    const named = await Sandbox.create(`snap-${process.pid}`, { timeoutMs: 60_000, metadata: { suite: run, role: 'from-name' } })
+    made.push(named)
+    assert.equal(await named.files.read('/workspace/kept.txt'), 'kept')
+
+    assert.equal(await BaseSandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await BaseSandbox.deleteSnapshot(snap.snapshotId), false)
+    await assert.rejects(Sandbox.create(snap.snapshotId))
+    // Sandboxes made from it live on.
+    assert.equal(await copy.files.read('/workspace/kept.txt'), 'kept')
+  } finally {
+    for (const m of made) await m.kill()
+    await s.kill()
+  }
+})
+
+test('fork gives sandboxes that diverge', async () => {
+  const tier = process.env.CORRAL_E2B_TIER
+  const s = await Sandbox.create(template, { timeoutMs: 300_000, metadata: { suite: run, role: 'fork' } })
+  let forks = []
+  try {
+    await s.files.write('/workspace/base.txt', 'base')
+    assert.equal((await s.runCode('v = 3')).error, undefined)
+    forks = await s.fork({ count: 2, timeoutMs: 120_000 })
+    assert.equal(forks.length, 2)
+    for (const f of forks) assert.ok(f instanceof Sandbox, String(f))
+    const ids = new Set([s.sandboxId, ...forks.map((f) => f.sandboxId)])
+    assert.equal(ids.size, 3)
+    for (const [i, f] of forks.entries()) {
+      assert.equal(await f.files.read('/workspace/base.txt'), 'base')
+      await f.files.write(`/workspace/fork-${i}.txt`, `${i}`)
+      if (tier === 'gvisor') {
+        assert.equal((await f.runCode('v')).text, '3')
+        assert.equal((await f.runCode(`v = ${10 + i}`)).error, undefined)
+      }
+    }
+    for (const [i, f] of forks.entries()) {
+      assert.equal(await f.files.read(`/workspace/fork-${i}.txt`), `${i}`)
+      assert.equal(await f.files.exists(`/workspace/fork-${1 - i}.txt`), false)
+      if (tier === 'gvisor') assert.equal((await f.runCode('v')).text, `${10 + i}`)
+    }
+    assert.equal(await s.files.exists('/workspace/fork-0.txt'), false)
+    if (tier === 'gvisor') assert.equal((await s.runCode('v')).text, '3')
+    // The forks' snapshot is not listed.
+    assert.deepEqual(await s.listSnapshots().nextItems(), [])
+  } finally {
+    for (const f of forks) if (f instanceof Sandbox) await f.kill()
+    await s.kill()
+  }
+})
+
 test('pty: a terminal that follows a resize', async () => {
   let out = ''
   const decoder = new TextDecoder()

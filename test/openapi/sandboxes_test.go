@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/sandbox"
+	"github.com/corralhq/corral/test/testserver"
 )
 
 // liveSandboxes exercises every operation of /v1/sandboxes and each
@@ -275,6 +276,48 @@ func (c *checker) liveSandboxes(key string) {
 	c.do(call{method: "POST", path: base + "/resume", key: key, want: 409})
 	c.do(call{method: "POST", path: base + "/resume", want: 401})
 	c.do(call{method: "POST", path: "/v1/sandboxes/nope/resume", key: key, want: 404})
+
+	// Snapshots: take one (201, 400, 401, 404), list (200, 400, 401),
+	// get and delete (200/204, 400, 401, 404), make a sandbox from it,
+	// fork (201, 400, 401, 404).
+	var snap sandbox.Snapshot
+	raw = c.do(call{method: "POST", path: base + "/snapshots", key: key, want: 201, body: js(sandbox.CreateSnapshotRequest{Name: "spec-snap"})})
+	if err := json.Unmarshal(raw, &snap); err != nil || snap.SnapshotID == "" || snap.SandboxID != "spec-live" {
+		t.Errorf("snapshot: %s", raw)
+	}
+	c.do(call{method: "POST", path: base + "/snapshots", key: key, want: 400, body: js(sandbox.CreateSnapshotRequest{Name: "../x"})})
+	c.do(call{method: "POST", path: base + "/snapshots", want: 401, body: js(map[string]any{})})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/snapshots", key: key, want: 404, body: js(map[string]any{})})
+	if l := c.do(call{method: "GET", path: "/v1/snapshots?sandbox_id=spec-live&limit=5", key: key, want: 200}); !strings.Contains(string(l), snap.SnapshotID) {
+		t.Errorf("snapshots: %s", l)
+	}
+	c.do(call{method: "GET", path: "/v1/snapshots?cursor=nonsense", key: key, want: 400})
+	c.do(call{method: "GET", path: "/v1/snapshots", want: 401})
+	c.do(call{method: "GET", path: "/v1/snapshots/spec-snap", key: key, want: 200})
+	c.do(call{method: "GET", path: "/v1/snapshots/" + snap.SnapshotID, key: testserver.BetaKey, want: 404})
+	c.do(call{method: "GET", path: "/v1/snapshots/a%2F..", key: key, want: 400})
+	c.do(call{method: "GET", path: "/v1/snapshots/" + snap.SnapshotID, want: 401})
+	made := c.do(call{method: "POST", path: "/v1/sandboxes", key: key, want: 201,
+		body: js(sandbox.CreateSandboxRequest{SandboxID: "spec-copy", SnapshotID: "spec-snap", TimeoutSeconds: 60})})
+	if !strings.Contains(string(made), `"sandbox_id":"spec-copy"`) {
+		t.Errorf("create from a snapshot: %s", made)
+	}
+	c.do(call{method: "DELETE", path: "/v1/sandboxes/spec-copy", key: key, want: 204})
+	forks := c.do(call{method: "POST", path: base + "/fork", key: key, want: 201, body: js(sandbox.ForkRequest{Count: 1, TimeoutSeconds: 60})})
+	var fa sandbox.ForkAnswer
+	if err := json.Unmarshal(forks, &fa); err != nil || len(fa.Forks) != 1 || fa.Forks[0].Sandbox == nil {
+		t.Errorf("fork: %s", forks)
+	} else {
+		c.do(call{method: "DELETE", path: "/v1/sandboxes/" + fa.Forks[0].Sandbox.SandboxID, key: key, want: 204})
+	}
+	c.do(call{method: "POST", path: base + "/fork", key: key, want: 400, invalid: true, body: js(sandbox.ForkRequest{Count: 17})})
+	c.do(call{method: "POST", path: base + "/fork", want: 401, body: js(map[string]any{})})
+	c.do(call{method: "POST", path: "/v1/sandboxes/nope/fork", key: key, want: 404, body: js(map[string]any{})})
+	c.do(call{method: "DELETE", path: "/v1/snapshots/" + snap.SnapshotID, want: 401})
+	c.do(call{method: "DELETE", path: "/v1/snapshots/" + snap.SnapshotID, key: key, want: 204})
+	c.do(call{method: "DELETE", path: "/v1/snapshots/" + snap.SnapshotID, key: key, want: 404})
+	c.do(call{method: "DELETE", path: "/v1/snapshots/a%2F..", key: key, want: 400})
+	c.do(call{method: "GET", path: "/v1/snapshots/" + snap.SnapshotID, key: key, want: 404})
 
 	// Delete: 204, 401, 404.
 	c.do(call{method: "DELETE", path: base, want: 401})

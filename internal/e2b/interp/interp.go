@@ -69,6 +69,10 @@ type handler struct {
 
 type defaultKey struct{ tenant, sandbox, language string }
 
+// defaultLabel, then the language, labels a default context
+// (kernel.ContextOptions.Label).
+const defaultLabel = "e2b-default:"
+
 // defaultContext is one default context; mu is held while it is made, so
 // that cells arriving together share one.
 type defaultContext struct {
@@ -222,10 +226,18 @@ func (h *handler) defaultContext(ctx context.Context, t target.Target, language 
 		return d, d.id, nil
 	}
 	ks, err := h.contexts(ctx, t)
-	var info sandbox.CodeContext
-	if err == nil {
-		info, err = ks.Create(ctx, kernel.ContextOptions{Language: language, Cwd: cwd("")})
+	if err != nil {
+		return nil, "", err
 	}
+	// Labeled: a sandbox with its default context from before this node
+	// process knew it (made from a snapshot, or moved here from another
+	// node, with its memory) goes on in it, with its variables.
+	label := defaultLabel + language
+	if c, ok := ks.Labeled(label); ok {
+		d.id = c.ID
+		return d, d.id, nil
+	}
+	info, err := ks.Create(ctx, kernel.ContextOptions{Language: language, Cwd: cwd(""), Label: label})
 	if err != nil {
 		return nil, "", err
 	}

@@ -320,6 +320,21 @@ func (s *Sandbox) WorkspaceDir() string { return filepath.Join(s.root, "workspac
 // EgressDir implements runtime.EgressPort.
 func (s *Sandbox) EgressDir() string { return filepath.Join(s.root, runtime.EgressPath) }
 
+// CopyDisk implements runtime.DiskCopier. A fake sandbox's files are a
+// directory beside where its disk image would be, which the copy does not
+// hold: the copy is an empty image, and a sandbox made on it has a new
+// directory.
+func (s *Sandbox) CopyDisk(_ context.Context, dst string) error {
+	if !s.keep {
+		return fmt.Errorf("copy the disk of fake sandbox %s: no workspace: %w", s.id, runtime.ErrNotPausable)
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // Interface guards.
 var (
 	_ runtime.Runtime       = (*Runtime)(nil)
@@ -328,6 +343,7 @@ var (
 	_ runtime.EgressPort    = (*Sandbox)(nil)
 	_ runtime.Fixer         = (*Runtime)(nil)
 	_ runtime.Meter         = (*Sandbox)(nil)
+	_ runtime.DiskCopier    = (*Sandbox)(nil)
 )
 
 // fakePasswd is a system sandbox's /etc/passwd (internal/runtime/oci

@@ -206,6 +206,7 @@ var _ runtime.LimitProber = (*Sandbox)(nil)
 var _ runtime.HostWorkspace = (*Sandbox)(nil)
 var _ runtime.EgressPort = (*Sandbox)(nil)
 var _ runtime.DiskKeeper = (*Sandbox)(nil)
+var _ runtime.DiskCopier = (*Sandbox)(nil)
 var _ runtime.Meter = (*Sandbox)(nil)
 var _ runtime.Runtime = (*Runtime)(nil)
 
@@ -620,6 +621,14 @@ func (s *Sandbox) KeepDisk(path string) error {
 	}
 	s.keep = true
 	return nil
+}
+
+// CopyDisk implements runtime.DiskCopier.
+func (s *Sandbox) CopyDisk(ctx context.Context, dst string) error {
+	if !s.keep || s.disk == nil {
+		return fmt.Errorf("copy the disk of sandbox %s: it has no workspace image of its own: %w", s.id, runtime.ErrNotPausable)
+	}
+	return s.disk.CopyFrozen(dst)
 }
 
 // WorkspaceDir is the host path of the sandbox's /workspace.

@@ -18,9 +18,12 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/blob"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/collect"
@@ -223,6 +226,19 @@ type Submission struct {
 	Created bool
 }
 
+// submitEvent is the audit event of a submitted execution.
+func submitEvent(req sandbox.ExecuteRequest) audit.Event {
+	f := map[string]string{"language": req.Language, "code_sha256": audit.SHA256([]byte(req.Code)),
+		"code_bytes": strconv.Itoa(len(req.Code))}
+	if req.SessionID != "" {
+		f["session_id"] = req.SessionID
+	}
+	if req.Network != nil && len(req.Network.Allow) > 0 {
+		f["network_allow"] = strings.Join(req.Network.Allow, ",")
+	}
+	return audit.Event{Action: audit.ExecutionSubmit, ExecutionID: req.ExecutionID, Fields: f}
+}
+
 // Submit validates req, and unless the same request was already submitted
 // under its id, stores it as queued (the store is the queue) and wakes the
 // nodes. An execution of a session is queued for the node that owns the
@@ -291,6 +307,7 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 	if !created {
 		return n.existing(stored, ex) // a concurrent duplicate won
 	}
+	audit.Record(ctx, submitEvent(job.Req))
 	k := key(tenant, ex.ID)
 	if _, err := n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusQueued)); err != nil {
 		n.log.Warn("append event", "execution_id", ex.ID, "err", err)

@@ -164,7 +164,7 @@ func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, 
 	cu.Add(blobs.Close)
 	d.node = node.New(p.Node, node.Deps{Engine: d.local.engine, Fleet: d.local.fleet, Pool: d.pool, Store: st, State: ls,
 		Cluster: d.cluster, Notifier: d.notifier, Metrics: m, Log: log.With("node", p.Cluster.ID), Sessions: sessions,
-		Artifacts: node.BlobArtifacts{Store: blobs}})
+		Artifacts: node.BlobArtifacts{Store: blobs}, Audit: d.audit})
 	d.api = api.New(p.API, api.Deps{Node: d.node, Auth: auth, Metrics: m, Log: log, Ready: []api.Pinger{st, ls},
 		Sessions: sessions, Sandboxes: sandboxes, Cluster: d.cluster, Blobs: blobHandler, Stats: st,
 		Audit: d.audit, AuditLog: d.auditLog})

@@ -37,8 +37,9 @@ func TokenID(token string) string { return "token:" + KeyID(token) }
 type Scope struct {
 	rec   Recorder
 	actor Actor
-	// sandbox is the default SandboxID of events recorded in the scope.
-	sandbox string
+	// sandbox and execution are the default SandboxID and ExecutionID
+	// of events recorded in the scope.
+	sandbox, execution string
 }
 
 type scopeKey struct{}
@@ -59,6 +60,17 @@ func WithSandbox(ctx context.Context, id string) context.Context {
 		return ctx
 	}
 	s.sandbox = id
+	return context.WithValue(ctx, scopeKey{}, s)
+}
+
+// WithExecution returns ctx whose events name execution id unless they
+// name one themselves.
+func WithExecution(ctx context.Context, id string) context.Context {
+	s, ok := ctx.Value(scopeKey{}).(Scope)
+	if !ok {
+		return ctx
+	}
+	s.execution = id
 	return context.WithValue(ctx, scopeKey{}, s)
 }
 
@@ -86,6 +98,9 @@ func (s Scope) Record(e Event) {
 	}
 	if e.SandboxID == "" {
 		e.SandboxID = s.sandbox
+	}
+	if e.ExecutionID == "" {
+		e.ExecutionID = s.execution
 	}
 	if e.Outcome == "" {
 		e.Outcome = OK

@@ -120,6 +120,8 @@ type Options struct {
 	// Grace is how long an interrupted cell may take to stop after its
 	// timeout; DefaultGrace if zero.
 	Grace time.Duration
+	// Sandbox names the live sandbox in the audit events of its cells.
+	Sandbox string
 }
 
 // ContextOptions describe a context to create.

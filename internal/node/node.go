@@ -114,11 +114,16 @@ type Deps struct {
 	Sessions *session.Manager
 	// Artifacts keeps artifacts; nil: none.
 	Artifacts engine.ArtifactStore
+	// Audit records what a queued execution does once it runs (its
+	// egress), for its tenant; nil records nothing. Its submit is
+	// recorded by the caller's context.
+	Audit audit.Recorder
 }
 
 // Node runs executions. Create it with New, start it with Run.
 type Node struct {
 	cfg       Config
+	recorder  audit.Recorder
 	engine    *engine.Engine
 	fleet     *fleet.Fleet
 	pool      fleet.Acquirer
@@ -167,7 +172,7 @@ type run struct {
 
 // New returns a node; d.Cluster's id is the node's.
 func New(cfg Config, d Deps) *Node {
-	n := &Node{cfg: cfg, engine: d.Engine, fleet: d.Fleet, pool: d.Pool, store: d.Store, state: d.State,
+	n := &Node{cfg: cfg, recorder: d.Audit, engine: d.Engine, fleet: d.Fleet, pool: d.Pool, store: d.Store, state: d.State,
 		cluster: d.Cluster, notifier: d.Notifier, metrics: d.Metrics, log: d.Log, sessions: d.Sessions,
 		artifacts: d.Artifacts, ctx: context.Background(), wake: make(chan struct{}, 1),
 		draining: make(chan struct{}), running: map[string]*run{}, waiters: map[string][]chan *sandbox.Result{},

@@ -176,13 +176,9 @@ func cmdAuditVerify(args []string) int {
 		fmt.Fprintln(os.Stderr, "corral audit verify:", err)
 		return 4
 	}
-	var names []string
+	names := planTenants(cfg)
 	if tenants != "" {
 		names = strings.Split(tenants, ",")
-	} else {
-		for _, t := range planTenants(cfg) {
-			names = append(names, t)
-		}
 	}
 	if len(names) == 0 {
 		fmt.Fprintln(os.Stderr, "corral audit verify: no tenant configured; name them with --tenant")

@@ -61,6 +61,8 @@ func TestAuditTrail(t *testing.T) {
 	var c sandbox.CodeContext
 	s.call(keyAlpha, "POST", "/v1/sandboxes/box/contexts", `{}`, http.StatusCreated, &c)
 	s.call(keyAlpha, "POST", "/v1/sandboxes/box/contexts/"+c.ID+"/run", `{"code": "6 * 7"}`, http.StatusOK, nil, "Accept", "application/json")
+	var fork sandbox.CodeContext
+	s.call(keyAlpha, "POST", "/v1/sandboxes/box/contexts/"+c.ID+"/fork", "", http.StatusCreated, &fork)
 
 	for _, host := range []string{"allowed.test", "denied.test"} {
 		p := s.start(keyAlpha, "box", sandbox.StartProcessRequest{Cmd: []string{"curl", "-s", fmt.Sprintf("http://%s:%d/", host, port)}})
@@ -88,6 +90,7 @@ func TestAuditTrail(t *testing.T) {
 		{audit.FileRename, map[string]string{"from": "/workspace/a.txt", "to": "/workspace/b.txt"}},
 		{audit.FileRemove, map[string]string{"path": "/workspace/b.txt"}},
 		{audit.ContextRun, map[string]string{"context": c.ID, "code_sha256": audit.SHA256([]byte("6 * 7"))}},
+		{audit.ContextFork, map[string]string{"context": fork.ID, "parent": c.ID}},
 		{audit.EgressAllowed, map[string]string{"host": "allowed.test", "port": ps}},
 		{audit.SecretInjected, map[string]string{"name": "X-Token", "host": "allowed.test"}},
 		{audit.EgressDenied, map[string]string{"host": "denied.test", "port": ps}},

@@ -63,6 +63,7 @@ const (
 	FileRemove      = "file.remove"
 	FileRename      = "file.rename"
 	ContextRun      = "context.run"
+	ContextFork     = "context.fork"
 	EgressAllowed   = "egress.allowed"
 	EgressDenied    = "egress.denied"
 	SecretInjected  = "secret.injected"

@@ -180,3 +180,64 @@ func (s *stack) auditEvents(key, q string) []sandbox.AuditEvent {
 		cursor = p.NextCursor
 	}
 }
+
+// TestAuditAcrossNodes: two nodes write one tenant's trail in the store
+// they share; a call made on node b for a sandbox node a owns is recorded
+// once, by node a; both nodes' events form one unbroken chain.
+func TestAuditAcrossNodes(t *testing.T) {
+	w := newWorld(t)
+	a := w.stack(func(o *options) { o.id = "node-a"; o.audit = true })
+	b := w.stack(func(o *options) { o.id = "node-b"; o.audit = true })
+	a.createBox(keyAlpha, "box", nil)
+	p := b.start(keyAlpha, "box", sandbox.StartProcessRequest{Cmd: []string{"echo", "via b"}})
+	b.wait(keyAlpha, "box", p.PID)
+	b.call(keyAlpha, "PUT", "/v1/sandboxes/box/files?path=/workspace/b.txt", "from b", http.StatusOK, nil)
+	a.call(keyAlpha, "PUT", "/v1/sandboxes/box/files?path=/workspace/a.txt", "from a", http.StatusOK, nil)
+	b.fail(keyAlpha, "POST", "/v1/sandboxes", `{"sandbox_id": "box"}`, http.StatusConflict, "conflict")
+	// Both nodes submit at once: two writers for one tenant.
+	done := make(chan struct{})
+	for _, s := range []*stack{a, b} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 5 {
+				s.call(keyAlpha, "POST", "/v1/executions", `{"language": "bash", "code": "true"}`, http.StatusAccepted, nil)
+			}
+		}()
+	}
+	<-done
+	<-done
+	var events []sandbox.AuditEvent
+	until(t, "both nodes' events", func() bool {
+		events = a.auditEvents(keyAlpha, "?limit=1000")
+		n := 0
+		for _, e := range events {
+			if e.Action == audit.ExecutionSubmit {
+				n++
+			}
+		}
+		return n == 10
+	})
+	count := map[string]int{}
+	nodes := map[string]bool{}
+	for i, e := range events {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i, e.Seq)
+		}
+		nodes[e.Node] = true
+		if e.SandboxID == "box" && e.Outcome == audit.OK {
+			count[e.Action]++
+			if e.Node != "node-a" || e.KeyID != audit.KeyID(keyAlpha) {
+				t.Errorf("%s on box recorded by %s with key %s; want node-a, alpha's key", e.Action, e.Node, e.KeyID)
+			}
+		}
+	}
+	if count[audit.ProcessStart] != 1 || count[audit.FileWrite] != 2 || count[audit.SandboxCreate] != 1 {
+		t.Errorf("box's events: %v; want one process start, two writes, one create", count)
+	}
+	if !nodes["node-a"] || !nodes["node-b"] {
+		t.Errorf("the chain holds events of %v; want both nodes'", nodes)
+	}
+	if n, err := store.VerifyAudit(t.Context(), w.store, "alpha", 0, 0); err != nil || n != int64(len(events)) {
+		t.Errorf("VerifyAudit = %d, %v; want %d", n, err, len(events))
+	}
+}

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,5 +124,58 @@ func TestWriterDrops(t *testing.T) {
 	w.Record(audit.Event{Tenant: "acme", Action: audit.ProcessStart}) // after Close: dropped, counted
 	if got := count(t, m.AuditEvents, "dropped"); got != n+1 {
 		t.Errorf("a record after Close: dropped %v, want %d", got, n+1)
+	}
+}
+
+// TestWebhookSink: each batch is POSTed as JSON lines; a 5xx is retried,
+// a 4xx is not.
+func TestWebhookSink(t *testing.T) {
+	var calls atomic.Int32
+	var got []sandbox.AuditEvent
+	var mu sync.Mutex
+	status := http.StatusServiceUnavailable
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Header.Get("Content-Type") != "application/x-ndjson" {
+			t.Errorf("Content-Type %q", r.Header.Get("Content-Type"))
+		}
+		if status != http.StatusOK {
+			w.WriteHeader(status)
+			status = http.StatusOK
+			return
+		}
+		sc := bufio.NewScanner(r.Body)
+		for sc.Scan() {
+			var e sandbox.AuditEvent
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				t.Errorf("line %q: %v", sc.Text(), err)
+			}
+			got = append(got, e)
+		}
+	}))
+	defer srv.Close()
+	sink, err := audit.OpenSink(srv.URL + "/siem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []sandbox.AuditEvent{{Tenant: "acme", Seq: 1, Action: audit.FileWrite, Hash: "h1"}, {Tenant: "acme", Seq: 2, Action: audit.FileRemove, Hash: "h2"}}
+	if err := sink.Ship(t.Context(), events); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 2 || len(got) != 2 || got[1].Hash != "h2" {
+		t.Fatalf("%d calls, received %+v; want a retry after the 503, then both events", calls.Load(), got)
+	}
+	mu.Lock()
+	status = http.StatusForbidden
+	mu.Unlock()
+	if err := sink.Ship(t.Context(), events); err == nil || calls.Load() != 3 {
+		t.Fatalf("a 403: %v after %d calls; want an error, no retry", err, calls.Load())
+	}
+	for _, bad := range []string{"relative/path", "ftp://x", "http://"} {
+		if _, err := audit.OpenSink(bad); err == nil {
+			t.Errorf("OpenSink(%q) opened", bad)
+		}
 	}
 }

@@ -128,6 +128,13 @@ func (t *tailBuffer) String() string {
 // of b.
 func startServer(b *testing.B, name string, pools ...warmPool) (*server, error) {
 	b.Helper()
+	return startServerWith(b, name, "", pools...)
+}
+
+// startServerWith is startServer with more of the configuration file
+// (TOML sections after the pools').
+func startServerWith(b *testing.B, name, extra string, pools ...warmPool) (*server, error) {
+	b.Helper()
 	data := testenv.DataDir(b)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -142,7 +149,7 @@ queue_bound = 512
 [log]
 level = "info"
 format = "json"
-` + poolConfig(pools...)
+` + poolConfig(pools...) + extra
 	cfgPath := filepath.Join(data, "corral.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err

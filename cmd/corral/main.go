@@ -31,6 +31,7 @@ func init() {
 		{"doctor", "check that this machine can run sandboxes", cmdDoctor},
 		{"config", "check a serve configuration without serving (config check)", cmdConfig},
 		{"key", "mint an API key and its configuration line (key new)", cmdKey},
+		{"audit", "list the audit trail; audit verify checks its hash chains", cmdAudit},
 		{"agent", "the in-sandbox agent (started by the runtime, not by hand)", cmdAgent},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/corralhq/corral/internal/audit"
 	"log/slog"
 	"net"
 	"net/http"
@@ -104,6 +105,11 @@ type daemon struct {
 	handler  http.Handler
 	// cert is the listener's certificate; nil serves http.
 	cert *tlscert.Reloader
+	// audit records (nil: the trail is off); auditLog and auditStore
+	// read and prune it.
+	audit      audit.Recorder
+	auditLog   api.AuditSource
+	auditStore audit.Pruner
 }
 
 // open opens what p describes, in order: the listener's certificate and
@@ -143,6 +149,9 @@ func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, 
 		return nil, err
 	}
 	m := metrics.New()
+	if err := d.openAudit(p, st, m, cu); err != nil {
+		return nil, err
+	}
 	d.pool = openPool(ctx, p.Pool, d.local, m, log.With("component", "pool"))
 	cu.AddFunc(d.pool.Close)
 	d.notifier = newNotifier(p, st, auth, m, log)
@@ -165,16 +174,44 @@ func open(ctx context.Context, p plan, log *slog.Logger, cu *cleanup) (*daemon, 
 	}
 	d.node = node.New(p.Node, node.Deps{Engine: d.local.engine, Fleet: d.local.fleet, Pool: d.pool, Store: st, State: ls,
 		Cluster: d.cluster, Notifier: d.notifier, Metrics: m, Log: log.With("node", p.Cluster.ID), Sessions: sessions,
-		Artifacts: node.BlobArtifacts{Store: blobs}})
+		Artifacts: node.BlobArtifacts{Store: blobs}, Audit: d.audit})
 	d.api = api.New(p.API, api.Deps{Node: d.node, Auth: auth, Metrics: m, Log: log, Ready: []api.Pinger{st, ls},
-		Sessions: sessions, Sandboxes: sandboxes, Cluster: d.cluster, Blobs: blobHandler, Stats: st})
+		Sessions: sessions, Sandboxes: sandboxes, Cluster: d.cluster, Blobs: blobHandler, Stats: st,
+		Audit: d.audit, AuditLog: d.auditLog})
 	// E2B's API beside /v1, with the in-sandbox services its SDKs speak.
 	d.handler = d.api.Handler(e2b.New(e2b.Config{Sandboxes: sandboxes, Keys: auth, Node: d.api,
 		Domain: p.E2B.Domain, Tier: p.E2B.Tier,
 		Envd:   envd.New(sandboxes, log.With("component", "e2b-envd")),
 		Interp: interp.New(sandboxes, log.With("component", "e2b-interp")),
-		Log:    log.With("component", "e2b")}))
+		Log:    log.With("component", "e2b"), Audit: d.audit}))
 	return d, nil
+}
+
+// openAudit starts the audit trail's writer (and its sink) when it is on:
+// events go to st, the store every node shares, so one tenant's chain is
+// one whatever node records.
+func (d *daemon) openAudit(p plan, st store.Store, m *metrics.Metrics, cu *cleanup) error {
+	if p.Audit == nil {
+		return nil
+	}
+	var sinks []audit.Sink
+	if p.AuditSink != "" {
+		sink, err := audit.OpenSink(p.AuditSink)
+		if err != nil {
+			return err
+		}
+		sinks = append(sinks, sink)
+	}
+	cfg := *p.Audit
+	cfg.Node = p.Cluster.ID
+	w := audit.NewWriter(st, cfg, sinks, m.AuditEvents, d.log.With("component", "audit"))
+	cu.Add(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return w.Close(ctx)
+	})
+	d.audit, d.auditLog, d.auditStore = w, st, st
+	return nil
 }
 
 // openWorkspaces opens this node's workspaces, which sessions and live
@@ -251,6 +288,15 @@ func (d *daemon) start(ctx context.Context, wg *sync.WaitGroup) {
 		}
 	})
 	wg.Go(func() { d.notifier.Run(ctx) })
+	if d.auditStore != nil {
+		var names []string
+		for _, t := range d.plan.Tenants {
+			names = append(names, t.Name)
+		}
+		wg.Go(func() {
+			audit.RunRetention(ctx, d.auditStore, d.plan.AuditRetention, names, time.Hour, d.log.With("component", "audit"))
+		})
+	}
 	wg.Go(func() { d.local.engine.Warm(ctx, images.HostName) })
 	wg.Go(func() { d.awaitImages(ctx) })
 	wg.Go(func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/corralhq/corral/internal/audit"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -63,6 +64,11 @@ type plan struct {
 	// Snapshots: paused live sandboxes are kept in the blob store too
 	// (sessions.snapshots).
 	Snapshots bool
+	// Audit is the audit trail's writer (nil Audit: off), its sink and
+	// each tenant's retention.
+	Audit          *audit.WriterConfig
+	AuditSink      string
+	AuditRetention audit.Retention
 }
 
 // backend is a store, state or blob store to open.
@@ -116,6 +122,17 @@ func planServe(cfg config.Config) (plan, error) {
 	p.Node.MemoryURL = cfg.Memory.URL
 	p.Workspaces = workspace.Config{Dir: filepath.Join(cfg.DataDir, "sessions"), ReapInterval: time.Duration(cfg.Sessions.ReapInterval)}
 	p.Sessions, p.Sandboxes = sessionConfigs(cfg)
+	if cfg.Audit.Enabled {
+		p.Audit = &audit.WriterConfig{Node: cfg.NodeID, Queue: cfg.Audit.Queue, Batch: cfg.Audit.Batch,
+			Flush: time.Duration(cfg.Audit.Flush), FullWait: time.Duration(cfg.Audit.FullWait)}
+		p.AuditSink = cfg.Audit.Sink
+		p.AuditRetention = audit.Retention{Default: time.Duration(cfg.Audit.Retention), Tenants: map[string]time.Duration{}}
+		for _, t := range cfg.Tenants {
+			if t.AuditRetention != nil {
+				p.AuditRetention.Tenants[t.Name] = time.Duration(*t.AuditRetention)
+			}
+		}
+	}
 	return p, nil
 }
 

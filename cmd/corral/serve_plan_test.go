@@ -270,3 +270,28 @@ func TestCleanup(t *testing.T) {
 		t.Errorf("ran %v, want %v", ran, want)
 	}
 }
+
+// TestPlanAudit: the trail's writer, sink and each tenant's retention
+// (its own, else [audit] retention; "0s" keeps for ever); off, no writer.
+func TestPlanAudit(t *testing.T) {
+	c := testConfig()
+	month, never := config.Duration(720*time.Hour), config.Duration(0)
+	c.Tenants = []config.Tenant{{Name: "acme", AuditRetention: &month}, {Name: "keep", AuditRetention: &never}, {Name: "other"}}
+	c.Audit.Retention, c.Audit.Sink, c.Audit.Queue, c.Audit.Batch = config.Duration(8760*time.Hour), "/var/log/a.jsonl", 5, 3
+	p, err := planServe(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Audit == nil || p.Audit.Queue != 5 || p.Audit.Batch != 3 || p.AuditSink != "/var/log/a.jsonl" {
+		t.Fatalf("audit plan %+v, sink %q", p.Audit, p.AuditSink)
+	}
+	for tenant, want := range map[string]time.Duration{"acme": 720 * time.Hour, "keep": 0, "other": 8760 * time.Hour, "default": 8760 * time.Hour} {
+		if got := p.AuditRetention.For(tenant); got != want {
+			t.Errorf("retention of %s: %s, want %s", tenant, got, want)
+		}
+	}
+	c.Audit.Enabled = false
+	if p, err := planServe(c); err != nil || p.Audit != nil {
+		t.Fatalf("audit off: %+v, %v", p.Audit, err)
+	}
+}

@@ -75,16 +75,25 @@ func NewAuth(tenants []Tenant) (*Auth, error) {
 
 // Authenticate returns the tenant of the request's bearer key.
 func (a *Auth) Authenticate(r *http.Request) (*Tenant, *Error) {
-	h := r.Header.Get("Authorization")
-	scheme, key, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+	key := bearerKey(r)
+	if key == "" {
 		return nil, answer(fault.New(fault.Unauthenticated, "send an API key as Authorization: Bearer <key>"))
 	}
-	t := a.lookup(strings.TrimSpace(key))
+	t := a.lookup(key)
 	if t == nil {
 		return nil, answer(fault.New(fault.Unauthenticated, "unknown API key"))
 	}
 	return t, nil
+}
+
+// bearerKey is the key of the request's Authorization: Bearer header, ""
+// if it has none.
+func bearerKey(r *http.Request) string {
+	scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(key)
 }
 
 // lookup is the one place an API key becomes a tenant: nil if the key is

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/live"
@@ -83,6 +84,10 @@ type options struct {
 	blobs http.Handler
 	ready []Pinger
 	ext   []Extension
+	// audit turns the audit trail on (written to the world's store);
+	// engine changes the fake engine's configuration.
+	audit  bool
+	engine func(*engine.Config)
 }
 
 // stack is one node of a world serving the API over fake sandboxes: the
@@ -121,7 +126,12 @@ func (w *world) stack(opts ...func(*options)) *stack {
 	s := &stack{t: t, w: w, logs: &testenv.LogBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", o.id)
 	// No language caches: warming one would make sandboxes of its own.
-	s.fake = testenv.FakeEngineOf(t, o.tiers, func(c *engine.Config) { c.CacheDir = "" })
+	s.fake = testenv.FakeEngineOf(t, o.tiers, func(c *engine.Config) {
+		c.CacheDir = ""
+		if o.engine != nil {
+			o.engine(c)
+		}
+	})
 	hs := httptest.NewUnstartedServer(nil)
 	s.url = "http://" + hs.Listener.Addr().String()
 	s.cluster = cluster.New(cluster.Config{ID: o.id, Address: hs.Listener.Addr().String(),
@@ -134,6 +144,11 @@ func (w *world) stack(opts ...func(*options)) *stack {
 		t.Fatal(err)
 	}
 	d := Deps{Auth: testAuth(t), Metrics: s.metrics, Log: log, Ready: o.ready, Cluster: s.cluster, Blobs: o.blobs}
+	if o.audit {
+		aw := audit.NewWriter(w.store, audit.WriterConfig{Node: o.id, Flush: 10 * time.Millisecond}, nil, s.metrics.AuditEvents, log)
+		t.Cleanup(func() { aw.Close(context.Background()) })
+		d.Audit, d.AuditLog = aw, w.store
+	}
 	if !o.noSessions {
 		d.Sessions = session.New(session.DefaultConfig(), table, s.fake.Engine, s.fake.Fleet, log)
 		t.Cleanup(d.Sessions.Close)
@@ -146,7 +161,7 @@ func (w *world) stack(opts ...func(*options)) *stack {
 		d.Stats = w.store
 	}
 	s.node = node.New(o.node, node.Deps{Engine: s.fake.Engine, Fleet: s.fake.Fleet, Store: w.store, State: w.state,
-		Cluster: s.cluster, Metrics: s.metrics, Log: log, Sessions: d.Sessions})
+		Cluster: s.cluster, Metrics: s.metrics, Log: log, Sessions: d.Sessions, Audit: d.Audit})
 	d.Node = s.node
 	s.srv = New(o.api, d)
 	hs.Config.Handler = s.srv.Handler(o.ext...)

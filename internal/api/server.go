@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/metrics"
@@ -56,6 +57,12 @@ type Deps struct {
 	Blobs http.Handler
 	// Stats serves GET /v1/stats (store.Store is one).
 	Stats StatsSource
+	// Audit records what each authenticated call does (internal/audit):
+	// every call's context carries it with the caller's tenant and key id.
+	// Nil records nothing.
+	Audit audit.Recorder
+	// AuditLog serves GET /v1/audit (store.Store is one); nil: 404.
+	AuditLog AuditSource
 }
 
 // Server serves the API. Its dependencies are fixed at New; only Drain
@@ -72,6 +79,8 @@ type Server struct {
 	cluster  *cluster.Cluster // nil: every session is this node's
 	blobs    http.Handler     // nil: no /v1/blobs/
 	stats    StatsSource      // nil: GET /v1/stats is 404
+	audit    audit.Recorder   // nil: nothing recorded
+	auditLog AuditSource      // nil: GET /v1/audit is 404
 	// ports serves /v1/sandboxes/{id}/ports/… (internal/ports).
 	ports *ports.Proxy
 	// draining is set once the node is told to stop: /readyz answers 503
@@ -108,6 +117,7 @@ func New(cfg Config, d Deps) *Server {
 	}
 	return &Server{cfg: cfg, node: d.Node, auth: d.Auth, metrics: d.Metrics, ready: d.Ready, log: d.Log,
 		sessions: d.Sessions, live: d.Sandboxes, cluster: d.Cluster, blobs: d.Blobs, stats: d.Stats,
+		audit: d.Audit, auditLog: d.AuditLog,
 		ports: ports.New(d.Log)}
 }
 
@@ -129,6 +139,7 @@ func (s *Server) Handler(exts ...Extension) http.Handler {
 	route("GET /v1/executions/{id}/events", s.withTenant(s.events))
 	route("GET /v1/executions/{id}/egress", s.withTenant(s.egress))
 	route("GET /v1/stats", s.withTenant(s.statsHandler))
+	route("GET /v1/audit", s.withTenant(s.auditHandler))
 	route("PUT /v1/sessions/{id}", s.withTenant(s.touchSession))
 	route("POST /v1/sessions/{id}", s.withTenant(s.touchSession))
 	route("GET /v1/sessions/{id}", s.withTenant(s.getSession))
@@ -224,6 +235,9 @@ func (s *Server) withTenant(h authed) http.HandlerFunc {
 		if err != nil {
 			writeError(w, err)
 			return
+		}
+		if s.audit != nil {
+			r = r.WithContext(audit.With(r.Context(), s.audit, audit.Actor{Tenant: t.Name, KeyID: audit.KeyID(bearerKey(r))}))
 		}
 		h(w, r, t)
 	}

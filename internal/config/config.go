@@ -47,6 +47,9 @@ type Tenant struct {
 	Name           string   `toml:"name"`
 	APIKeySHA256   []string `toml:"api_key_sha256"`
 	CallbackSecret string   `toml:"callback_secret"`
+	// AuditRetention keeps the tenant's audit events this long ("" or
+	// unset: [audit] retention; "0s": for ever).
+	AuditRetention *Duration `toml:"audit_retention"`
 }
 
 // PoolWarm is one class of warm sandboxes.
@@ -158,6 +161,28 @@ type Config struct {
 	} `toml:"limits"`
 
 	Tenants []Tenant `toml:"tenants"`
+
+	// Audit is the audit trail (docs/audit.md).
+	Audit struct {
+		// Enabled records every action on live sandboxes and every
+		// execution (default true).
+		Enabled bool `toml:"enabled"`
+		// Retention keeps a tenant's events this long (0: for ever);
+		// [[tenants]] audit_retention overrides it per tenant.
+		Retention Duration `toml:"retention"`
+		// Queue bounds the events waiting to be written; beyond it they
+		// are dropped, counted (corral_audit_events_total{result="dropped"})
+		// and logged, after waiting FullWait for room.
+		Queue    int      `toml:"queue"`
+		FullWait Duration `toml:"full_wait"`
+		// Batch and Flush: events are written in transactions of up to
+		// Batch, at least every Flush.
+		Batch int      `toml:"batch"`
+		Flush Duration `toml:"flush"`
+		// Sink streams stored events as JSON lines: an absolute path (or
+		// file:// URL) appended to, or an http(s):// URL POSTed to.
+		Sink string `toml:"sink"`
+	} `toml:"audit"`
 
 	Callbacks struct {
 		// AllowPrivate lets callbacks reach private and loopback
@@ -314,6 +339,11 @@ func Default() Config {
 	c.Limits.Limits = Limits{TimeoutMS: 30_000, MemoryMB: 512, CPUCores: 1, DiskMB: 1024}
 	c.Limits.Max = Limits{TimeoutMS: 15 * 60_000, MemoryMB: 8192, CPUCores: float64(runtime.NumCPU()), DiskMB: 10240}
 	c.Callbacks.MaxAttempts = 12
+	c.Audit.Enabled = true
+	c.Audit.Queue = 10000
+	c.Audit.Batch = 256
+	c.Audit.Flush = Duration(200 * time.Millisecond)
+	c.Audit.FullWait = Duration(100 * time.Millisecond)
 	c.Callbacks.BaseDelay = Duration(time.Second)
 	c.Summary.MaxChars = collect.DefaultSummaryChars
 	c.Inputs.MaxFileMB = 100
@@ -403,6 +433,18 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		bad("drain_timeout %s: not negative (0: stop at once)", c.DrainTimeout)
+	}
+	if c.Audit.Retention < 0 || c.Audit.Queue < 0 || c.Audit.Batch < 0 || c.Audit.Flush < 0 || c.Audit.FullWait < 0 {
+		bad("audit: retention, queue, batch, flush and full_wait must not be negative")
+	}
+	if s := c.Audit.Sink; s != "" && !strings.HasPrefix(s, "/") && !strings.HasPrefix(s, "file:///") &&
+		!strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
+		bad("audit.sink %q: an absolute path, file:///path or an http(s) URL", s)
+	}
+	for _, t := range c.Tenants {
+		if t.AuditRetention != nil && *t.AuditRetention < 0 {
+			bad("tenant %q: audit_retention must not be negative", t.Name)
+		}
 	}
 	if c.MaxConcurrency < 0 || c.QueueBound < 0 || c.MaxBodyBytes < 0 || c.Pids < 0 {
 		bad("max_concurrency, queue_bound, max_body_bytes and pids must not be negative")

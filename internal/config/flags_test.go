@@ -228,6 +228,11 @@ func sample(t *testing.T, s setting) (arg, lit string) {
 	case *string:
 		return "127.0.0.1:7", `"127.0.0.1:7"`
 	case *bool:
+		// The other value than the default (the field is bound to
+		// Default's): [audit] enabled is on unless set.
+		if *p {
+			return "false", "false"
+		}
 		return "true", "true"
 	case *int, *int64:
 		return "7", "7"

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/e2b/target"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/live"
@@ -143,7 +144,8 @@ func (s *Server) ServeTraffic(w http.ResponseWriter, r *http.Request) {
 		target.WriteError(w, http.StatusBadGateway, fmt.Sprintf("the service of port %d is not available on this server", port))
 		return
 	}
-	h.ServeHTTP(w, r.WithContext(target.With(r.Context(), target.Target{Tenant: tenant, SandboxID: id})))
+	ctx := audit.WithSandbox(audit.With(r.Context(), s.cfg.Audit, audit.Actor{Tenant: tenant, KeyID: audit.TokenID(token)}), id)
+	h.ServeHTTP(w, r.WithContext(target.With(ctx, target.Target{Tenant: tenant, SandboxID: id})))
 }
 
 // tokenMatches compares an access token with the sandbox's in constant

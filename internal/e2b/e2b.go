@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/live"
 	"github.com/corralhq/corral/internal/ports"
 	"github.com/corralhq/corral/sandbox"
@@ -70,6 +71,9 @@ type Config struct {
 	// empty).
 	EnvdVersion string
 	Log         *slog.Logger
+	// Audit records what each call does (internal/audit); nil records
+	// nothing.
+	Audit audit.Recorder
 }
 
 // Server serves the E2B API; it is an api.Extension. It is safe for

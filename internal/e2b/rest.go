@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/httpbody"
 	"github.com/corralhq/corral/internal/live"
@@ -132,7 +133,7 @@ func (s *Server) authed(h tenantFn) http.HandlerFunc {
 			refuse(w, fault.Unauthenticated, "invalid API key")
 			return
 		}
-		h(w, r, tenant)
+		h(w, r.WithContext(audit.With(r.Context(), s.cfg.Audit, audit.Actor{Tenant: tenant, KeyID: audit.KeyID(key)})), tenant)
 	}
 }
 

@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/runtime"
 )
@@ -51,6 +53,7 @@ func (e *Engine) startEgress(ctx context.Context, job *Job, sb runtime.Sandbox) 
 	if err != nil {
 		return nil, err
 	}
+	g.proxy.Observe(auditEgress(audit.From(ctx)))
 	if err := g.attach(ctx, sb.Agent()); err != nil {
 		g.stop(job)
 		return nil, fmt.Errorf("relay to the egress proxy: %w", err)
@@ -109,6 +112,30 @@ func (g *egress) stop(job *Job) {
 	os.Remove(g.sock)
 	if job.Audit != nil {
 		job.Audit(attempts)
+	}
+}
+
+// auditEgress records each attempt in scope: allowed or denied with its
+// host and port, and each secret header injected into it.
+func auditEgress(scope audit.Scope) func(netpolicy.Attempt) {
+	return func(a netpolicy.Attempt) {
+		action, outcome := audit.EgressAllowed, audit.OK
+		if !a.Allowed {
+			action, outcome = audit.EgressDenied, audit.Denied
+		}
+		f := map[string]string{"host": a.Host, "port": strconv.Itoa(a.Port), "method": a.Method,
+			"bytes_up": strconv.FormatInt(a.BytesUp, 10), "bytes_down": strconv.FormatInt(a.BytesDown, 10)}
+		if a.Address != "" {
+			f["address"] = a.Address
+		}
+		if a.Status != 0 {
+			f["status"] = strconv.Itoa(a.Status)
+		}
+		scope.Record(audit.Event{Time: a.Time, Action: action, Outcome: outcome, Error: a.Reason, Fields: f})
+		for _, h := range a.Injected {
+			scope.Record(audit.Event{Time: a.Time, Action: audit.SecretInjected,
+				Fields: map[string]string{"name": h, "host": a.Host, "port": strconv.Itoa(a.Port)}})
+		}
 	}
 }
 

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/lang"
 	"github.com/corralhq/corral/internal/validate"
@@ -120,6 +121,8 @@ type Options struct {
 	// Grace is how long an interrupted cell may take to stop after its
 	// timeout; DefaultGrace if zero.
 	Grace time.Duration
+	// Sandbox names the live sandbox in the audit events of its cells.
+	Sandbox string
 }
 
 // ContextOptions describe a context to create.
@@ -504,6 +507,7 @@ func (k *Contexts) Fork(ctx context.Context, id string) (sandbox.CodeContext, er
 		k.kill(f.cur)
 		return sandbox.CodeContext{}, err
 	}
+	audit.Record(ctx, audit.Event{Action: audit.ContextFork, SandboxID: k.o.Sandbox, Fields: map[string]string{"context": f.info.ID, "parent": id}})
 	return f.info, nil
 }
 

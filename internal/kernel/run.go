@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -52,6 +53,8 @@ func (k *Contexts) Run(ctx context.Context, id, code string, timeout time.Durati
 	if err := CheckCode(code); err != nil {
 		return err
 	}
+	audit.Record(ctx, audit.Event{Action: audit.ContextRun, SandboxID: k.o.Sandbox, Fields: map[string]string{"context": id,
+		"code_sha256": audit.SHA256([]byte(code)), "code_bytes": strconv.Itoa(len(code))}})
 	c, err := k.get(id)
 	if err != nil {
 		return err

@@ -63,9 +63,9 @@ func (s *Sandbox) ReadFile(ctx context.Context, file string, w io.Writer) error 
 	return s.withAgent(ctx, func(c *agent.Client) error { return c.ReadFile(ctx, p, w) })
 }
 
-// WriteFile writes r to a file of the sandbox,
+// writeFile writes r to a file of the sandbox,
 // making its parent directories, and describes the file written.
-func (s *Sandbox) WriteFile(ctx context.Context, file string, r io.Reader) (sandbox.SandboxFile, error) {
+func (s *Sandbox) writeFile(ctx context.Context, file string, r io.Reader) (sandbox.SandboxFile, error) {
 	p, err := SandboxPath(file)
 	if err != nil {
 		return sandbox.SandboxFile{}, err
@@ -93,8 +93,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// RemoveFile removes a file or directory tree.
-func (s *Sandbox) RemoveFile(ctx context.Context, file string) error {
+// removeFile removes a file or directory tree.
+func (s *Sandbox) removeFile(ctx context.Context, file string) error {
 	p, err := SandboxPath(file)
 	if err != nil {
 		return err
@@ -176,9 +176,9 @@ func (s *Sandbox) MakeDir(ctx context.Context, dir string, parents bool) (sandbo
 	return out, err
 }
 
-// Move renames a file or directory (what is at the destination is
+// move renames a file or directory (what is at the destination is
 // replaced as rename(2) does) and describes it at its new path.
-func (s *Sandbox) Move(ctx context.Context, from, to string) (sandbox.SandboxFile, error) {
+func (s *Sandbox) move(ctx context.Context, from, to string) (sandbox.SandboxFile, error) {
 	src, err := SandboxPath(from)
 	if err != nil {
 		return sandbox.SandboxFile{}, err

@@ -179,7 +179,7 @@ func (s *Sandbox) rebuildLocked(c *agent.Client, st hostState) (kept, lost, cont
 	if c == nil {
 		return kept, lost, 0
 	}
-	k, n, err := kernel.Restore(c, kernel.Options{Env: sortedEnv(s.env)}, st.Contexts)
+	k, n, err := kernel.Restore(c, kernel.Options{Env: sortedEnv(s.env), Sandbox: s.id}, st.Contexts)
 	if err != nil {
 		s.m.log.Warn("take up a restored sandbox's contexts", "sandbox", s.w.Key(), "err", err)
 	}

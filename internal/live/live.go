@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/fleet"
 	"github.com/corralhq/corral/internal/images"
@@ -299,8 +300,8 @@ func (m *Manager) timeoutError() error {
 	return validate.Refuse("timeout_seconds", "must be between 1 and %d", int(m.cfg.MaxTimeout.Seconds()))
 }
 
-// Create makes a live sandbox of tenant and starts its sandbox.
-func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
+// create makes a live sandbox of tenant and starts its sandbox (Create).
+func (m *Manager) create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
 	if req.SandboxID == "" {
 		req.SandboxID = NewSandboxID()
 	} else if !validate.ValidID(req.SandboxID) {
@@ -386,9 +387,9 @@ func (m *Manager) Get(tenant, id string) (*Sandbox, error) {
 	return s, nil
 }
 
-// Kill removes tenant's live sandbox id: its processes and contexts end,
+// kill removes tenant's live sandbox id: its processes and contexts end,
 // its files go. A running execution in it finishes first.
-func (m *Manager) Kill(ctx context.Context, tenant, id string) error {
+func (m *Manager) kill(ctx context.Context, tenant, id string) error {
 	w, err := m.table.Lock(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -537,7 +538,7 @@ func (s *Sandbox) startLocked(ctx context.Context, restore string) (runtime.Sand
 	maps.Copy(env, req.Env)
 	stop := func() {}
 	if len(p.Egress) > 0 {
-		if stop, err = m.engine.SandboxEgress(ctx, p.Egress, sb); err != nil {
+		if stop, err = m.engine.SandboxEgress(audit.WithSandbox(ctx, s.id), p.Egress, sb); err != nil {
 			m.destroy(sb)
 			return nil, err
 		}
@@ -546,7 +547,7 @@ func (s *Sandbox) startLocked(ctx context.Context, restore string) (runtime.Sand
 	s.sb, s.env, s.stop, s.img = sb, env, stop, p.Image
 	if restore == "" || s.contexts == nil {
 		// A restored sandbox's contexts go on (Resume reattaches them).
-		s.contexts = kernel.New(sb.Agent(), kernel.Options{Env: sortedEnv(env)})
+		s.contexts = kernel.New(sb.Agent(), kernel.Options{Env: sortedEnv(env), Sandbox: s.id})
 	}
 	return sb, nil
 }

@@ -73,11 +73,11 @@ func (s *Sandbox) lock(ctx context.Context) error {
 	return nil
 }
 
-// Pause pauses the sandbox: with its memory where its runtime can save
+// pause pauses the sandbox: with its memory where its runtime can save
 // it, else with its files only. Running cells of its contexts and a
 // running execution end first (ctx bounds the wait). Pausing a paused
 // sandbox is ErrPaused.
-func (s *Sandbox) Pause(ctx context.Context) error {
+func (s *Sandbox) pause(ctx context.Context) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -193,13 +193,13 @@ func (s *Sandbox) dropPausedLocked() int {
 	return n
 }
 
-// Resume resumes the paused sandbox: restored with its memory when it was
+// resume resumes the paused sandbox: restored with its memory when it was
 // saved with it (its processes run on, its contexts keep their state),
 // else made anew on its disk (its files only). A sandbox whose restore
 // fails is made anew on its disk too, and the answer says what was kept
 // (sandbox.Info.Resume). Resuming a sandbox that is not paused is
 // ErrNotPaused.
-func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
+func (s *Sandbox) resume(ctx context.Context) (sandbox.Info, error) {
 	m := s.m
 	s.touch()
 	if err := s.lock(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralhq/corral/internal/agent"
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/stream"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
@@ -54,6 +56,12 @@ type Process struct {
 	endReason string
 	// exit is how it ended, once it has.
 	exit *Exit
+
+	// audit records its end for whoever started it; stdinBytes counts
+	// what was written to its stdin (a PTY's input), which the end
+	// reports.
+	audit      audit.Scope
+	stdinBytes atomic.Int64
 }
 
 // output is a process's event log: its start, its output as it came
@@ -231,8 +239,8 @@ func checkProcess(req *sandbox.StartProcessRequest) error {
 	return nil
 }
 
-// Start starts a process in the sandbox.
-func (s *Sandbox) Start(ctx context.Context, req sandbox.StartProcessRequest) (*Process, error) {
+// start starts a process in the sandbox (Start).
+func (s *Sandbox) start(ctx context.Context, req sandbox.StartProcessRequest) (*Process, error) {
 	m := s.m
 	if err := checkProcess(&req); err != nil {
 		return nil, err
@@ -291,7 +299,7 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.StartProcessRequest) (*
 		return nil, fmt.Errorf("start a process in %s: %w", s.w.Key(), err)
 	}
 	started := m.table.Now().UTC()
-	proc := &Process{sb: s, p: p, out: out, info: sandbox.ProcessInfo{PID: p.PID, Tag: req.Tag, Cmd: req.Cmd, Cwd: req.Cwd,
+	proc := &Process{sb: s, p: p, out: out, audit: audit.From(ctx), info: sandbox.ProcessInfo{PID: p.PID, Tag: req.Tag, Cmd: req.Cmd, Cwd: req.Cwd,
 		Stdin: req.Stdin, PTY: req.PTY, Running: true, StartedAt: started}}
 	out.mu.Lock()
 	out.proc = proc
@@ -326,6 +334,7 @@ func (s *Sandbox) watch(proc *Process, started time.Time) {
 	x.At = m.table.Now().UTC()
 	x.Duration = x.At.Sub(started)
 	proc.out.end(x)
+	proc.audit.Record(endEvent(s, proc, x))
 	s.mu.Lock()
 	s.endedLocked(proc)
 	s.mu.Unlock()
@@ -502,6 +511,7 @@ func (p *Process) WriteStdin(ctx context.Context, r io.Reader) (int64, error) {
 		if k > 0 {
 			w, err := p.handle().WriteStdinWithin(ctx, buf[:k], stall)
 			n += int64(w)
+			p.stdinBytes.Add(int64(w))
 			switch {
 			case errors.Is(err, agent.ErrNotReading):
 				return n, &NotReadingError{Written: n, Stall: stall}

@@ -29,6 +29,10 @@ type Metrics struct {
 	SweptSandbox  prometheus.Counter
 	HTTPRequests  *prometheus.CounterVec // route, code
 	CancelledRuns prometheus.Counter
+	// AuditEvents counts audit events (internal/audit) by result: written
+	// (stored), dropped (the queue stayed full, or the store refused
+	// them), shipped and ship_failed (the JSON-lines sink).
+	AuditEvents *prometheus.CounterVec
 
 	// The warm pool (internal/pool), per tier and image.
 	PoolIdle     *prometheus.GaugeVec     // tier, image: ready sandboxes
@@ -72,6 +76,9 @@ func New() *Metrics {
 	m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_orphans_total", Help: "Executions whose node stopped heartbeating, marked internal_error."})
 	m.SweptSandbox = prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_sandboxes_swept_total", Help: "Sandboxes the sweeper destroyed."})
 	m.CancelledRuns = prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_cancellations_total", Help: "Executions cancelled by clients."})
+	m.AuditEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_audit_events_total", Help: "Audit events by result: written, dropped, shipped, ship_failed.",
+	}, []string{"result"})
 	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "corral_http_requests_total", Help: "API requests by route and status code.",
 	}, []string{"route", "code"})
@@ -99,7 +106,7 @@ func New() *Metrics {
 		Buckets: []float64{0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1},
 	}, []string{"tier"})
 	for _, c := range []prometheus.Collector{m.Executions, m.Duration, m.Latency, m.QueueWait, m.PeakMemory,
-		m.InFlight, m.Queued, m.Rejected, m.Deliveries, m.Orphans, m.SweptSandbox, m.CancelledRuns, m.HTTPRequests,
+		m.InFlight, m.Queued, m.Rejected, m.Deliveries, m.Orphans, m.SweptSandbox, m.CancelledRuns, m.AuditEvents, m.HTTPRequests,
 		m.PoolIdle, m.PoolReset, m.PoolClaims, m.PoolClaim, m.PoolReplaced, m.PoolWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)

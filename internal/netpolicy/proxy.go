@@ -30,6 +30,9 @@ type Attempt struct {
 	Status    int    `json:"status,omitempty"` // plain HTTP: the upstream status
 	BytesUp   int64  `json:"bytes_up"`
 	BytesDown int64  `json:"bytes_down"`
+	// Injected names the secret headers the proxy added (never their
+	// values).
+	Injected []string `json:"injected,omitempty"`
 }
 
 // Proxy is the egress proxy of one execution: an HTTP proxy (plain
@@ -43,6 +46,7 @@ type Proxy struct {
 	now      func() time.Time
 
 	mu       sync.Mutex
+	observe  func(Attempt) // Observe's; nil: none
 	attempts []Attempt
 	conns    map[net.Conn]struct{}
 	closed   bool
@@ -108,10 +112,22 @@ func (p *Proxy) Close() []Attempt {
 
 func (p *Proxy) record(a Attempt) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if len(p.attempts) < MaxAttempts {
 		p.attempts = append(p.attempts, a)
 	}
+	observe := p.observe
+	p.mu.Unlock()
+	if observe != nil {
+		observe(a)
+	}
+}
+
+// Observe makes f see every attempt as it is decided and done (the
+// audit trail), beyond MaxAttempts too. f must not block.
+func (p *Proxy) Observe(f func(Attempt)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observe = f
 }
 
 // check decides host:port and resolves it; it returns the address to dial
@@ -308,6 +324,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	for _, s := range p.policy.Secrets {
 		if Match(s.Domain, a.Host) {
 			out.Header.Set(s.Header, s.Value)
+			a.Injected = append(a.Injected, s.Header)
 		}
 	}
 	body := &countingReader{r: r.Body}

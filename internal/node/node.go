@@ -18,9 +18,12 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/blob"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/collect"
@@ -111,11 +114,16 @@ type Deps struct {
 	Sessions *session.Manager
 	// Artifacts keeps artifacts; nil: none.
 	Artifacts engine.ArtifactStore
+	// Audit records what a queued execution does once it runs (its
+	// egress), for its tenant; nil records nothing. Its submit is
+	// recorded by the caller's context.
+	Audit audit.Recorder
 }
 
 // Node runs executions. Create it with New, start it with Run.
 type Node struct {
 	cfg       Config
+	recorder  audit.Recorder
 	engine    *engine.Engine
 	fleet     *fleet.Fleet
 	pool      fleet.Acquirer
@@ -164,7 +172,7 @@ type run struct {
 
 // New returns a node; d.Cluster's id is the node's.
 func New(cfg Config, d Deps) *Node {
-	n := &Node{cfg: cfg, engine: d.Engine, fleet: d.Fleet, pool: d.Pool, store: d.Store, state: d.State,
+	n := &Node{cfg: cfg, recorder: d.Audit, engine: d.Engine, fleet: d.Fleet, pool: d.Pool, store: d.Store, state: d.State,
 		cluster: d.Cluster, notifier: d.Notifier, metrics: d.Metrics, log: d.Log, sessions: d.Sessions,
 		artifacts: d.Artifacts, ctx: context.Background(), wake: make(chan struct{}, 1),
 		draining: make(chan struct{}), running: map[string]*run{}, waiters: map[string][]chan *sandbox.Result{},
@@ -221,6 +229,19 @@ type Submission struct {
 	// Created is false when the id existed with the same request: nothing
 	// new was queued.
 	Created bool
+}
+
+// submitEvent is the audit event of a submitted execution.
+func submitEvent(req sandbox.ExecuteRequest) audit.Event {
+	f := map[string]string{"language": req.Language, "code_sha256": audit.SHA256([]byte(req.Code)),
+		"code_bytes": strconv.Itoa(len(req.Code))}
+	if req.SessionID != "" {
+		f["session_id"] = req.SessionID
+	}
+	if req.Network != nil && len(req.Network.Allow) > 0 {
+		f["network_allow"] = strings.Join(req.Network.Allow, ",")
+	}
+	return audit.Event{Action: audit.ExecutionSubmit, ExecutionID: req.ExecutionID, Fields: f}
 }
 
 // Submit validates req, and unless the same request was already submitted
@@ -291,6 +312,7 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 	if !created {
 		return n.existing(stored, ex) // a concurrent duplicate won
 	}
+	audit.Record(ctx, submitEvent(job.Req))
 	k := key(tenant, ex.ID)
 	if _, err := n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusQueued)); err != nil {
 		n.log.Warn("append event", "execution_id", ex.ID, "err", err)

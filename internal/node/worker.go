@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/state"
@@ -229,7 +230,7 @@ func (n *Node) register(k string, r *run) {
 func (n *Node) execute(ctx context.Context, ex *store.Execution, tu *turn) {
 	tenant, id := ex.Tenant, ex.ID
 	k := key(tenant, id)
-	runCtx, cancel := context.WithCancelCause(ctx)
+	runCtx, cancel := context.WithCancelCause(audit.WithExecution(audit.With(ctx, n.recorder, audit.Actor{Tenant: tenant}), id))
 	defer cancel(nil)
 	r := &run{cancel: cancel, started: time.Now()}
 	n.register(k, r)

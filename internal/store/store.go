@@ -10,6 +10,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -99,6 +100,20 @@ type Query struct {
 	Cursor string
 	// Since and Until bound created_at when set.
 	Since, Until time.Time
+}
+
+// AuditQuery filters ListAudit. Zero fields do not filter. Events come
+// in chain order (Seq ascending).
+type AuditQuery struct {
+	SandboxID, ExecutionID, Action, KeyID string
+	// Since (inclusive) and Until (exclusive) bound the events' time.
+	Since, Until time.Time
+	// FromSeq and ToSeq bound Seq, inclusive, when set.
+	FromSeq, ToSeq int64
+	// Limit caps the page (1..1000; 0 means 50).
+	Limit int
+	// Cursor continues a previous page; opaque to callers.
+	Cursor string
 }
 
 // Stats summarises a tenant's executions created in a window: what the
@@ -267,7 +282,53 @@ type Store interface {
 	// Egress lists an execution's egress attempts in order.
 	Egress(ctx context.Context, tenant, executionID string) ([]sandbox.EgressAttempt, error)
 
+	// AppendAudit implements audit.Store: events (of any tenants) are
+	// numbered, linked and hashed (audit.Seal) after their tenant's head,
+	// which the transaction holds locked, and inserted; it returns them as
+	// stored. ErrInvalid (nothing stored) when one cannot be held.
+	AppendAudit(ctx context.Context, events []sandbox.AuditEvent) ([]sandbox.AuditEvent, error)
+	// ListAudit returns a tenant's events matching q and a cursor for the
+	// next page ("" when there is none).
+	ListAudit(ctx context.Context, tenant string, q AuditQuery) ([]sandbox.AuditEvent, string, error)
+	// AuditHead returns a tenant's chain head (the zero Head before its
+	// first event).
+	AuditHead(ctx context.Context, tenant string) (audit.Head, error)
+	// PruneAudit implements audit.Pruner: it deletes the tenant's oldest
+	// events, up to the last one stored before before, and records the
+	// last number deleted in the head.
+	PruneAudit(ctx context.Context, tenant string, before time.Time) (int64, error)
+
 	// Ping checks the connection (readiness).
 	Ping(ctx context.Context) error
 	Close() error
+}
+
+// VerifyAudit checks tenant's chain from event from to event to (0: from
+// the first kept, up to the head), reading it a page at a time: nil if it
+// holds, an *audit.Broken naming the first broken link if not, or the
+// store's error. It returns how many events held.
+func VerifyAudit(ctx context.Context, s Store, tenant string, from, to int64) (int64, error) {
+	head, err := s.AuditHead(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	v := audit.NewVerifier(tenant, head, from, to)
+	lo, hi := v.Range()
+	q := AuditQuery{FromSeq: lo, ToSeq: hi, Limit: 1000}
+	for lo <= hi {
+		page, next, err := s.ListAudit(ctx, tenant, q)
+		if err != nil {
+			return v.Checked(), err
+		}
+		for i := range page {
+			if err := v.Next(&page[i]); err != nil {
+				return v.Checked(), err
+			}
+		}
+		if next == "" {
+			break
+		}
+		q.Cursor = next
+	}
+	return v.Checked(), v.End()
 }

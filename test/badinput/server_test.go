@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/blob/local"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/e2b"
@@ -108,15 +109,19 @@ func newServer(t *testing.T) *server {
 	}
 	t.Cleanup(func() { s.blobs.Close() })
 	m := metrics.New()
+	// The audit trail is on, as corral serve's default: every hostile
+	// call goes through its hooks too.
+	aw := audit.NewWriter(st, audit.WriterConfig{Node: "node"}, nil, m.AuditEvents, log)
+	t.Cleanup(func() { aw.Close(context.Background()) })
 	nc := node.DefaultConfig()
 	nc.MaxConcurrency, nc.QueueBound = 2, 256
 	nc.PollInterval, nc.CheckInterval = 20*time.Millisecond, 50*time.Millisecond
 	nc.WaitMargin = 5 * time.Second
 	n := node.New(nc, node.Deps{Engine: fk.Engine, Fleet: fk.Fleet, Store: st, State: ls, Cluster: cl, Metrics: m,
-		Log: log, Sessions: sessions})
+		Log: log, Sessions: sessions, Audit: aw})
 	srv := api.New(api.Config{}, api.Deps{Node: n, Auth: auth, Metrics: m, Log: log, Sessions: sessions,
-		Sandboxes: sandboxes, Cluster: cl, Blobs: s.blobs.Handler(), Stats: st})
-	hs.Config.Handler = srv.Handler(e2b.New(e2b.Config{Sandboxes: sandboxes, Keys: auth, Node: srv, Log: log,
+		Sandboxes: sandboxes, Cluster: cl, Blobs: s.blobs.Handler(), Stats: st, Audit: aw, AuditLog: st})
+	hs.Config.Handler = srv.Handler(e2b.New(e2b.Config{Sandboxes: sandboxes, Keys: auth, Node: srv, Log: log, Audit: aw,
 		Envd: envd.New(sandboxes, log), Interp: interp.New(sandboxes, log)}))
 	hs.Start()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -50,6 +50,7 @@ var v1Fixtures = map[string]v1Fixture{
 	"GET /v1/executions/{id}/events":        {params: execP},
 	"GET /v1/executions/{id}/egress":        {params: execP},
 	"GET /v1/stats":                         {query: "window=3600"},
+	"GET /v1/audit":                         {query: "action=file.write&limit=5"},
 	"PUT /v1/sessions/{id}":                 {params: sesP, body: `{"ttl_seconds":3600,"disk_mb":1024}`},
 	"POST /v1/sessions/{id}":                {params: sesP, body: `{"ttl_seconds":3600}`},
 	"GET /v1/sessions/{id}":                 {params: sesP},

@@ -9,6 +9,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
+import { createHash } from 'node:crypto'
 import { Sandbox } from '@e2b/code-interpreter'
 import { CommandExitError, NotFoundError, SandboxError, TimeoutError, Sandbox as BaseSandbox } from 'e2b'
 
@@ -615,4 +616,74 @@ test('pty: a terminal that follows a resize', async () => {
   } finally {
     await sbx.pty.kill(h.pid)
   }
+})
+
+// auditEvents reads every page of Corral's GET /v1/audit with key.
+async function auditEvents(key, query) {
+  const out = []
+  let cursor = ''
+  for (;;) {
+    const res = await fetch(`${apiURL}/v1/audit?${query}${cursor ? `&cursor=${cursor}` : ''}`, { headers: { Authorization: `Bearer ${key}` } })
+    assert.equal(res.status, 200, await res.clone().text())
+    const page = await res.json()
+    out.push(...page.events)
+    if (!page.next_cursor) return out
+    cursor = page.next_cursor
+  }
+}
+
+test("the audit trail: each action on a sandbox, with the caller's key and the sandbox; the other tenant sees none", async () => {
+  const key = env('E2B_API_KEY')
+  const sha = (s) => createHash('sha256').update(s).digest('hex')
+  const keyID = sha(key).slice(0, 16)
+  const s = await Sandbox.create(template, { timeoutMs: 300_000, metadata: { suite: run, role: 'audit' } })
+  try {
+    await s.commands.run('echo audited')
+    await s.files.write('/home/user/audit.txt', 'abc')
+    await s.files.rename('/home/user/audit.txt', '/home/user/audit2.txt')
+    await s.files.remove('/home/user/audit2.txt')
+    assert.equal((await s.runCode('6 * 7')).text, '42')
+    const h = await s.pty.create({ cols: 80, rows: 24, onData: () => {}, timeoutMs: 60_000 })
+    await s.pty.sendInput(h.pid, new TextEncoder().encode('exit\n'))
+    await h.wait().catch(() => {})
+    assert.equal(await s.pause(), true)
+    await Sandbox.connect(s.sandboxId)
+  } finally {
+    await s.kill()
+  }
+  const want = [
+    ['sandbox.create', {}, 'key'],
+    ['process.start', { argv: /echo audited/ }, 'token'],
+    ['file.write', { path: '/home/user/audit.txt', size: '3', sha256: sha('abc') }, 'token'],
+    ['file.rename', { from: '/home/user/audit.txt', to: '/home/user/audit2.txt' }, 'token'],
+    ['file.remove', { path: '/home/user/audit2.txt' }, 'token'],
+    ['context.run', { code_sha256: sha('6 * 7') }, 'token'],
+    ['process.end', { pty: 'true', stdin_bytes: '5' }, 'token'],
+    ['sandbox.pause', {}, 'key'],
+    ['sandbox.resume', {}, 'key'],
+    ['sandbox.kill', {}, 'key'],
+  ]
+  const matches = (e, [action, fields]) => e.action === action &&
+    Object.entries(fields).every(([k, v]) => (v instanceof RegExp ? v.test(e.fields?.[k] ?? '') : e.fields?.[k] === v))
+  let events = []
+  await until('every action in the audit trail', async () => {
+    events = await auditEvents(key, `sandbox_id=${s.sandboxId}&limit=5`)
+    return want.every((w) => events.some((e) => matches(e, w)))
+  }).catch((err) => {
+    const missing = want.filter((w) => !events.some((e) => matches(e, w))).map((w) => w[0])
+    throw new Error(`${err.message}: missing ${missing} among ${JSON.stringify(events)}`)
+  })
+  const tenant = events[0].tenant
+  for (const w of want) {
+    for (const e of events.filter((e) => matches(e, w))) {
+      assert.equal(e.sandbox_id, s.sandboxId)
+      assert.equal(e.tenant, tenant)
+      // The API's calls carry the key; envd's and the interpreter's carry
+      // the sandbox's access token (its create names the key).
+      if (w[2] === 'key') assert.equal(e.key_id, keyID, `${e.action}: ${JSON.stringify(e)}`)
+      else assert.match(e.key_id, /^token:[0-9a-f]{16}$/, `${e.action}: ${JSON.stringify(e)}`)
+    }
+  }
+  assert.deepEqual(await auditEvents(otherKey, `sandbox_id=${s.sandboxId}`), [])
+  assert.equal((await auditEvents(otherKey, 'limit=1000')).filter((e) => e.tenant === tenant).length, 0)
 })

@@ -182,7 +182,8 @@ func TestResponsesMatchSpec(t *testing.T) {
 	doc := loadSpec(t)
 	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 	srv := testserver.Start(t, testserver.Options{})
-	small := testserver.Start(t, testserver.Options{Extra: []string{"--max-concurrency", "1", "--queue-bound", "1"}})
+	// Its audit trail off: GET /v1/audit is 404 there.
+	small := testserver.Start(t, testserver.Options{Extra: []string{"--max-concurrency", "1", "--queue-bound", "1", "--audit-enabled=false"}})
 	// A server whose runsc is still being built.
 	build := testserver.NewRunscBuild(t)
 	build.Start()
@@ -277,6 +278,12 @@ func TestResponsesMatchSpec(t *testing.T) {
 	c.sessionsAndFiles(srv, rec.ExecutionID)
 	c.liveSandboxes(key)
 
+	// GET /v1/audit: what the calls above did (written in batches: the
+	// first answer may come before them, and is an answer all the same).
+	c.do(call{method: "GET", path: "/v1/audit?limit=5&action=process.start", key: key, want: 200})
+	c.do(call{method: "GET", path: "/v1/audit?limit=0", key: key, want: 400, invalid: true})
+	c.do(call{method: "GET", path: "/v1/audit", want: 401})
+
 	// Operations.
 	c.do(call{method: "GET", path: "/healthz", want: 200})
 	c.do(call{method: "GET", path: "/readyz", want: 200})
@@ -287,6 +294,7 @@ func TestResponsesMatchSpec(t *testing.T) {
 
 	// 429 from a server with a queue of one.
 	c.url = small.URL
+	c.do(call{method: "GET", path: "/v1/audit", key: key, want: 404})
 	got429 := false
 	var queued []string
 	for i := 0; i < 10 && !got429; i++ {

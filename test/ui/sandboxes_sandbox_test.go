@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -69,6 +70,19 @@ func TestSandboxesView(t *testing.T) {
 	if status, raw := srv.Call(testserver.AlphaKey, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/processes/%d?wait=true", sb, done), nil, &ended); status != http.StatusOK || ended.Running || ended.Exit == nil || ended.Exit.ExitCode != 7 {
 		t.Fatalf("the quick process: %d %s", status, raw)
 	}
+	// The audit trail is written a fraction of a second after the calls.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var page struct {
+			Events []struct{} `json:"events"`
+		}
+		srv.Call(testserver.AlphaKey, http.MethodGet, "/v1/audit?action=process.end&sandbox_id="+sb, nil, &page)
+		if len(page.Events) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the quick process's end is not in the audit trail")
+		}
+	}
 
 	b.signIn(srv.URL, testserver.AlphaKey, "")
 	b.do("open the sandboxes", chromedp.Click(chromedp.CSS("#nav-sandboxes")))
@@ -123,6 +137,13 @@ func TestSandboxesView(t *testing.T) {
 	}
 	if got := b.text("#sb-meta"); !strings.Contains(got, "owner="+hostileMeta) || !strings.Contains(got, "project=ui-demo") {
 		t.Errorf("the sandbox's metadata: %q", got)
+	}
+	// Its audit trail: the create, the processes' starts with their argv
+	// and the quick one's end, as text.
+	b.waitFor("the audit trail", `document.querySelectorAll("#sb-audit tbody tr").length >= 4`)
+	if got := b.text("#sb-audit tbody"); !strings.Contains(got, "sandbox.create") || !strings.Contains(got, `["sleep","600"]`) ||
+		!strings.Contains(got, "process.end") || !strings.Contains(got, "exit_code=7") {
+		t.Errorf("the sandbox's audit trail: %q", got)
 	}
 	b.screenshot(shots, "sandbox")
 

@@ -56,6 +56,18 @@ func (c cursor) encode() string {
 }
 
 func decodeCursor(s string) (cursor, error) {
+	c, err := decodeCursorAny(s)
+	if err != nil {
+		return cursor{}, err
+	}
+	if _, ok := sortKeys[c.Sort]; !ok || c.ID == "" || !Text(c.ID) {
+		return cursor{}, ErrCursor
+	}
+	return c, nil
+}
+
+// decodeCursorAny decodes any cursor this store hands out.
+func decodeCursorAny(s string) (cursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return cursor{}, fmt.Errorf("%w: %w", ErrCursor, err)
@@ -68,9 +80,6 @@ func decodeCursor(s string) (cursor, error) {
 	}
 	if d.More() {
 		return cursor{}, fmt.Errorf("%w: trailing data", ErrCursor)
-	}
-	if _, ok := sortKeys[c.Sort]; !ok || c.ID == "" || !Text(c.ID) {
-		return cursor{}, ErrCursor
 	}
 	return c, nil
 }

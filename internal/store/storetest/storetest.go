@@ -57,6 +57,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Sessions", testSessions},
 		{"SessionsConcurrent", testSessionsConcurrent},
 		{"SessionInfo", testSessionInfo},
+		{"AuditChain", testAuditChain},
+		{"AuditConcurrent", testAuditConcurrent},
+		{"AuditQuery", testAuditQuery},
+		{"AuditHostile", testAuditHostile},
+		{"AuditPrune", testAuditPrune},
 		{"Ping", func(t *testing.T, s store.Store) {
 			if err := s.Ping(t.Context()); err != nil {
 				t.Fatal(err)

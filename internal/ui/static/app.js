@@ -622,6 +622,12 @@
     $("sb-facts").replaceChildren();
     $("sb-procs").tBodies[0].replaceChildren();
     $("sb-procs-empty").hidden = true;
+    $("sb-audit").tBodies[0].replaceChildren();
+    $("sb-audit-note").hidden = true;
+    // The sandbox's audit events (oldest first); none when the server
+    // keeps no trail (404) or the call fails: the page shows the rest.
+    const trail = api("/v1/audit?limit=" + auditPage + "&sandbox_id=" + encodeURIComponent(id), { signal })
+      .catch((err) => (err.name === "AbortError" ? null : { failed: err }));
     let s, procs;
     try {
       [s, procs] = await Promise.all([
@@ -664,6 +670,41 @@
       el("td", { text: fmtTime(p.started_at) })));
     $("sb-procs").tBodies[0].replaceChildren(...rows);
     $("sb-procs-empty").hidden = rows.length > 0;
+    showAudit(await trail, id);
+  }
+
+  const auditPage = 200;
+
+  function showAudit(page, id) {
+    const note = $("sb-audit-note");
+    $("sb-audit-section").hidden = false;
+    if (!page) return;
+    if (page.failed) {
+      if (page.failed.status === 404) {
+        $("sb-audit-section").hidden = true;
+        return;
+      }
+      note.textContent = "Could not load the audit trail: " + page.failed.message;
+      note.hidden = false;
+      return;
+    }
+    const rows = page.events.map((e) => el("tr", {},
+      el("td", { className: "num", text: e.seq }),
+      el("td", { text: fmtTime(e.time) }),
+      el("td", { className: "cmd", text: e.key_id || "" }),
+      el("td", { text: e.action }),
+      el("td", {}, el("span", { className: "badge " + (e.outcome === "ok" ? "success" : "failed"), text: e.outcome })),
+      el("td", { className: "cmd", text: auditDetails(e) })));
+    $("sb-audit").tBodies[0].replaceChildren(...rows);
+    if (!rows.length) note.textContent = "No events yet (they are written a fraction of a second after each call).";
+    else if (page.next_cursor) note.textContent = "The first " + rows.length + " events; all of them: corral audit --sandbox " + id + " --all";
+    note.hidden = rows.length > 0 && !page.next_cursor;
+  }
+
+  function auditDetails(e) {
+    const parts = Object.keys(e.fields || {}).sort().map((k) => k + "=" + e.fields[k]);
+    if (e.error) parts.push("error: " + e.error);
+    return parts.join("  ");
   }
 
   async function killSandbox() {

@@ -36,6 +36,7 @@ import (
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/tracing"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
@@ -285,7 +286,9 @@ func (m *Manager) timeoutError() error {
 }
 
 // Create makes a live sandbox of tenant and starts its sandbox.
-func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
+func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (_ *Sandbox, _ sandbox.Info, err error) {
+	ctx, span := tracing.StartChild(ctx, "live.create")
+	defer func() { tracing.End(span, err) }()
 	if req.SandboxID == "" {
 		req.SandboxID = NewSandboxID()
 	} else if !validate.ValidID(req.SandboxID) {
@@ -349,7 +352,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 		}
 		return nil, sandbox.Info{}, err
 	}
-	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", p.Tier, "image", p.Image.Name)
+	m.log.InfoContext(ctx, "sandbox created", "sandbox", w.Key(), "tier", p.Tier, "image", p.Image.Name)
 	info := s.Info()
 	m.publish(ctx, s, info)
 	return s, info, nil
@@ -370,7 +373,9 @@ func (m *Manager) Get(tenant, id string) (*Sandbox, error) {
 
 // Kill removes tenant's live sandbox id: its processes and contexts end,
 // its files go. A running execution in it finishes first.
-func (m *Manager) Kill(ctx context.Context, tenant, id string) error {
+func (m *Manager) Kill(ctx context.Context, tenant, id string) (err error) {
+	ctx, span := tracing.StartChild(ctx, "live.kill")
+	defer func() { tracing.End(span, err) }()
 	w, err := m.table.Lock(ctx, tenant, id)
 	if err != nil {
 		return err

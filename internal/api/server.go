@@ -252,12 +252,20 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// untraced are the routes probes and scrapers call every few seconds: a
+// trace each would bury the calls worth tracing.
+var untraced = map[string]bool{"GET /healthz": true, "GET /readyz": true, "GET /metrics": true}
+
 // instrument counts requests, traces each in a span named for its route
 // (internal/tracing; the trace id then names the request's log lines and
 // error body), and turns panics into 500s.
 func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
+	traced := !untraced[route]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r, span := tracing.StartServer(r, route)
+		span := trace.SpanFromContext(r.Context()) // a no-op span: untraced
+		if traced {
+			r, span = tracing.StartServer(r, route)
+		}
 		sw := &statusWriter{ResponseWriter: w, span: span.SpanContext()}
 		start := time.Now()
 		defer func() {

@@ -15,6 +15,10 @@ var callNames = map[byte]string{
 	msgStat: "agent.stat", msgListDepth: "agent.list", msgMkdir: "agent.mkdir", msgMove: "agent.move",
 }
 
+// noSpan is the span of a call made outside a trace (an interface value
+// made once: each call would allocate one).
+var noSpan trace.Span = noop.Span{}
+
 // traceCall opens the span of one call of typ to the agent, a child of
 // ctx's span on that span's provider (the host's, internal/tracing), and
 // only inside a recorded span: the agent's own binary links no SDK, and
@@ -22,7 +26,7 @@ var callNames = map[byte]string{
 func traceCall(ctx context.Context, typ byte) (context.Context, trace.Span) {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() {
-		return ctx, noop.Span{}
+		return ctx, noSpan
 	}
 	return parent.TracerProvider().Tracer("github.com/corralhq/corral/internal/agent").Start(ctx, callNames[typ],
 		trace.WithSpanKind(trace.SpanKindClient))

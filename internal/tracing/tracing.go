@@ -167,7 +167,7 @@ func StartChild(ctx context.Context, name string, opts ...trace.SpanStartOption)
 
 // noSpan is what Start returns when tracing is off: a span that records
 // nothing and whose End does nothing.
-var noSpan = noop.Span{}
+var noSpan trace.Span = noop.Span{}
 
 // End ends span, marking it failed with err's text if err is not nil.
 func End(span trace.Span, err error) {

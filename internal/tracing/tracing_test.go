@@ -140,3 +140,28 @@ func TestExport(t *testing.T) {
 		t.Errorf("server span: %+v", s)
 	}
 }
+
+// BenchmarkServerSpan is what tracing adds to one request: a server span
+// continued from a traceparent with a child under it, off and on
+// (recording every trace, exporting to a real receiver).
+func BenchmarkServerSpan(b *testing.B) {
+	run := func(b *testing.B) {
+		r := httptest.NewRequest(http.MethodGet, "/v1/sandboxes/x/files", nil)
+		r.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+		b.ReportAllocs()
+		for b.Loop() {
+			r2, span := tracing.StartServer(r, "GET /v1/sandboxes/{id}/files")
+			_, child := tracing.StartChild(r2.Context(), "agent.read_file")
+			tracing.End(child, nil)
+			tracing.EndServer(span, http.StatusOK)
+		}
+	}
+	b.Run("off", run)
+	rc := tracetest.Start(b)
+	p, err := tracing.Setup(b.Context(), tracing.Config{Endpoint: rc.URL, SampleRatio: 1, ServiceName: "bench"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	b.Run("on", run)
+}

@@ -2,14 +2,18 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
@@ -160,5 +164,46 @@ func TestTable(t *testing.T) {
 	}
 	if e := asError(t.Context(), &engine.TierPendingError{Tier: "gvisor", Reason: "auto: untrusted"}, log); !strings.Contains(e.Message, "auto: untrusted") {
 		t.Errorf("tier_unavailable does not say why the tier was chosen: %q", e.Message)
+	}
+}
+
+// unwrapper is a handler's own writer around instrument's.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// TestErrorTraceID: an error answered for a traced request names its
+// trace, also through a writer wrapped around instrument's; an untraced
+// one names none; a shared answer is left as it was.
+func TestErrorTraceID(t *testing.T) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xab, 1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	shared := notFound("no such thing")
+	for _, c := range []struct {
+		name string
+		w    func(http.ResponseWriter) http.ResponseWriter
+		want string
+	}{
+		{"traced", func(w http.ResponseWriter) http.ResponseWriter { return &statusWriter{ResponseWriter: w, span: sc} }, sc.TraceID().String()},
+		{"traced, wrapped", func(w http.ResponseWriter) http.ResponseWriter {
+			return unwrapper{&statusWriter{ResponseWriter: w, span: sc}}
+		}, sc.TraceID().String()},
+		{"untraced", func(w http.ResponseWriter) http.ResponseWriter { return &statusWriter{ResponseWriter: w} }, ""},
+		{"outside instrument", func(w http.ResponseWriter) http.ResponseWriter { return w }, ""},
+	} {
+		rec := httptest.NewRecorder()
+		writeError(c.w(rec), shared)
+		var body struct {
+			Error map[string]any `json:"error"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got, named := body.Error["trace_id"]
+		if c.want == "" && named || c.want != "" && got != c.want {
+			t.Errorf("%s: %s, want trace_id %q", c.name, rec.Body.String(), c.want)
+		}
+	}
+	if shared.TraceID != "" {
+		t.Errorf("the shared answer was changed: %+v", shared)
 	}
 }

@@ -556,7 +556,7 @@ func (s *Server) readSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 		return
 	}
 	if err != nil {
-		s.log.Warn("sandbox download cut short", "sandbox", id, "err", err)
+		s.log.WarnContext(r.Context(), "sandbox download cut short", "sandbox", id, "err", err)
 		return
 	}
 	if !cw.started {
@@ -718,7 +718,7 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 	}
 	defer func() {
 		if err := stop(); err != nil {
-			s.log.Debug("a watch ended", "sandbox", id, "err", err)
+			s.log.DebugContext(r.Context(), "a watch ended", "sandbox", id, "err", err)
 		}
 	}()
 	sse.Begin()

@@ -200,7 +200,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	if err != nil {
-		s.log.Warn("session download cut short", "session", id, "err", err)
+		s.log.WarnContext(r.Context(), "session download cut short", "session", id, "err", err)
 	}
 }
 

@@ -348,7 +348,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	if err != nil {
 		// Nothing of it may stay: not its files, nor its ownership.
 		if rerr := m.table.Remove(w); rerr != nil {
-			m.log.Warn("remove a sandbox that could not start", "sandbox", w.Key(), "err", rerr)
+			m.log.WarnContext(ctx, "remove a sandbox that could not start", "sandbox", w.Key(), "err", rerr)
 		}
 		return nil, sandbox.Info{}, err
 	}

@@ -13,7 +13,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/corralhq/corral/internal/fault"
@@ -67,10 +66,10 @@ func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id str
 		target.Scheme = "https"
 	}
 	// The owner's spans join the caller's trace under this one.
-	ctx, span := tracing.Start(r.Context(), "forward", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("corral.node", owner.Node.ID), attribute.String("corral.id", id)))
+	ctx, span := tracing.Start(r.Context(), "forward", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	if span.IsRecording() {
+		span.SetAttributes(attribute.String("corral.node", owner.Node.ID), attribute.String("corral.id", id))
 		r = r.WithContext(ctx)
 	}
 	p := &httputil.ReverseProxy{
@@ -87,7 +86,7 @@ func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id str
 		},
 		Transport: c.forward,
 		ModifyResponse: func(resp *http.Response) error {
-			span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+			tracing.Status(span, resp.StatusCode)
 			return nil
 		},
 		FlushInterval: -1, // stream downloads as they come

@@ -30,13 +30,19 @@ func StartServer(r *http.Request, route string) (*http.Request, trace.Span) {
 // EndServer ends a server span with the status answered: a 5xx marks it
 // failed (a 4xx is the caller's, not the server's).
 func EndServer(span trace.Span, status int) {
+	Status(span, status)
+	span.End()
+}
+
+// Status records the status an HTTP call was answered with on span: a
+// 5xx marks it failed.
+func Status(span trace.Span, status int) {
 	if span.IsRecording() {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
 		if status >= 500 {
 			span.SetStatus(codes.Error, http.StatusText(status))
 		}
 	}
-	span.End()
 }
 
 // Inject writes ctx's trace context into h (traceparent), for the server

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -72,6 +74,14 @@ func TestTraceAcrossNodes(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusNotFound || body.Error.TraceID != traceID {
 		t.Errorf("missing file through B: %d %+v, %v; want 404 naming trace %s", resp.StatusCode, body.Error, err, traceID)
+	}
+
+	// The SDK hands the trace id on with the error.
+	var apiErr *sandbox.APIError
+	if err := cb.Sandbox(sb.ID).Files().Read(ctx, "/workspace/missing.txt", io.Discard); !errors.As(err, &apiErr) {
+		t.Errorf("the SDK's error for a missing file: %v, want an APIError", err)
+	} else if apiErr.TraceID != traceID {
+		t.Errorf("the SDK's error for a missing file names trace %q, want %s", apiErr.TraceID, traceID)
 	}
 
 	// The write: B's server span, its forward, A's server span, A's agent

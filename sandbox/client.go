@@ -259,10 +259,11 @@ func readAPIError(resp *http.Response) *APIError {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 			Field   string `json:"field"`
+			TraceID string `json:"trace_id"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
-		e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
+		e.Code, e.Message, e.Field, e.TraceID = body.Error.Code, body.Error.Message, body.Error.Field, body.Error.TraceID
 		return e
 	}
 	// Not Corral's error shape: a proxy or load balancer answered.

@@ -66,7 +66,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func apiError(w http.ResponseWriter, status int, code, field string) {
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": "m", "field": field}})
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": "m", "field": field,
+		"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}})
 }
 
 func exit(n int) *int { return &n }
@@ -241,7 +242,8 @@ func TestAPIErrors(t *testing.T) {
 		})
 		_, err := f.client(2).GetExecution(t.Context(), "x")
 		var ae *APIError
-		if !errors.As(err, &ae) || ae.Status != c.status || ae.Code != c.code || ae.Field != "limits.memory_mb" {
+		if !errors.As(err, &ae) || ae.Status != c.status || ae.Code != c.code || ae.Field != "limits.memory_mb" ||
+			ae.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
 			t.Errorf("%d %s: %v", c.status, c.code, err)
 			continue
 		}

@@ -108,6 +108,9 @@ type APIError struct {
 	Message string
 	// Field names the request field at fault (e.g. "limits.memory_mb").
 	Field string
+	// TraceID is the call's trace on the server, when it exports traces:
+	// the operator finds the call's spans and log lines by it.
+	TraceID string
 	// RetryAfter is the server's Retry-After (429, 503), zero if none.
 	RetryAfter time.Duration
 }

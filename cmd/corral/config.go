@@ -32,7 +32,11 @@ func cmdConfig(args []string) int {
 		fmt.Fprintln(os.Stderr, "corral config:", err)
 		return 1
 	}
-	fmt.Printf("ok: listen %s, store %s, state %s, blob %s, node %s, max_concurrency %d, queue_bound %d, %d tenant(s)\n",
-		p.Listen, p.Store.Kind, p.State.Kind, p.Blob.Kind, p.Cluster.ID, p.Node.MaxConcurrency, p.Node.QueueBound, len(p.Tenants))
+	traces := "off"
+	if p.Tracing.On() {
+		traces = fmt.Sprintf("to %s (sample ratio %g)", p.Tracing.Endpoint, p.Tracing.SampleRatio)
+	}
+	fmt.Printf("ok: listen %s, store %s, state %s, blob %s, node %s, max_concurrency %d, queue_bound %d, %d tenant(s), traces %s\n",
+		p.Listen, p.Store.Kind, p.State.Kind, p.Blob.Kind, p.Cluster.ID, p.Node.MaxConcurrency, p.Node.QueueBound, len(p.Tenants), traces)
 	return 0
 }

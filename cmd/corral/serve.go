@@ -40,6 +40,7 @@ import (
 	"github.com/corralhq/corral/internal/store/postgres"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/tlscert"
+	"github.com/corralhq/corral/internal/tracing"
 	"github.com/corralhq/corral/internal/workspace"
 )
 
@@ -60,12 +61,18 @@ func cmdServe(args []string) int {
 	return 0
 }
 
+// newLogger is serve's logger; with tracing on, each line logged inside a
+// span names its trace and span.
 func newLogger(cfg config.Config) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: slog.Level(cfg.Log.Level)}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
 	if cfg.Log.Format == "text" {
-		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+		h = slog.NewTextHandler(os.Stderr, opts)
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	if cfg.TracingConfig().On() {
+		h = tracing.NewLogHandler(h)
+	}
+	return slog.New(h)
 }
 
 // How long open connections get to finish once the node has drained.
@@ -83,6 +90,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) (err error)
 	keepGCHeadroom()
 	var cu cleanup
 	defer func() { err = errors.Join(err, cu.Clean()) }()
+	tp, err := tracing.Setup(ctx, p.Tracing, log.With("component", "tracing"))
+	if err != nil {
+		return err
+	}
+	// Closed last: the spans of the rest's closing are exported too.
+	cu.Add(func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return tp.Shutdown(sctx)
+	})
 	d, err := open(ctx, p, log, &cu)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/session"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/tracing"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -69,6 +70,8 @@ type plan struct {
 	Audit          *audit.WriterConfig
 	AuditSink      string
 	AuditRetention audit.Retention
+	// Tracing is where spans go; off without an endpoint.
+	Tracing tracing.Config
 }
 
 // backend is a store, state or blob store to open.
@@ -97,7 +100,7 @@ type e2bPlan struct {
 // An error names a setting no component can take.
 func planServe(cfg config.Config) (plan, error) {
 	p := plan{Tenants: tenants(cfg), Local: cfg.Local, Engine: engineConfig(cfg), PublicURL: cfg.PublicURL,
-		Listen: cfg.Listen, TLS: cfg.TLS, DrainTimeout: time.Duration(cfg.DrainTimeout), Snapshots: cfg.Sessions.Snapshots, API: api.Config{MaxBodyBytes: cfg.MaxBodyBytes},
+		Listen: cfg.Listen, TLS: cfg.TLS, DrainTimeout: time.Duration(cfg.DrainTimeout), Snapshots: cfg.Sessions.Snapshots, Tracing: cfg.TracingConfig(), API: api.Config{MaxBodyBytes: cfg.MaxBodyBytes},
 		E2B: e2bPlan{Domain: cfg.E2B.Domain, Tier: sandbox.Isolation(cfg.E2B.Tier)}}
 	p.Store = storeBackend(cfg)
 	var err error

@@ -315,7 +315,9 @@ func (p *Process) end(st ExitStatus, err error) {
 }
 
 // Start starts a process; out receives its output until Wait returns.
-func (c *Client) Start(ctx context.Context, req StartRequest, out Output) (*Process, error) {
+func (c *Client) Start(ctx context.Context, req StartRequest, out Output) (_ *Process, err error) {
+	ctx, span := traceCall(ctx, msgStart)
+	defer func() { endCall(span, err) }()
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode start: %w", err)
@@ -388,7 +390,9 @@ func (c *Client) forgetCall(id uint32) {
 // procCall sends a request about a process (a signal, a resize): it
 // reuses the process's id so the agent finds it, and the reply is matched
 // by a waiter under the same id.
-func (c *Client) procCall(ctx context.Context, typ byte, procID uint32, b []byte) error {
+func (c *Client) procCall(ctx context.Context, typ byte, procID uint32, b []byte) (err error) {
+	ctx, span := traceCall(ctx, typ)
+	defer func() { endCall(span, err) }()
 	k := &call{done: make(chan struct{})}
 	c.mu.Lock()
 	if _, busy := c.waiters[procID]; busy {
@@ -401,7 +405,7 @@ func (c *Client) procCall(ctx context.Context, typ byte, procID uint32, b []byte
 		c.forgetCall(procID)
 		return err
 	}
-	_, err := c.wait(ctx, procID, k)
+	_, err = c.wait(ctx, procID, k)
 	return err
 }
 
@@ -410,7 +414,9 @@ func (c *Client) procCall(ctx context.Context, typ byte, procID uint32, b []byte
 // mode and the contents of r, streamed in frames. The agent writes as the
 // sandbox's user (AsUser), so a link planted by a program cannot redirect a
 // write to the host.
-func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader, opts ...FileOption) error {
+func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader, opts ...FileOption) (err error) {
+	ctx, span := traceCall(ctx, msgFileEnd)
+	defer func() { endCall(span, err) }()
 	placed, err := c.SendFile(ctx, path, mode, r, opts...)
 	if err != nil {
 		return err
@@ -468,14 +474,16 @@ func (c *Client) SendFile(ctx context.Context, path string, mode uint32, r io.Re
 }
 
 // Reset kills every non-persistent process and empties the given directories.
-func (c *Client) Reset(ctx context.Context, req ResetRequest) error {
+func (c *Client) Reset(ctx context.Context, req ResetRequest) (err error) {
+	ctx, span := traceCall(ctx, msgReset)
+	defer func() { endCall(span, err) }()
 	b, _ := json.Marshal(req)
 	id, k := c.newCall()
 	if err := c.send(msgReset, id, b); err != nil {
 		c.forgetCall(id)
 		return err
 	}
-	_, err := c.wait(ctx, id, k)
+	_, err = c.wait(ctx, id, k)
 	return err
 }
 
@@ -505,7 +513,9 @@ func fileUser(opts []FileOption) string {
 
 // request sends a request with req as its JSON payload and waits for the
 // answer; data receives the msgFileData frames that come first.
-func (c *Client) request(ctx context.Context, typ byte, req any, data io.Writer) ([]byte, error) {
+func (c *Client) request(ctx context.Context, typ byte, req any, data io.Writer) (_ []byte, err error) {
+	ctx, span := traceCall(ctx, typ)
+	defer func() { endCall(span, err) }()
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)

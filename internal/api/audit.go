@@ -38,7 +38,7 @@ func (s *Server) auditHandler(w http.ResponseWriter, r *http.Request, t *Tenant)
 		return
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	if events == nil {

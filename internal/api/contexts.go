@@ -63,7 +63,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant
 		info, err = k.Create(r.Context(), o)
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusCreated, info)
@@ -76,7 +76,7 @@ func (s *Server) listContexts(w http.ResponseWriter, r *http.Request, t *Tenant)
 	}
 	k, err := s.contexts(r, t, id)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	infos := k.List()
@@ -132,7 +132,7 @@ func (s *Server) forkContext(w http.ResponseWriter, r *http.Request, t *Tenant) 
 		info, err = k.Fork(r.Context(), cid)
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusCreated, info)
@@ -185,7 +185,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	k, err := s.contexts(r, t, id)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	if wantsJSON(r) {
@@ -197,7 +197,7 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 			if r.Context().Err() != nil {
 				return // the client left
 			}
-			writeError(w, asError(err, s.log))
+			writeError(w, asError(r.Context(), err, s.log))
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
@@ -221,9 +221,9 @@ func (s *Server) runContext(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	case r.Context().Err() != nil, errors.Is(err, stream.ErrWrite):
 		// The client left; the cell was interrupted.
 	case !sse.Begun():
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 	default:
-		_ = sse.Event(seq+1, "failure", map[string]*Error{"error": asError(err, s.log)})
+		_ = sse.Event(seq+1, "failure", map[string]*Error{"error": asError(r.Context(), err, s.log)})
 		_ = sse.Flush()
 	}
 }

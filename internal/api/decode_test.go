@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,7 +21,7 @@ func decodeExecuteRequest(r io.Reader, max int64) (sandbox.ExecuteRequest, *Erro
 		req, err = parseExecuteRequest(body)
 	}
 	if err != nil {
-		return req, asError(err, slog.New(slog.DiscardHandler))
+		return req, asError(context.Background(), err, slog.New(slog.DiscardHandler))
 	}
 	return req, nil
 }

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/corralhq/corral/internal/fault"
 )
@@ -23,6 +26,10 @@ type Error struct {
 	Written *int64 `json:"written,omitempty"`
 	// RetryAfter, when set, becomes a Retry-After header (seconds).
 	RetryAfter int `json:"-"`
+	// TraceID names the request's trace when tracing is on
+	// (docs/tracing.md): the operator finds the call's spans and log
+	// lines by it.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -67,8 +74,8 @@ var v1 = fault.Table[v1Answer]{
 }
 
 // asError is /v1's answer to any error, by v1. Internal detail is
-// logged, never sent.
-func asError(err error, log *slog.Logger) *Error {
+// logged (with ctx: the request's trace), never sent.
+func asError(ctx context.Context, err error, log *slog.Logger) *Error {
 	var ae *Error
 	if errors.As(err, &ae) {
 		return ae
@@ -76,9 +83,9 @@ func asError(err error, log *slog.Logger) *Error {
 	f := fault.Of(err)
 	switch f.Kind {
 	case fault.Internal:
-		log.Error("internal error", "err", err)
+		log.ErrorContext(ctx, "internal error", "err", err)
 	case fault.Unavailable:
-		log.Warn("unavailable", "err", err)
+		log.WarnContext(ctx, "unavailable", "err", err)
 	}
 	return answer(f)
 }
@@ -107,7 +114,14 @@ func notReady(msg string) *Error {
 // internalError answers a failure of this server that needs no log line.
 func internalError(msg string) *Error { return answer(fault.New(fault.Internal, msg)) }
 
+// writeError answers e, naming the request's trace if it has one (its
+// statusWriter knows).
 func writeError(w http.ResponseWriter, e *Error) {
+	if sc := traceOf(w); sc.HasTraceID() && e.TraceID == "" {
+		c := *e // e may be shared (a sentinel's answer)
+		c.TraceID = sc.TraceID().String()
+		e = &c
+	}
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
@@ -127,7 +141,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // fail answers err through the error table.
-func (s *Server) fail(w http.ResponseWriter, err error) { writeError(w, asError(err, s.log)) }
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	writeError(w, asError(trace.ContextWithSpanContext(context.Background(), traceOf(w)), err, s.log))
+}
+
+// traceOf is the span of the request w answers: instrument's
+// statusWriter's, under the writers wrapped around it.
+func traceOf(w http.ResponseWriter) trace.SpanContext {
+	for {
+		switch x := w.(type) {
+		case *statusWriter:
+			return x.span
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return trace.SpanContext{}
+		}
+	}
+}
 
 // reply answers a handler's call: err through the error table, else v as
 // JSON with status, or status alone when v is nil.

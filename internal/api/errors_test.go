@@ -2,14 +2,18 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/corralhq/corral/internal/agent"
 	"github.com/corralhq/corral/internal/cluster"
@@ -56,7 +60,7 @@ func TestAgentErrorsByKind(t *testing.T) {
 			var logged strings.Builder
 			log := slog.New(slog.NewTextHandler(&logged, nil))
 			err := fmt.Errorf("session file: %w", &agent.RemoteError{Kind: c.kind, Message: "open /workspace/x: " + secret})
-			e := asError(err, log)
+			e := asError(t.Context(), err, log)
 			if e.Status != c.status || e.Code != c.code {
 				t.Errorf("%d %s, want %d %s", e.Status, e.Code, c.status, c.code)
 			}
@@ -74,13 +78,13 @@ func TestAgentErrorsByKind(t *testing.T) {
 // which it writes for the caller.
 func TestSessionErrors(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if e := asError(fmt.Errorf("touch: %w", workspace.Invalid("ttl_seconds must be between 1 and %d", 86400)), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
+	if e := asError(t.Context(), fmt.Errorf("touch: %w", workspace.Invalid("ttl_seconds must be between 1 and %d", 86400)), log); e.Status != 400 || e.Message != "ttl_seconds must be between 1 and 86400" {
 		t.Errorf("invalid: %+v", e)
 	}
-	if e := asError(live.ErrNotFound, log); e.Status != 404 || !strings.HasPrefix(e.Message, "no such sandbox or session") {
+	if e := asError(t.Context(), live.ErrNotFound, log); e.Status != 404 || !strings.HasPrefix(e.Message, "no such sandbox or session") {
 		t.Errorf("not found: %+v", e)
 	}
-	if e := asError(errors.New("disk image: "+"runc said something"), log); e.Status != 500 || strings.Contains(e.Message, "runc") {
+	if e := asError(t.Context(), errors.New("disk image: "+"runc said something"), log); e.Status != 500 || strings.Contains(e.Message, "runc") {
 		t.Errorf("other: %+v", e)
 	}
 }
@@ -110,15 +114,15 @@ func TestSandboxErrors(t *testing.T) {
 		{kernel.ErrClosed, 404, "not_found"},
 		{fmt.Errorf("start a python context: %w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), 400, "invalid_request"},
 	} {
-		e := asError(c.err, log)
+		e := asError(t.Context(), c.err, log)
 		if e.Status != c.status || e.Code != c.code {
 			t.Errorf("%v: %d %s, want %d %s", c.err, e.Status, e.Code, c.status, c.code)
 		}
 	}
-	if e := asError(fmt.Errorf("process 7: %w", live.ErrNoProcess), log); !strings.Contains(e.Message, "process") {
+	if e := asError(t.Context(), fmt.Errorf("process 7: %w", live.ErrNoProcess), log); !strings.Contains(e.Message, "process") {
 		t.Errorf("a missing process: %q", e.Message)
 	}
-	if e := asError(fmt.Errorf("%w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), log); strings.Contains(e.Message, "agent words") {
+	if e := asError(t.Context(), fmt.Errorf("%w: %w", kernel.ErrInvalid, &agent.RemoteError{Message: "agent words"}), log); strings.Contains(e.Message, "agent words") {
 		t.Errorf("an invalid context request shows the agent's words: %q", e.Message)
 	}
 }
@@ -153,12 +157,53 @@ func TestTable(t *testing.T) {
 		{fmt.Errorf("write stdin: %w: %w", httpbody.ErrIncomplete, io.ErrUnexpectedEOF), 400, "invalid_request", "", 0},
 		{httpbody.ErrJSON, 400, "invalid_json", "", 0},
 	} {
-		e := asError(c.err, log)
+		e := asError(t.Context(), c.err, log)
 		if e.Status != c.status || e.Code != c.code || e.Field != c.field || e.RetryAfter != c.retryAfter || e.Message == "" {
 			t.Errorf("%v: %+v, want %d %s field %q retry %d", c.err, e, c.status, c.code, c.field, c.retryAfter)
 		}
 	}
-	if e := asError(&engine.TierPendingError{Tier: "gvisor", Reason: "auto: untrusted"}, log); !strings.Contains(e.Message, "auto: untrusted") {
+	if e := asError(t.Context(), &engine.TierPendingError{Tier: "gvisor", Reason: "auto: untrusted"}, log); !strings.Contains(e.Message, "auto: untrusted") {
 		t.Errorf("tier_unavailable does not say why the tier was chosen: %q", e.Message)
+	}
+}
+
+// unwrapper is a handler's own writer around instrument's.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// TestErrorTraceID: an error answered for a traced request names its
+// trace, also through a writer wrapped around instrument's; an untraced
+// one names none; a shared answer is left as it was.
+func TestErrorTraceID(t *testing.T) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xab, 1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	shared := notFound("no such thing")
+	for _, c := range []struct {
+		name string
+		w    func(http.ResponseWriter) http.ResponseWriter
+		want string
+	}{
+		{"traced", func(w http.ResponseWriter) http.ResponseWriter { return &statusWriter{ResponseWriter: w, span: sc} }, sc.TraceID().String()},
+		{"traced, wrapped", func(w http.ResponseWriter) http.ResponseWriter {
+			return unwrapper{&statusWriter{ResponseWriter: w, span: sc}}
+		}, sc.TraceID().String()},
+		{"untraced", func(w http.ResponseWriter) http.ResponseWriter { return &statusWriter{ResponseWriter: w} }, ""},
+		{"outside instrument", func(w http.ResponseWriter) http.ResponseWriter { return w }, ""},
+	} {
+		rec := httptest.NewRecorder()
+		writeError(c.w(rec), shared)
+		var body struct {
+			Error map[string]any `json:"error"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got, named := body.Error["trace_id"]
+		if c.want == "" && named || c.want != "" && got != c.want {
+			t.Errorf("%s: %s, want trace_id %q", c.name, rec.Body.String(), c.want)
+		}
+	}
+	if shared.TraceID != "" {
+		t.Errorf("the shared answer was changed: %+v", shared)
 	}
 }

@@ -58,7 +58,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	// Another tenant's execution is not found, not forbidden.
 	if _, err := s.node.Get(r.Context(), t.Name, id); err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	sse, after, ok := resumedStream(w, r)
@@ -70,7 +70,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return sse.Event(ev.ID, ev.Type, eventData(ev))
 	}, keepAlive)
 	if err != nil && r.Context().Err() == nil && !errors.Is(err, stream.ErrWrite) {
-		s.log.Warn("read events", "execution_id", id, "err", err)
+		s.log.WarnContext(r.Context(), "read events", "execution_id", id, "err", err)
 	}
 }
 

@@ -50,7 +50,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	sub, err := s.node.Submit(r.Context(), t.Name, req)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	rec := sub.Execution.Record
@@ -66,7 +66,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	defer cancel()
 	res, err := s.node.Wait(ctx, t.Name, rec.ExecutionID)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	if !res.Status.Final() {
@@ -86,7 +86,7 @@ func (s *Server) writeRecord(w http.ResponseWriter, r *http.Request, t *Tenant, 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	id := r.PathValue("id")
 	if !validate.ValidID(id) {
-		writeError(w, asError(errNotFound(), s.log))
+		writeError(w, asError(r.Context(), errNotFound(), s.log))
 		return
 	}
 	s.writeRecord(w, r, t, id)
@@ -123,7 +123,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		return
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	if res == nil {
@@ -213,7 +213,7 @@ func (s *Server) egress(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	out, err := s.node.Egress(r.Context(), t.Name, id)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	if out == nil {

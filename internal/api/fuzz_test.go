@@ -93,7 +93,7 @@ func FuzzDecodeBody(f *testing.F) {
 // would answer.
 func decodeBody(r *http.Request, v any) *Error {
 	if err := httpbody.ReadJSON(httptest.NewRecorder(), r, httpbody.MaxJSON, v, rules); err != nil {
-		return asError(err, slog.New(slog.DiscardHandler))
+		return asError(r.Context(), err, slog.New(slog.DiscardHandler))
 	}
 	return nil
 }

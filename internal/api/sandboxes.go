@@ -92,7 +92,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	_, info, err := s.live.Create(r.Context(), t.Name, req)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	w.Header().Set("Location", "/v1/sandboxes/"+info.SandboxID)
@@ -137,7 +137,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	all, err := s.Sandboxes(r.Context(), t.Name)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	out := []sandbox.Info{}
@@ -192,7 +192,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	sb, err := s.box(t, id)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusOK, sb.Info())
@@ -240,7 +240,7 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, t *Tenant)
 		_, err = s.box(t, id)
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusOK, sb.Info())
@@ -258,7 +258,7 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, t *Tenant
 		info, err = sb.Resume(r.Context())
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusOK, info)
@@ -341,7 +341,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, t *Tenant)
 		p, err = sb.Start(r.Context(), req)
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusCreated, p.Info())
@@ -358,7 +358,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, t *Tenant
 		procs, err = sb.Processes()
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	out := sandbox.ProcessList{Processes: make([]sandbox.ProcessInfo, 0, len(procs))}
@@ -408,7 +408,7 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		if r.Context().Err() != nil {
 			return // the client left
 		}
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusOK, info)
@@ -428,7 +428,7 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, t *Tenant)
 	if err != nil {
 		// Nothing of the body is lost silently: the answer says how much
 		// of it the process's stdin took, its first bytes (none, if 0).
-		e := *asError(err, s.log)
+		e := *asError(r.Context(), err, s.log)
 		e.Written = &n
 		writeError(w, &e)
 		return
@@ -503,7 +503,7 @@ func (s *Server) processEvents(w http.ResponseWriter, r *http.Request, t *Tenant
 	}
 	p, err := s.proc(t, id, pid)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	sse, after, ok := resumedStream(w, r)
@@ -552,11 +552,11 @@ func (s *Server) readSandboxFile(w http.ResponseWriter, r *http.Request, t *Tena
 	}
 	if err != nil && !cw.started {
 		w.Header().Del("Content-Type")
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	if err != nil {
-		s.log.Warn("sandbox download cut short", "sandbox", id, "err", err)
+		s.log.WarnContext(r.Context(), "sandbox download cut short", "sandbox", id, "err", err)
 		return
 	}
 	if !cw.started {
@@ -613,7 +613,7 @@ func (s *Server) listSandboxFiles(w http.ResponseWriter, r *http.Request, t *Ten
 		entries, err = sb.ListFiles(r.Context(), p, depth)
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	writeJSON(w, http.StatusOK, sandbox.SandboxFileList{Path: p, Entries: entries})
@@ -713,12 +713,12 @@ func (s *Server) watchSandboxDir(w http.ResponseWriter, r *http.Request, t *Tena
 		})
 	}
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	defer func() {
 		if err := stop(); err != nil {
-			s.log.Debug("a watch ended", "sandbox", id, "err", err)
+			s.log.DebugContext(r.Context(), "a watch ended", "sandbox", id, "err", err)
 		}
 	}()
 	sse.Begin()

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/cluster"
 	"github.com/corralhq/corral/internal/live"
@@ -19,6 +21,7 @@ import (
 	"github.com/corralhq/corral/internal/node"
 	"github.com/corralhq/corral/internal/ports"
 	"github.com/corralhq/corral/internal/session"
+	"github.com/corralhq/corral/internal/tracing"
 	"github.com/corralhq/corral/internal/ui"
 )
 
@@ -248,6 +251,9 @@ func (s *Server) withTenant(h authed) http.HandlerFunc {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// span is the request's span's context, for its error body and log
+	// lines (invalid when untraced).
+	span trace.SpanContext
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -265,17 +271,26 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// instrument counts requests and turns panics into 500s.
+// untraced are the routes probes and scrapers call every few seconds: a
+// trace each would bury the calls worth tracing.
+var untraced = map[string]bool{"GET /healthz": true, "GET /readyz": true, "GET /metrics": true}
+
+// instrument counts requests, traces each in a span named for its route
+// (internal/tracing; the trace id then names the request's log lines and
+// error body), and turns panics into 500s.
 func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
+	traced := !untraced[route]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
+		span := trace.SpanFromContext(r.Context()) // a no-op span: untraced
+		if traced {
+			r, span = tracing.StartServer(r, route)
+		}
+		sw := &statusWriter{ResponseWriter: w, span: span.SpanContext()}
 		start := time.Now()
 		defer func() {
-			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
-					panic(p)
-				}
-				s.log.Error("panic in handler", "route", route, "panic", p, "stack", string(debug.Stack()))
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
+				s.log.ErrorContext(r.Context(), "panic in handler", "route", route, "panic", p, "stack", string(debug.Stack()))
 				if sw.status == 0 {
 					writeError(sw, internalError("internal error; retry"))
 				}
@@ -284,8 +299,12 @@ func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
 			if code == 0 {
 				code = http.StatusOK
 			}
+			tracing.EndServer(span, code)
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
 			s.metrics.HTTPRequests.WithLabelValues(route, http.StatusText(code)).Inc()
-			s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "status", code, "duration_ms", time.Since(start).Milliseconds())
+			s.log.DebugContext(r.Context(), "http", "method", r.Method, "path", r.URL.Path, "status", code, "duration_ms", time.Since(start).Milliseconds())
 		}()
 		h(sw, r)
 	})

@@ -260,7 +260,7 @@ func (s *Server) touchSession(w http.ResponseWriter, r *http.Request, t *Tenant)
 	info, created, err := s.sessions.Touch(r.Context(), t.Name, id, session.Options{
 		TTL: validate.Duration(body.TTLSeconds, time.Second), DiskMB: body.DiskMB})
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	status := http.StatusOK
@@ -310,7 +310,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	}
 	p := strings.TrimSuffix(r.PathValue("path"), "/")
 	if _, err := s.sessions.Get(t.Name, id); err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	entries, err := s.sessions.List(r.Context(), t.Name, id, p)
@@ -324,7 +324,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	// Not a directory is the agent's answer for a file; anything else is
 	// the answer to give.
 	if _, refused := live.Refusal(err); !refused || !errors.Is(err, syscall.ENOTDIR) {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	// Not a directory: a file, streamed as it is read.
@@ -335,11 +335,11 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, t *Tenant) {
 	err = s.sessions.Download(r.Context(), t.Name, id, p, cw)
 	if err != nil && !cw.started {
 		w.Header().Del("Content-Type")
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	if err != nil {
-		s.log.Warn("session download cut short", "session", id, "err", err)
+		s.log.WarnContext(r.Context(), "session download cut short", "session", id, "err", err)
 	}
 }
 

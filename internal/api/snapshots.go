@@ -95,7 +95,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, t *Tenant) 
 	out := sandbox.ForkAnswer{Forks: make([]sandbox.ForkResult, len(forks))}
 	for i, f := range forks {
 		if f.Err != nil {
-			e := asError(f.Err, s.log)
+			e := asError(r.Context(), f.Err, s.log)
 			out.Forks[i].Error = &sandbox.ForkError{Code: e.Code, Message: e.Message}
 			continue
 		}

@@ -104,7 +104,7 @@ func (s *Server) statsHandler(w http.ResponseWriter, r *http.Request, t *Tenant)
 	since := until.Add(-window)
 	st, err := s.stats.ExecutionStats(r.Context(), t.Name, since, until)
 	if err != nil {
-		writeError(w, asError(err, s.log))
+		writeError(w, asError(r.Context(), err, s.log))
 		return
 	}
 	out := overview{WindowSeconds: int64(window / time.Second), Since: since, Until: until,

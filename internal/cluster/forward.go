@@ -11,8 +11,13 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/corralhq/corral/internal/fault"
 	"github.com/corralhq/corral/internal/httpbody"
+	"github.com/corralhq/corral/internal/tracing"
 )
 
 // ForwardedHeader marks a request one node forwarded to another, naming
@@ -60,18 +65,30 @@ func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id str
 	if c.cfg.PeerTLS != nil {
 		target.Scheme = "https"
 	}
+	// The owner's spans join the caller's trace under this one.
+	ctx, span := tracing.Start(r.Context(), "forward", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("corral.node", owner.Node.ID), attribute.String("corral.id", id))
+		r = r.WithContext(ctx)
+	}
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(ForwardedHeader, c.cfg.ID)
+			tracing.Inject(pr.Out.Context(), pr.Out.Header)
 			if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
 				// The caller's body cut short is the caller's fault,
 				// not a sign that the owner is not answering.
 				pr.Out.Body = callerBody{Reader: httpbody.Limit(pr.Out.Body, -1), Closer: pr.Out.Body}
 			}
 		},
-		Transport:     c.forward,
+		Transport: c.forward,
+		ModifyResponse: func(resp *http.Response) error {
+			tracing.Status(span, resp.StatusCode)
+			return nil
+		},
 		FlushInterval: -1, // stream downloads as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var f fault.Faulter
@@ -84,7 +101,8 @@ func (c *Cluster) Forward(w http.ResponseWriter, r *http.Request, tenant, id str
 				// empty 200 a handler that writes nothing is sent as.
 				panic(http.ErrAbortHandler)
 			}
-			c.log.Warn("forward to the owner", "id", id, "node", owner.Node.ID, "err", err)
+			span.SetStatus(codes.Error, err.Error())
+			c.log.WarnContext(r.Context(), "forward to the owner", "id", id, "node", owner.Node.ID, "err", err)
 			fail(w, &OwnerError{Tenant: tenant, ID: id, Node: owner.Node.ID})
 		},
 	}

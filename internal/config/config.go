@@ -25,6 +25,7 @@ import (
 	"github.com/corralhq/corral/internal/collect"
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/netpolicy"
+	"github.com/corralhq/corral/internal/tracing"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -302,6 +303,22 @@ type Config struct {
 		Format string   `toml:"format"` // json or text
 	} `toml:"log"`
 
+	// Tracing exports OpenTelemetry traces over OTLP/HTTP
+	// (docs/tracing.md); off without an endpoint.
+	Tracing struct {
+		// Endpoint is the collector's URL, such as
+		// http://otel-collector:4318 (spans go to its /v1/traces unless
+		// the URL has a path).
+		Endpoint string `toml:"endpoint"`
+		// SampleRatio is the share of the traces begun on this node that
+		// are recorded, 0 to 1; a trace begun by the caller or another
+		// node keeps its decision.
+		SampleRatio float64 `toml:"sample_ratio"`
+		// ServiceName is the spans' service.name (node_id is their
+		// service.instance.id).
+		ServiceName string `toml:"service_name"`
+	} `toml:"tracing"`
+
 	// APIKey adds one key for the tenant "default" (flag or environment
 	// only, never the file); CallbackSecret signs that tenant's callbacks
 	// (default: the API key itself).
@@ -374,6 +391,8 @@ func Default() Config {
 	}
 	c.Log.Level = LogLevel(slog.LevelInfo)
 	c.Log.Format = "json"
+	c.Tracing.SampleRatio = 1
+	c.Tracing.ServiceName = "corral"
 	return c
 }
 
@@ -532,6 +551,9 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format %q: use json or text", c.Log.Format)
 	}
+	if err := c.TracingConfig().Check(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxConcurrency == 0 {
 		mem, err := MemTotal()
 		if err != nil {
@@ -561,6 +583,13 @@ func (c *Config) Validate() error {
 		bad("advertise_address %q: %v", c.AdvertiseAddress, err)
 	}
 	return errors.Join(errs...)
+}
+
+// TracingConfig is [tracing] as internal/tracing takes it, with node_id
+// as the service's instance.
+func (c *Config) TracingConfig() tracing.Config {
+	return tracing.Config{Endpoint: c.Tracing.Endpoint, SampleRatio: c.Tracing.SampleRatio,
+		ServiceName: c.Tracing.ServiceName, NodeID: c.NodeID}
 }
 
 // advertise is the address other nodes reach a node listening on listen

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +85,51 @@ func TestTLS(t *testing.T) {
 				t.Errorf("public_url %q, want %s...", cfg.PublicURL, c.public)
 			}
 		})
+	}
+}
+
+// TestTracing: [tracing] is off by default, loads from TOML and from
+// CORRAL_TRACING_* variables, and Validate refuses what the exporter
+// cannot take.
+func TestTracing(t *testing.T) {
+	for _, c := range []struct {
+		name, toml string
+		want       string // substring of the error; "" for none
+	}{
+		{"off", ``, ""},
+		{"on", "[tracing]\nendpoint = \"http://otel-collector:4318\"\nsample_ratio = 0.25\nservice_name = \"corral-eu\"\n", ""},
+		{"endpoint without a scheme", "[tracing]\nendpoint = \"otel-collector:4318\"\n", "tracing.endpoint"},
+		{"ratio above one", "[tracing]\nsample_ratio = 2.0\n", "tracing.sample_ratio"},
+		{"no service name", "[tracing]\nendpoint = \"http://c:4318\"\nservice_name = \"\"\n", "tracing.service_name"},
+		{"misspelt", "[tracing]\nendpont = \"http://c:4318\"\n", "tracing.endpont"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.MaxConcurrency = 1
+			err := Load(writeFile(t, c.toml), &cfg)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want one about %q", err, c.want)
+			}
+		})
+	}
+	d := Default()
+	if tc := d.TracingConfig(); tc.On() || tc.SampleRatio != 1 || tc.ServiceName != "corral" {
+		t.Errorf("default tracing: %+v", tc)
+	}
+	env := map[string]string{"CORRAL_TRACING_ENDPOINT": "https://otlp.example.com", "CORRAL_TRACING_SAMPLE_RATIO": "0.5",
+		"CORRAL_MAX_CONCURRENCY": "1", "CORRAL_NODE_ID": "n1"}
+	cfg, err := Parse("serve", nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc := cfg.TracingConfig(); tc.Endpoint != "https://otlp.example.com" || tc.SampleRatio != 0.5 || tc.NodeID != "n1" {
+		t.Errorf("from the environment: %+v", tc)
 	}
 }
 

@@ -51,6 +51,7 @@ var usage = map[string]string{
 	"tls-cert":          "serve https with this PEM certificate chain (leaf first), read again when it changes; with --tls-key",
 	"tls-key":           "the PEM key of --tls-cert",
 	"tls-peer-ca":       "PEM bundle of the CAs the other nodes' certificates are verified with (default: the system's roots)",
+	"tracing-endpoint":  "send OpenTelemetry traces to this OTLP/HTTP collector URL, such as http://otel-collector:4318 (default: off)",
 	"default-images":    "each language's default image, `language=image,...` such as python=python,javascript=node (default: host for every language)",
 }
 

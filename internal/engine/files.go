@@ -298,7 +298,7 @@ func (e *Engine) collectArtifacts(ctx context.Context, sb runtime.Sandbox, job *
 		return nil
 	})
 	if err != nil {
-		e.log.Error("collect artifacts", "execution_id", job.Req.ExecutionID, "err", err)
+		e.log.ErrorContext(ctx, "collect artifacts", "execution_id", job.Req.ExecutionID, "err", err)
 		skipped = append(skipped, collect.Skipped{Reason: "collection stopped: internal error"})
 	}
 	out := make([]sandbox.SkippedArtifact, len(skipped))

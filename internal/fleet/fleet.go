@@ -17,8 +17,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/corralhq/corral/internal/images"
 	"github.com/corralhq/corral/internal/runtime"
+	"github.com/corralhq/corral/internal/tracing"
 )
 
 // Config configures a fleet.
@@ -82,7 +85,13 @@ func (f *Fleet) Close() { f.teardown.Wait() }
 
 // Create makes a sandbox from spec on tier's runtime, holding img for as
 // long as it lives, and registers it as holder's.
-func (f *Fleet) Create(ctx context.Context, tier runtime.Tier, spec runtime.Spec, img images.Image, holder string) (runtime.Sandbox, error) {
+func (f *Fleet) Create(ctx context.Context, tier runtime.Tier, spec runtime.Spec, img images.Image, holder string) (_ runtime.Sandbox, err error) {
+	ctx, span := tracing.StartChild(ctx, "sandbox.create")
+	defer func() { tracing.End(span, err) }()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("corral.tier", string(tier)), attribute.String("corral.image", img.Name),
+			attribute.String("corral.holder", holder))
+	}
 	rt, ok := f.Runtime(tier)
 	if !ok {
 		return nil, fmt.Errorf("no %s runtime", tier)
@@ -176,7 +185,12 @@ func (f *Fleet) DestroyNow(ctx context.Context, sb runtime.Sandbox) error {
 }
 
 func (f *Fleet) destroy(ctx context.Context, sb runtime.Sandbox, e *entry) error {
+	ctx, span := tracing.StartChild(ctx, "sandbox.destroy")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("corral.runtime_sandbox", sb.ID()))
+	}
 	err := sb.Destroy(ctx)
+	tracing.End(span, err)
 	if e != nil {
 		e.unlockImage()
 	}

@@ -119,7 +119,7 @@ func (s *Sandbox) wake(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("resume %s for a call: %w", s.w.Key(), err)
 	}
-	s.m.log.Info("sandbox resumed by a call", "sandbox", s.w.Key(), "memory", info.Resume.Memory)
+	s.m.log.InfoContext(ctx, "sandbox resumed by a call", "sandbox", s.w.Key(), "memory", info.Resume.Memory)
 	return nil
 }
 

@@ -38,6 +38,7 @@ import (
 	"github.com/corralhq/corral/internal/kernel"
 	"github.com/corralhq/corral/internal/runtime"
 	"github.com/corralhq/corral/internal/snapshot"
+	"github.com/corralhq/corral/internal/tracing"
 	"github.com/corralhq/corral/internal/validate"
 	"github.com/corralhq/corral/internal/workspace"
 	"github.com/corralhq/corral/sandbox"
@@ -301,7 +302,9 @@ func (m *Manager) timeoutError() error {
 }
 
 // create makes a live sandbox of tenant and starts its sandbox (Create).
-func (m *Manager) create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (*Sandbox, sandbox.Info, error) {
+func (m *Manager) create(ctx context.Context, tenant string, req sandbox.CreateSandboxRequest) (_ *Sandbox, _ sandbox.Info, err error) {
+	ctx, span := tracing.StartChild(ctx, "live.create")
+	defer func() { tracing.End(span, err) }()
 	if req.SandboxID == "" {
 		req.SandboxID = NewSandboxID()
 	} else if !validate.ValidID(req.SandboxID) {
@@ -364,11 +367,11 @@ func (m *Manager) create(ctx context.Context, tenant string, req sandbox.CreateS
 	if err != nil {
 		// Nothing of it may stay: not its files, nor its ownership.
 		if rerr := m.table.Remove(w); rerr != nil {
-			m.log.Warn("remove a sandbox that could not start", "sandbox", w.Key(), "err", rerr)
+			m.log.WarnContext(ctx, "remove a sandbox that could not start", "sandbox", w.Key(), "err", rerr)
 		}
 		return nil, sandbox.Info{}, err
 	}
-	m.log.Info("sandbox created", "sandbox", w.Key(), "tier", p.Tier, "image", p.Image.Name)
+	m.log.InfoContext(ctx, "sandbox created", "sandbox", w.Key(), "tier", p.Tier, "image", p.Image.Name)
 	info := s.Info()
 	m.publish(ctx, s, info)
 	return s, info, nil
@@ -389,7 +392,9 @@ func (m *Manager) Get(tenant, id string) (*Sandbox, error) {
 
 // kill removes tenant's live sandbox id: its processes and contexts end,
 // its files go. A running execution in it finishes first.
-func (m *Manager) kill(ctx context.Context, tenant, id string) error {
+func (m *Manager) kill(ctx context.Context, tenant, id string) (err error) {
+	ctx, span := tracing.StartChild(ctx, "live.kill")
+	defer func() { tracing.End(span, err) }()
 	w, err := m.table.Lock(ctx, tenant, id)
 	if err != nil {
 		return err

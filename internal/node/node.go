@@ -315,12 +315,12 @@ func (n *Node) Submit(ctx context.Context, tenant string, req sandbox.ExecuteReq
 	audit.Record(ctx, submitEvent(job.Req))
 	k := key(tenant, ex.ID)
 	if _, err := n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusQueued)); err != nil {
-		n.log.Warn("append event", "execution_id", ex.ID, "err", err)
+		n.log.WarnContext(ctx, "append event", "execution_id", ex.ID, "err", err)
 	}
 	n.kick()
 	// Other nodes poll too: a lost signal only delays the claim.
 	if err := n.state.Notify(ctx, state.ChannelWork, ""); err != nil {
-		n.log.Debug("signal work", "execution_id", ex.ID, "err", err)
+		n.log.DebugContext(ctx, "signal work", "execution_id", ex.ID, "err", err)
 	}
 	return Submission{Execution: stored, Created: true}, nil
 }
@@ -515,7 +515,7 @@ func (n *Node) Cancel(ctx context.Context, tenant, id string) (*sandbox.Result, 
 	k := key(tenant, id)
 	n.cancelLocal(k, errCancelled)
 	if err := n.state.Notify(ctx, state.ChannelCancel, k); err != nil {
-		n.log.Warn("signal cancel; the running node finds it in the store", "execution_id", id, "err", err)
+		n.log.WarnContext(ctx, "signal cancel; the running node finds it in the store", "execution_id", id, "err", err)
 	}
 	if err := n.store.RequestCancel(ctx, tenant, id); err != nil {
 		return nil, fmt.Errorf("cancel execution: %w", err)
@@ -595,12 +595,12 @@ func (n *Node) finish(ctx context.Context, ex *store.Execution, rec sandbox.Resu
 	k := key(ex.Tenant, ex.ID)
 	if b, err := json.Marshal(rec); err == nil {
 		if _, err := n.state.Append(ctx, k, state.EventDone, b); err != nil {
-			n.log.Warn("append event", "execution_id", ex.ID, "err", err)
+			n.log.WarnContext(ctx, "append event", "execution_id", ex.ID, "err", err)
 		}
 	}
 	_ = n.state.ExpireEvents(ctx, k, n.cfg.EventTTL)
 	if err := n.state.Notify(ctx, state.ChannelDone, k); err != nil {
-		n.log.Warn("notify done", "execution_id", ex.ID, "err", err)
+		n.log.WarnContext(ctx, "notify done", "execution_id", ex.ID, "err", err)
 	}
 	// Local waiters take the record as stored, unless Get adds to it (a
 	// callback's state).

@@ -8,11 +8,16 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/engine"
 	"github.com/corralhq/corral/internal/netpolicy"
 	"github.com/corralhq/corral/internal/state"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/tracing"
 	"github.com/corralhq/corral/sandbox"
 )
 
@@ -105,19 +110,22 @@ func (n *Node) dispatch(ctx context.Context) {
 			return
 		default:
 		}
-		ex, err := n.store.ClaimExecution(ctx, n.id(), time.Now())
+		claimed := time.Now()
+		ex, err := n.store.ClaimExecution(ctx, n.id(), claimed)
 		if err == nil {
 			if failing > 0 {
 				n.log.Info("claiming work again")
 				failing = 0
 			}
 			tu := n.turns.take(ex.Tenant, ex.Record.SessionID)
+			ectx, span := traceExecution(ctx, ex, claimed)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
 				defer tu.done()
-				n.execute(ctx, ex, tu)
+				defer span.End()
+				n.execute(ectx, ex, tu)
 			}()
 			continue
 		}
@@ -272,7 +280,9 @@ func (n *Node) execute(ctx context.Context, ex *store.Execution, tu *turn) {
 	_, _ = n.state.Append(ctx, k, state.EventStatus, []byte(sandbox.StatusRunning))
 
 	sink := newSink(n, k, n.cfg.LiveOutputBytes, r)
-	res := n.run(runCtx, job, sink, tu)
+	tctx, span := tracing.Start(runCtx, "execution.run")
+	res := n.run(tctx, job, sink, tu)
+	endRun(span, res)
 	tu.done() // the session is free for its next execution
 	sink.close()
 
@@ -298,9 +308,37 @@ func (n *Node) execute(ctx context.Context, ex *store.Execution, tu *turn) {
 	if res.Error != nil {
 		et = string(res.Error.Type)
 	}
-	n.log.Info("execution", "execution_id", id, "session_id", res.SessionID, "tenant", tenant,
+	n.log.InfoContext(ctx, "execution", "execution_id", id, "session_id", res.SessionID, "tenant", tenant,
 		"language", res.Language, "status", res.Status, "error_type", et, "tier", res.Tier,
 		"duration_ms", res.DurationMS, "queue_ms", res.QueueMS, "peak_memory_mb", res.PeakMemoryMB)
+}
+
+// traceExecution opens the span of an execution claimed at claimed (a
+// trace of its own: the call that queued it may be long gone), with the
+// claim's as its first child.
+func traceExecution(ctx context.Context, ex *store.Execution, claimed time.Time) (context.Context, trace.Span) {
+	ctx, span := tracing.Start(ctx, "execution", trace.WithTimestamp(claimed))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("corral.execution_id", ex.ID), attribute.String("corral.tenant", ex.Tenant),
+			attribute.String("corral.session_id", ex.Record.SessionID), attribute.Int64("corral.queue_ms", ex.Record.QueueMS))
+		_, claim := tracing.Start(ctx, "queue.claim", trace.WithTimestamp(claimed))
+		claim.End()
+	}
+	return ctx, span
+}
+
+// endRun ends an execution's run span with its verdict.
+func endRun(span trace.Span, res sandbox.Result) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("corral.status", string(res.Status)), attribute.String("corral.tier", res.Tier))
+		if res.Error != nil {
+			span.SetAttributes(attribute.String("corral.error_type", string(res.Error.Type)))
+			if res.Error.Type == sandbox.ErrInternal {
+				span.SetStatus(codes.Error, res.Error.Message)
+			}
+		}
+	}
+	span.End()
 }
 
 // record stores the final record of an execution this node ran, retrying

@@ -113,7 +113,7 @@ func tgt(ctx context.Context) target.Target {
 func (s *service) health(w http.ResponseWriter, r *http.Request) {
 	t := tgt(r.Context())
 	if _, err := s.box(t); err != nil {
-		f := classify(err, s.log)
+		f := classify(r.Context(), err, s.log)
 		target.WriteError(w, f.status, f.msg)
 		return
 	}

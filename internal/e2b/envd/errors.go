@@ -1,6 +1,7 @@
 package envd
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -54,10 +55,10 @@ var wire = fault.Table[answer]{
 
 // classify is envd's answer to err, by wire; an internal error's detail
 // goes to log.
-func classify(err error, log *slog.Logger) answer {
+func classify(ctx context.Context, err error, log *slog.Logger) answer {
 	f := fault.Of(err)
 	if f.Kind == fault.Internal && log != nil {
-		log.Error("envd: internal error", "err", err)
+		log.ErrorContext(ctx, "envd: internal error", "err", err)
 	}
 	a := wire.Answer(f)
 	a.msg = f.Message
@@ -66,4 +67,6 @@ func classify(err error, log *slog.Logger) answer {
 
 // refuse is the Connect error of a request envd refuses: kind k, saying
 // msg.
-func refuse(k fault.Kind, msg string) error { return classify(fault.New(k, msg), nil).connect() }
+func refuse(k fault.Kind, msg string) error {
+	return classify(context.Background(), fault.New(k, msg), nil).connect()
+}

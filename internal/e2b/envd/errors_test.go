@@ -41,7 +41,7 @@ func TestTable(t *testing.T) {
 		{context.DeadlineExceeded, connect.CodeDeadlineExceeded, http.StatusGatewayTimeout},
 		{fmt.Errorf("boom"), connect.CodeInternal, http.StatusInternalServerError},
 	} {
-		a := classify(c.err, log)
+		a := classify(t.Context(), c.err, log)
 		if a.code != c.code || a.status != c.status || a.msg == "" {
 			t.Errorf("%v: %v %d %q, want %v %d", c.err, a.code, a.status, a.msg, c.code, c.status)
 		}

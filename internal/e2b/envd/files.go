@@ -2,6 +2,7 @@ package envd
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,8 +35,8 @@ type writeInfo struct {
 	Path string `json:"path"`
 }
 
-func (s *service) fail(w http.ResponseWriter, err error) {
-	f := classify(err, s.log)
+func (s *service) fail(ctx context.Context, w http.ResponseWriter, err error) {
+	f := classify(ctx, err, s.log)
 	target.WriteError(w, f.status, f.msg)
 }
 
@@ -59,7 +60,7 @@ func (s *service) download(w http.ResponseWriter, r *http.Request) {
 	t := tgt(r.Context())
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		s.fail(w, fault.New(fault.InvalidArgument, "path: name the file to read"))
+		s.fail(r.Context(), w, fault.New(fault.InvalidArgument, "path: name the file to read"))
 		return
 	}
 	lw := &lazyWriter{w: w}
@@ -69,7 +70,7 @@ func (s *service) download(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err != nil && !lw.started:
-		s.fail(w, err)
+		s.fail(r.Context(), w, err)
 	case err != nil:
 		// The status line is sent: the client sees the body cut short.
 		s.log.Warn("envd: a download ended early", "sandbox", t.SandboxID, "err", err)
@@ -85,14 +86,14 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 	for k := range r.Header {
 		if strings.HasPrefix(http.CanonicalHeaderKey(k), "X-Metadata-") {
 			// Keeping them is not supported: refused rather than lost.
-			s.fail(w, fault.New(fault.InvalidArgument, "file metadata (X-Metadata- headers) is not supported by this server"))
+			s.fail(r.Context(), w, fault.New(fault.InvalidArgument, "file metadata (X-Metadata- headers) is not supported by this server"))
 			return
 		}
 	}
 	query := home(r.URL.Query().Get("path"))
 	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
-		s.fail(w, fault.New(fault.InvalidArgument, "Content-Type: give multipart/form-data or application/octet-stream"))
+		s.fail(r.Context(), w, fault.New(fault.InvalidArgument, "Content-Type: give multipart/form-data or application/octet-stream"))
 		return
 	}
 	var out []writeInfo
@@ -106,7 +107,7 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.fail(w, err)
+		s.fail(r.Context(), w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)

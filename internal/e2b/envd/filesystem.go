@@ -72,7 +72,7 @@ func (s *service) stat(ctx context.Context, req *connect.Request[StatRequest]) (
 	t := tgt(ctx)
 	f, err := on(s, t, func(sb *live.Sandbox) (sandbox.SandboxFile, error) { return sb.StatFile(ctx, home(req.Msg.Path)) })
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	return connect.NewResponse(&StatResponse{Entry: entryInfo(f)}), nil
 }
@@ -93,7 +93,7 @@ func (s *service) makeDir(ctx context.Context, req *connect.Request[MakeDirReque
 		f, err = mkdir(true)
 	}
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	return connect.NewResponse(&MakeDirResponse{Entry: entryInfo(f)}), nil
 }
@@ -104,7 +104,7 @@ func (s *service) move(ctx context.Context, req *connect.Request[MoveRequest]) (
 		return sb.Move(ctx, home(req.Msg.Source), home(req.Msg.Destination))
 	})
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	return connect.NewResponse(&MoveResponse{Entry: entryInfo(f)}), nil
 }
@@ -119,7 +119,7 @@ func (s *service) listDir(ctx context.Context, req *connect.Request[ListDirReque
 		return sb.ListFiles(ctx, home(req.Msg.Path), depth)
 	})
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	out := &ListDirResponse{Entries: make([]EntryInfo, 0, len(files))}
 	for _, f := range files {
@@ -131,7 +131,7 @@ func (s *service) listDir(ctx context.Context, req *connect.Request[ListDirReque
 func (s *service) remove(ctx context.Context, req *connect.Request[RemoveRequest]) (*connect.Response[RemoveResponse], error) {
 	t := tgt(ctx)
 	if _, err := on(s, t, func(sb *live.Sandbox) (struct{}, error) { return struct{}{}, sb.RemoveFile(ctx, home(req.Msg.Path)) }); err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	return connect.NewResponse(&RemoveResponse{}), nil
 }
@@ -171,14 +171,14 @@ func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirReq
 	t := tgt(ctx)
 	root, err := live.SandboxPath(home(req.Msg.Path))
 	if err != nil {
-		return classify(err, s.log).connect()
+		return classify(ctx, err, s.log).connect()
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel() // after stop: a watch waiting on a full queue lets go
 	q := stream.NewQueue[sandbox.FileEvent](watchBacklog)
 	sb, err := s.box(t)
 	if err != nil {
-		return classify(err, s.log).connect()
+		return classify(ctx, err, s.log).connect()
 	}
 	stop, err := sb.Watch(wctx, root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
 		// The watch holds what waits here, up to a bound (then an
@@ -189,7 +189,7 @@ func (s *service) watchDir(ctx context.Context, req *connect.Request[WatchDirReq
 		}
 	})
 	if err != nil {
-		return classify(err, s.log).connect()
+		return classify(ctx, err, s.log).connect()
 	}
 	defer func() { _ = stop() }() // why a watch ended is no news to a client that left
 	if err := st.Send(&WatchDirResponse{Start: &WatchDirStart{}}); err != nil {
@@ -236,7 +236,7 @@ func (s *service) createWatcher(ctx context.Context, req *connect.Request[Create
 	t := tgt(ctx)
 	root, err := live.SandboxPath(home(req.Msg.Path))
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	s.mu.Lock()
 	n := 0
@@ -257,7 +257,7 @@ func (s *service) createWatcher(ctx context.Context, req *connect.Request[Create
 	// it ends by itself (its directory goes, or the sandbox).
 	sb, err := s.box(t)
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	stop, err := sb.Watch(context.WithoutCancel(ctx), root, req.Msg.Recursive, func(ev sandbox.FileEvent) {
 		w.mu.Lock()
@@ -273,7 +273,7 @@ func (s *service) createWatcher(ctx context.Context, req *connect.Request[Create
 		}
 	})
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	w.stop = stop
 	s.mu.Lock()

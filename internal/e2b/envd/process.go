@@ -112,7 +112,7 @@ func (s *service) start(ctx context.Context, req *connect.Request[StartRequest],
 	}
 	p, err := on(s, t, func(sb *live.Sandbox) (*live.Process, error) { return sb.Start(ctx, sreq) })
 	if err != nil {
-		return classify(err, s.log).connect()
+		return classify(ctx, err, s.log).connect()
 	}
 	if d, ok := connectTimeout(req.Header()); ok {
 		s.killAfter(t, p, d)
@@ -229,18 +229,18 @@ func (s *service) resolve(t target.Target, sel *ProcessSelector) (*live.Process,
 	}
 	sb, err := s.box(t)
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(context.Background(), err, s.log).connect()
 	}
 	if sel.PID != nil {
 		p, err := sb.Process(int(*sel.PID))
 		if err != nil {
-			return nil, classify(err, s.log).connect()
+			return nil, classify(context.Background(), err, s.log).connect()
 		}
 		return p, nil
 	}
 	procs, err := sb.Processes()
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(context.Background(), err, s.log).connect()
 	}
 	var found *live.Process
 	var running bool
@@ -251,7 +251,7 @@ func (s *service) resolve(t target.Target, sel *ProcessSelector) (*live.Process,
 		}
 	}
 	if found == nil {
-		return nil, classify(live.ErrNoProcess, s.log).connect()
+		return nil, classify(context.Background(), live.ErrNoProcess, s.log).connect()
 	}
 	return found, nil
 }
@@ -260,7 +260,7 @@ func (s *service) list(ctx context.Context, _ *connect.Request[ListRequest]) (*c
 	t := tgt(ctx)
 	procs, err := on(s, t, func(sb *live.Sandbox) ([]*live.Process, error) { return sb.Processes() })
 	if err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	out := &ListResponse{Processes: []ProcessInfo{}}
 	for _, h := range procs {
@@ -305,7 +305,7 @@ func (s *service) sendInput(ctx context.Context, req *connect.Request[SendInputR
 		return nil, err
 	}
 	if _, err := p.WriteStdin(ctx, bytes.NewReader(data)); err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	return connect.NewResponse(&SendInputResponse{}), nil
 }
@@ -342,7 +342,7 @@ func (s *service) streamInput(ctx context.Context, st *connect.ClientStream[Stre
 				nr.Written = written // the stream's input, not this message's
 			}
 			if err != nil {
-				return nil, classify(err, s.log).connect()
+				return nil, classify(ctx, err, s.log).connect()
 			}
 		case m.Keepalive == nil:
 			return nil, refuse(fault.InvalidArgument, "a message of the stream is start, data or keepalive")
@@ -365,7 +365,7 @@ func (s *service) sendSignal(ctx context.Context, req *connect.Request[SendSigna
 		return nil, err
 	}
 	if err := p.Signal(ctx, syscall.Signal(sig)); err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	return connect.NewResponse(&SendSignalResponse{}), nil
 }
@@ -377,7 +377,7 @@ func (s *service) closeStdin(ctx context.Context, req *connect.Request[CloseStdi
 		return nil, err
 	}
 	if err := p.CloseStdin(); err != nil {
-		return nil, classify(err, s.log).connect()
+		return nil, classify(ctx, err, s.log).connect()
 	}
 	return connect.NewResponse(&CloseStdinResponse{}), nil
 }
@@ -394,7 +394,7 @@ func (s *service) update(ctx context.Context, req *connect.Request[UpdateRequest
 			return nil, refuse(fault.InvalidArgument, err.Error())
 		}
 		if err := p.Resize(ctx, size); err != nil {
-			return nil, classify(err, s.log).connect()
+			return nil, classify(ctx, err, s.log).connect()
 		}
 	}
 	return connect.NewResponse(&UpdateResponse{}), nil

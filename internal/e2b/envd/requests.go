@@ -112,7 +112,7 @@ func writeUnary(w http.ResponseWriter, status int, msg string) {
 // reader under connect-go returns it: connect passes a *connect.Error
 // from its reader on as it is.
 func invalid(format string, args ...any) *connect.Error {
-	return classify(fault.Invalid("", format, args...), nil).connect()
+	return classify(context.Background(), fault.Invalid("", format, args...), nil).connect()
 }
 
 // capped is a unary call's body: at most maxMessage bytes, whole.

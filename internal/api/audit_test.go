@@ -38,6 +38,7 @@ func TestAuditTrail(t *testing.T) {
 	port, _ := strconv.Atoi(ps)
 	s := newStack(t, func(o *options) {
 		o.audit = true
+		o.live.Snapshots = snapshotStore(t)
 		o.engine = func(c *engine.Config) {
 			c.Network = netpolicy.Policy{Allow: []string{"allowed.test", "denied.test"}, Ports: []int{port}, AllowPrivate: true,
 				Resolve: map[string]string{"allowed.test": "127.0.0.1", "denied.test": "127.0.0.1"},
@@ -74,6 +75,13 @@ func TestAuditTrail(t *testing.T) {
 
 	s.call(keyAlpha, "POST", "/v1/sandboxes/box/pause", "", http.StatusOK, nil)
 	s.call(keyAlpha, "POST", "/v1/sandboxes/box/resume", "", http.StatusOK, nil)
+
+	// Snapshots and forks, with their lineage.
+	var snap sandbox.Snapshot
+	s.call(keyAlpha, "POST", "/v1/sandboxes/box/snapshots", `{"name": "audited"}`, http.StatusCreated, &snap)
+	s.call(keyAlpha, "POST", "/v1/sandboxes", jsonOf(t, sandbox.CreateSandboxRequest{SandboxID: "child", SnapshotID: snap.SnapshotID}),
+		http.StatusCreated, nil)
+	s.call(keyAlpha, "DELETE", "/v1/snapshots/"+snap.SnapshotID, "", http.StatusNoContent, nil)
 	s.call(keyAlpha, "DELETE", "/v1/sandboxes/box", "", http.StatusNoContent, nil)
 	s.call(keyAlpha, "POST", "/v1/executions?wait=true", `{"language": "bash", "code": "echo run"}`, http.StatusOK, nil)
 
@@ -96,6 +104,7 @@ func TestAuditTrail(t *testing.T) {
 		{audit.EgressDenied, map[string]string{"host": "denied.test", "port": ps}},
 		{audit.SandboxPause, nil},
 		{audit.SandboxResume, nil},
+		{audit.SandboxSnapshot, map[string]string{"name": "audited", "snapshot_id": snap.SnapshotID}},
 		{audit.SandboxKill, nil},
 	}
 	var events []sandbox.AuditEvent
@@ -121,6 +130,15 @@ func TestAuditTrail(t *testing.T) {
 			t.Errorf("no %s event with %v among %d: %+v", w.action, w.fields, len(events), events)
 		}
 	}
+	// The sandboxes made from the snapshot name it; its deletion is the
+	// tenant's.
+	if got := s.auditEvents(keyAlpha, "?sandbox_id=child&action="+audit.SandboxCreate); len(got) != 1 ||
+		got[0].Fields["snapshot_id"] != snap.SnapshotID || got[0].KeyID != alphaKey {
+		t.Errorf("child's create: %+v, want one naming snapshot %s", got, snap.SnapshotID)
+	}
+	if got := s.auditEvents(keyAlpha, "?action="+audit.SnapshotDelete); len(got) != 1 || got[0].Fields["snapshot"] != snap.SnapshotID {
+		t.Errorf("snapshot.delete: %+v", got)
+	}
 	if r := s.call(keyAlpha, "GET", "/v1/audit?limit=1000", "", http.StatusOK, nil); strings.Contains(string(r.body), "s3cret-value") {
 		t.Error("the audit trail holds a secret's value")
 	}
@@ -145,6 +163,40 @@ func TestAuditTrail(t *testing.T) {
 	}
 	for _, q := range []string{"?limit=0", "?limit=x", "?since=yesterday", "?sandbox_id=../x", "?action=a%20b", "?cursor=nope"} {
 		s.fail(keyAlpha, "GET", "/v1/audit"+q, "", http.StatusBadRequest, "invalid_request")
+	}
+}
+
+// TestAuditFork: a fork is recorded on its source, naming the sandboxes it
+// made, and each of them has a create naming the snapshot it came from.
+func TestAuditFork(t *testing.T) {
+	s := newStack(t, func(o *options) { o.audit = true; o.idle = true; o.live.Snapshots = snapshotStore(t) })
+	s.createBox(keyAlpha, "box", nil)
+	var forks sandbox.ForkAnswer
+	s.call(keyAlpha, "POST", "/v1/sandboxes/box/fork", `{"count": 2}`, http.StatusCreated, &forks)
+	var ids []string
+	for _, f := range forks.Forks {
+		if f.Error != nil || f.Sandbox == nil {
+			t.Fatalf("fork: %+v", forks)
+		}
+		ids = append(ids, f.Sandbox.SandboxID)
+	}
+	var fork []sandbox.AuditEvent
+	until(t, "the fork's event", func() bool {
+		fork = s.auditEvents(keyAlpha, "?sandbox_id=box&action="+audit.SandboxFork)
+		return len(fork) == 1
+	})
+	if e := fork[0]; e.KeyID != audit.KeyID(keyAlpha) || e.Outcome != audit.OK || e.Fields["count"] != "2" ||
+		e.Fields["forks"] != `["`+ids[0]+`","`+ids[1]+`"]` {
+		t.Errorf("fork event %+v, want forks %v", e, ids)
+	}
+	for _, id := range ids {
+		until(t, id+"'s create", func() bool {
+			got := s.auditEvents(keyAlpha, "?sandbox_id="+id+"&action="+audit.SandboxCreate)
+			return len(got) == 1 && got[0].Fields["snapshot_id"] != ""
+		})
+	}
+	if got := s.auditEvents(keyBeta, "?action="+audit.SandboxFork); len(got) != 0 {
+		t.Errorf("beta sees alpha's fork: %+v", got)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/sandbox"
@@ -23,6 +24,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, req sandbox.CreateS
 	f := map[string]string{"tier": info.Tier, "image": info.Image, "timeout_seconds": strconv.FormatInt(req.TimeoutSeconds, 10)}
 	if req.Network != nil && len(req.Network.Allow) > 0 {
 		f["network_allow"] = jsonText(req.Network.Allow)
+	}
+	if req.SnapshotID != "" {
+		f["snapshot_id"] = req.SnapshotID // its lineage
 	}
 	id := info.SandboxID
 	if id == "" {
@@ -52,6 +56,54 @@ func (s *Sandbox) Resume(ctx context.Context) (sandbox.Info, error) {
 	info, err := s.resume(ctx)
 	audit.Record(ctx, audit.Result(s.event(audit.SandboxResume, nil), err))
 	return info, err
+}
+
+// CreateSnapshot takes a snapshot of the sandbox named name ("": none)
+// and describes it. The sandbox runs on (see snapshots.go); a paused one
+// is taken as its pause left it.
+func (s *Sandbox) CreateSnapshot(ctx context.Context, name string) (sandbox.Snapshot, error) {
+	snap, err := s.snapshotNamed(ctx, name)
+	f := map[string]string{"name": name}
+	if err == nil {
+		f["snapshot_id"], f["memory"] = snap.SnapshotID, strconv.FormatBool(snap.Memory)
+		f["stored_bytes"] = strconv.FormatInt(snap.StoredBytes, 10)
+	}
+	audit.Record(ctx, audit.Result(s.event(audit.SandboxSnapshot, f), err))
+	return snap, err
+}
+
+// DeleteSnapshot deletes tenant's snapshot ref (its id or name). Its
+// chunks stay until the store's GC finds no snapshot names them; the
+// sandboxes made from it are not touched.
+func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, ref string) error {
+	err := m.deleteSnapshot(ctx, tenant, ref)
+	audit.Record(ctx, audit.Result(audit.Event{Tenant: tenant, Action: audit.SnapshotDelete,
+		Fields: map[string]string{"snapshot": ref}}, err))
+	return err
+}
+
+// Fork makes count sandboxes (1 to MaxForks) from one snapshot of the
+// sandbox, each living timeout (0: the default), with the sandbox's
+// metadata; then each goes its own way. The snapshot is not kept. Each
+// fork is made or fails on its own; the error is the snapshot's. The event
+// is the source's, naming the forks made (its lineage); each fork's own
+// sandbox.create names the snapshot it was made from.
+func (s *Sandbox) Fork(ctx context.Context, count int, timeout time.Duration) ([]ForkResult, error) {
+	forks, err := s.fork(ctx, count, timeout)
+	var made, failed []string
+	for _, f := range forks {
+		if f.Err != nil {
+			failed = append(failed, f.Err.Error())
+			continue
+		}
+		made = append(made, f.Info.SandboxID)
+	}
+	fields := map[string]string{"count": strconv.Itoa(count), "forks": jsonText(made)}
+	if len(failed) > 0 {
+		fields["failed"] = jsonText(failed)
+	}
+	audit.Record(ctx, audit.Result(s.event(audit.SandboxFork, fields), err))
+	return forks, err
 }
 
 // Start starts a process in the sandbox; its end is recorded for the same

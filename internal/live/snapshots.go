@@ -262,10 +262,10 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, ref string) (sandbox.Sna
 	return snapshotInfo(mf), nil
 }
 
-// DeleteSnapshot deletes tenant's snapshot ref (its id or name). Its
+// deleteSnapshot deletes tenant's snapshot ref (its id or name). Its
 // chunks stay until the store's GC finds no snapshot names them; the
 // sandboxes made from it are not touched.
-func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, ref string) error {
+func (m *Manager) deleteSnapshot(ctx context.Context, tenant, ref string) error {
 	mf, err := m.findSnapshot(ctx, tenant, "snapshot_id", ref)
 	if err != nil {
 		return err
@@ -279,10 +279,10 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, ref string) error 
 	return nil
 }
 
-// CreateSnapshot takes a snapshot of the sandbox named name ("": none)
+// snapshotNamed takes a snapshot of the sandbox named name ("": none)
 // and describes it. The sandbox runs on (see the comment atop this file);
 // a paused one is taken as its pause left it.
-func (s *Sandbox) CreateSnapshot(ctx context.Context, name string) (sandbox.Snapshot, error) {
+func (s *Sandbox) snapshotNamed(ctx context.Context, name string) (sandbox.Snapshot, error) {
 	if err := checkSnapshotName(name); err != nil {
 		return sandbox.Snapshot{}, err
 	}
@@ -531,11 +531,11 @@ type ForkResult struct {
 	Err  error
 }
 
-// Fork makes count sandboxes (1 to MaxForks) from one snapshot of the
+// fork makes count sandboxes (1 to MaxForks) from one snapshot of the
 // sandbox, each living timeout (0: the default), with the sandbox's
 // metadata; then each goes its own way. The snapshot is not kept. Each
 // fork is made or fails on its own; the error is the snapshot's.
-func (s *Sandbox) Fork(ctx context.Context, count int, timeout time.Duration) ([]ForkResult, error) {
+func (s *Sandbox) fork(ctx context.Context, count int, timeout time.Duration) ([]ForkResult, error) {
 	m := s.m
 	if count == 0 {
 		count = 1

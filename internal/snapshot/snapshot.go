@@ -1,8 +1,8 @@
 // Package snapshot stores snapshots of live sandboxes — a sandbox's disk
 // image and, on gVisor, its checkpoint files — in a blob.Store, so that a
 // sandbox can be resumed by a node other than the one that paused it. It
-// is the storage layer that pause and drain will use; nothing calls it
-// yet.
+// is the storage layer under internal/live's pauses that any node resumes,
+// drains that move sandboxes, and clients' snapshots and forks.
 //
 // # Format
 //

@@ -154,7 +154,13 @@ integral float is written as an integer here.
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.service.port)) -}}
 {{- $_ := set $cfg "data_dir" "/var/lib/corral" -}}
-{{- if .Values.s3.url -}}{{- $_ := set $cfg "blob" .Values.s3.url -}}{{- end -}}
+{{- if .Values.s3.url -}}{{- $_ := set $cfg "blob" .Values.s3.url -}}
+{{- /* With a shared S3 store a drain (helm upgrade) moves live sandboxes
+to the other pods, unless config.sessions.snapshots says otherwise. */ -}}
+{{- $sessions := deepCopy (default dict $cfg.sessions) -}}
+{{- if not (hasKey $sessions "snapshots") -}}{{- $_ := set $sessions "snapshots" true -}}{{- end -}}
+{{- $_ := set $cfg "sessions" $sessions -}}
+{{- end -}}
 # corral serve's configuration, rendered by the Helm chart from its values
 # (config). The store and state URLs come from the environment
 # (CORRAL_STORE, CORRAL_STATE: a Secret); tenants are appended from their

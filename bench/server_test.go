@@ -135,6 +135,13 @@ func startServer(b *testing.B, name string, pools ...warmPool) (*server, error) 
 // (TOML sections after the pools').
 func startServerWith(b *testing.B, name, extra string, pools ...warmPool) (*server, error) {
 	b.Helper()
+	return startServerFlags(b, name, extra, nil, pools...)
+}
+
+// startServerFlags is startServerWith with more flags of corral serve
+// (a node of a cluster: --store, --state, --blob, --node-id).
+func startServerFlags(b *testing.B, name, extra string, flags []string, pools ...warmPool) (*server, error) {
+	b.Helper()
 	data := testenv.DataDir(b)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -162,6 +169,7 @@ format = "json"
 	s.cmd = exec.Command(testenv.Corral(b), "serve", "--config", cfgPath, "--listen", listen, "--data-dir", data,
 		"--api-key", apiKey, "--cache-dir", testenv.CacheDir(), "--cgroup-parent", s.cgroup,
 		"--image-dir", testenv.ImageDir())
+	s.cmd.Args = append(s.cmd.Args, flags...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {

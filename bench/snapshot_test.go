@@ -207,6 +207,125 @@ func snapshotFigures(ctx context.Context, b *testing.B, c *sandbox.Client, out *
 	return nil
 }
 
+// moveRounds is how many times BenchmarkSnapshotMove moves its sandbox.
+const moveRounds = 3
+
+// BenchmarkSnapshotMove measures a resume on another node (docs/bench.md,
+// "Snapshots"): two nodes sharing PostgreSQL, Redis and an S3 store, with
+// sessions.snapshots on, and a gVisor python sandbox with pandas imported
+// in a code context. Each round the sandbox is paused on the node that
+// owns it (its snapshot written to S3), that node is drained (SIGTERM:
+// it hands the sandbox off) and a fresh node takes its place; then the
+// sandbox is resumed through the other node, which takes it over:
+// downloads its snapshot, restores its memory. The resume's time is the
+// figure (p50 over the rounds), checked by the context's x afterwards.
+func BenchmarkSnapshotMove(b *testing.B) {
+	testenv.RequireRoot(b)
+	testenv.Runtime(b, "runsc")
+	testenv.Corral(b)
+	testenv.PythonImage(b)
+	ctx := b.Context()
+	storeURL, stateURL, blobURL := testenv.Postgres(b), testenv.Redis(b), testenv.S3(b)
+	const extra = "\n[cluster]\nheartbeat = \"500ms\"\nlost_after = \"5s\"\n\n[sessions]\nsnapshots = true\n"
+	n := 0
+	node := func() (*server, error) {
+		n++
+		return startServerFlags(b, fmt.Sprintf("move-%d", n), extra,
+			[]string{"--store", storeURL, "--state", stateURL, "--blob", blobURL, "--node-id", fmt.Sprintf("node-%d", n)})
+	}
+	var out bytes.Buffer
+	for b.Loop() {
+		if out.Len() > 0 {
+			continue // one measured pass: the figure is per move
+		}
+		if err := moveFigures(ctx, node, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	os.Stderr.Write(out.Bytes())
+}
+
+func moveFigures(ctx context.Context, node func() (*server, error), out *bytes.Buffer) error {
+	owner, err := node()
+	if err != nil {
+		return err
+	}
+	other, err := node()
+	if err != nil {
+		return err
+	}
+	client := func(s *server) *sandbox.Client {
+		return sandbox.NewClient(sandbox.Config{Endpoint: s.url, APIKey: apiKey, Timeout: clientTimeout})
+	}
+	sb, _, err := client(owner).CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Image: "python",
+		Tier: sandbox.IsolationGVisor, TimeoutSeconds: liveTimeout})
+	if err != nil {
+		return fmt.Errorf("create the sandbox: %w", err)
+	}
+	id := sb.ID
+	defer func() { client(other).Sandbox(id).Kill(context.WithoutCancel(ctx)) }()
+	cc, err := sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"})
+	if err != nil {
+		return err
+	}
+	if err := expectCell(ctx, sb, cc.ID, pandasSetup, ""); err != nil {
+		return err
+	}
+	x, err := sb.RunCode(ctx, cc.ID, "x", sandbox.RunCodeOptions{Timeout: execTimeout})
+	if err != nil {
+		return err
+	}
+	wantX := x.Text()
+	var resumes []time.Duration
+	var image int64
+	for i := range moveRounds {
+		pinfo, err := client(owner).Sandbox(id).Pause(ctx)
+		if err != nil {
+			return fmt.Errorf("round %d: pause: %w", i, err)
+		}
+		if pinfo.Pause == nil || !pinfo.Pause.Memory || pinfo.Pause.SnapshotID == "" {
+			return fmt.Errorf("round %d: paused without its memory or a snapshot in the store: %+v", i, pinfo.Pause)
+		}
+		image = pinfo.Pause.ImageBytes
+		if err := owner.stop(); err != nil {
+			return fmt.Errorf("round %d: drain %s: %w", i, owner.name, err)
+		}
+		t0 := time.Now()
+		info, err := client(other).Sandbox(id).Resume(ctx)
+		if err != nil {
+			return fmt.Errorf("round %d: resume through %s: %w", i, other.name, err)
+		}
+		resumes = append(resumes, time.Since(t0))
+		if info.Resume == nil || !info.Resume.Memory {
+			return fmt.Errorf("round %d: resumed elsewhere without its memory: %+v", i, info.Resume)
+		}
+		if err := expectCell(ctx, client(other).Sandbox(id), cc.ID, "x", wantX); err != nil {
+			return fmt.Errorf("round %d: after the move: %w", i, err)
+		}
+		// The node that took it over owns it now; a fresh node stands in
+		// for the drained one.
+		if owner, err = node(); err != nil {
+			return err
+		}
+		owner, other = other, owner
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	fmt.Fprintf(out, "\nsnapshots across nodes: the same sandbox, its snapshot in S3 (versitygw on loopback)\n")
+	fmt.Fprintf(out, "  %-58s %10.0f ms  (saved memory %.1f MiB; %d rounds, each %v)\n", "resume on another node after a drain, p50",
+		ms(p50(resumes)), float64(image)/(1<<20), moveRounds, roundMS(resumes))
+	return nil
+}
+
+// roundMS is ds in whole milliseconds.
+func roundMS(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}
+
 // storedAfterFirst is what each of snapshots ids stored.
 func storedAfterFirst(c *sandbox.Client, ctx context.Context, ids []string) []int64 {
 	var out []int64

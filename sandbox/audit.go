@@ -87,19 +87,8 @@ type AuditPage struct {
 
 // Audit returns one page of the caller's tenant's audit trail.
 func (c *Client) Audit(ctx context.Context, opts AuditOptions) (*AuditPage, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
-	path := "/v1/audit"
-	if q := opts.query().Encode(); q != "" {
-		path += "?" + q
-	}
-	r := request{method: http.MethodGet, path: path, idempotent: true}
-	resp, err := c.do(ctx, r)
-	if err != nil {
-		return nil, err
-	}
 	var p AuditPage
-	if err := decode(resp, r, &p); err != nil {
+	if err := c.call(ctx, http.MethodGet, withQuery("/v1/audit", opts.query()), nil, &p, true); err != nil {
 		return nil, err
 	}
 	return &p, nil
@@ -108,22 +97,12 @@ func (c *Client) Audit(ctx context.Context, opts AuditOptions) (*AuditPage, erro
 // AuditAll yields every event matching opts, following the cursors page
 // by page. It stops at the first error, which it yields.
 func (c *Client) AuditAll(ctx context.Context, opts AuditOptions) iter.Seq2[*AuditEvent, error] {
-	return func(yield func(*AuditEvent, error) bool) {
-		for {
-			p, err := c.Audit(ctx, opts)
-			if err != nil {
-				yield(nil, err)
-				return
-			}
-			for i := range p.Events {
-				if !yield(&p.Events[i], nil) {
-					return
-				}
-			}
-			if p.NextCursor == "" {
-				return
-			}
-			opts.Cursor = p.NextCursor
+	return allPages(func(cursor string) ([]AuditEvent, string, error) {
+		opts.Cursor = cursor
+		p, err := c.Audit(ctx, opts)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Events, p.NextCursor, nil
+	}, opts.Cursor)
 }

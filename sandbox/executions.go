@@ -237,19 +237,8 @@ type Page struct {
 // status, error type, language, exit code and time, ordered by creation
 // or duration, one page at a time.
 func (c *Client) List(ctx context.Context, opts ListOptions) (*Page, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
-	path := "/v1/executions"
-	if q := opts.query().Encode(); q != "" {
-		path += "?" + q
-	}
-	r := request{method: http.MethodGet, path: path, idempotent: true}
-	resp, err := c.do(ctx, r)
-	if err != nil {
-		return nil, err
-	}
 	var p Page
-	if err := decode(resp, r, &p); err != nil {
+	if err := c.call(ctx, http.MethodGet, withQuery("/v1/executions", opts.query()), nil, &p, true); err != nil {
 		return nil, err
 	}
 	return &p, nil
@@ -258,22 +247,12 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (*Page, error) {
 // ListAll yields every execution matching opts, following the cursors
 // page by page. It stops at the first error, which it yields.
 func (c *Client) ListAll(ctx context.Context, opts ListOptions) iter.Seq2[*Result, error] {
-	return func(yield func(*Result, error) bool) {
-		for {
-			p, err := c.List(ctx, opts)
-			if err != nil {
-				yield(nil, err)
-				return
-			}
-			for i := range p.Executions {
-				if !yield(&p.Executions[i], nil) {
-					return
-				}
-			}
-			if p.NextCursor == "" {
-				return
-			}
-			opts.Cursor = p.NextCursor
+	return allPages(func(cursor string) ([]Result, string, error) {
+		opts.Cursor = cursor
+		p, err := c.List(ctx, opts)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Executions, p.NextCursor, nil
+	}, opts.Cursor)
 }

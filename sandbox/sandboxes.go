@@ -87,6 +87,38 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, ide
 	return decode(resp, r, out)
 }
 
+// withQuery is path with q as its query, if any.
+func withQuery(path string, q url.Values) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// allPages yields every item of the pages page fetches, from the one
+// cursor names on, following each page's next cursor until one has none.
+// It stops at the first error, which it yields.
+func allPages[T any](page func(cursor string) ([]T, string, error), cursor string) iter.Seq2[*T, error] {
+	return func(yield func(*T, error) bool) {
+		for {
+			items, next, err := page(cursor)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for i := range items {
+				if !yield(&items[i], nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			cursor = next
+		}
+	}
+}
+
 // CreateSandbox makes a live sandbox and returns a handle on it with its
 // description. It is sent once, never retried.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*Sandbox, *Info, error) {

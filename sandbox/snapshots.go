@@ -113,8 +113,7 @@ func (s *Sandbox) Fork(ctx context.Context, req ForkRequest) ([]ForkResult, erro
 // sandboxID alone when it is set.
 func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]Snapshot, error) {
 	var all []Snapshot
-	cursor := ""
-	for {
+	for sn, err := range allPages(func(cursor string) ([]Snapshot, string, error) {
 		q := url.Values{}
 		if sandboxID != "" {
 			q.Set("sandbox_id", sandboxID)
@@ -122,20 +121,18 @@ func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]Snapsho
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		p := "/v1/snapshots"
-		if len(q) > 0 {
-			p += "?" + q.Encode()
-		}
 		var l SnapshotList
-		if err := c.call(ctx, http.MethodGet, p, nil, &l, true); err != nil {
+		if err := c.call(ctx, http.MethodGet, withQuery("/v1/snapshots", q), nil, &l, true); err != nil {
+			return nil, "", err
+		}
+		return l.Snapshots, l.NextCursor, nil
+	}, "") {
+		if err != nil {
 			return nil, err
 		}
-		all = append(all, l.Snapshots...)
-		if l.NextCursor == "" {
-			return all, nil
-		}
-		cursor = l.NextCursor
+		all = append(all, *sn)
 	}
+	return all, nil
 }
 
 // GetSnapshot describes snapshot id (its id or name).

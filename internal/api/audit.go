@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/validate"
@@ -67,24 +65,9 @@ func parseAuditQuery(r *http.Request) (store.AuditQuery, *Error) {
 	if len(q.Cursor) > 512 {
 		return bad("cursor", "is too long")
 	}
-	if s := v.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			return bad("limit", "must be an integer from 1 to 1000")
-		}
-		q.Limit = n
-	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &q.Since}, {"until", &q.Until}} {
-		if s := v.Get(f.name); s != "" {
-			ts, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				return bad(f.name, "must be an RFC 3339 time")
-			}
-			*f.dst = ts
-		}
+	var e *Error
+	if q.Limit, q.Since, q.Until, e = listWindow(v); e != nil {
+		return store.AuditQuery{}, e
 	}
 	return q, nil
 }

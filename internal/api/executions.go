@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -178,24 +179,9 @@ func parseQuery(r *http.Request) (store.Query, *Error) {
 		}
 		q.ExitCodeNe = &n
 	}
-	if s := v.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			return bad("limit", "must be an integer from 1 to 1000")
-		}
-		q.Limit = n
-	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &q.Since}, {"until", &q.Until}} {
-		if s := v.Get(f.name); s != "" {
-			ts, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				return bad(f.name, "must be an RFC 3339 time")
-			}
-			*f.dst = ts
-		}
+	var e *Error
+	if q.Limit, q.Since, q.Until, e = listWindow(v); e != nil {
+		return store.Query{}, e
 	}
 	return q, nil
 }
@@ -220,4 +206,30 @@ func (s *Server) egress(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		out = []sandbox.EgressAttempt{}
 	}
 	writeJSON(w, http.StatusOK, egressList{Attempts: out})
+}
+
+// listWindow reads what every listing's query shares: limit (1 to 1000,
+// 0 when absent), since and until (RFC 3339, zero when absent). The error
+// names the field.
+func listWindow(v url.Values) (limit int, since, until time.Time, e *Error) {
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return 0, since, until, refuse("limit", "must be an integer from 1 to 1000")
+		}
+		limit = n
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &since}, {"until", &until}} {
+		if s := v.Get(f.name); s != "" {
+			ts, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return 0, since, until, refuse(f.name, "must be an RFC 3339 time")
+			}
+			*f.dst = ts
+		}
+	}
+	return limit, since, until, nil
 }

@@ -255,7 +255,8 @@ func testTools(t *testing.T, cs *gomcp.ClientSession) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"close_sandbox", "create_sandbox", "fork_context", "get_execution", "list_files", "read_file", "run_cell", "run_code", "write_file"}
+	want := []string{"close_sandbox", "create_sandbox", "fork_context", "fork_sandbox", "get_execution", "list_files", "read_file", "run_cell", "run_code",
+		"snapshot_sandbox", "write_file"}
 	if !slices.Equal(names, want) {
 		t.Errorf("tools %q, want %q", names, want)
 	}

@@ -50,8 +50,8 @@ func TestDocExamples(t *testing.T) {
 
 	t.Run("curl", func(t *testing.T) {
 		sh := blocks(t, doc, "sh")
-		if len(sh) != 8 {
-			t.Fatalf("%d shell blocks in docs/sandboxes.md, want 8", len(sh))
+		if len(sh) != 10 {
+			t.Fatalf("%d shell blocks in docs/sandboxes.md, want 10", len(sh))
 		}
 		cmd := exec.CommandContext(t.Context(), "bash", "-c", "set -euo pipefail\n"+strings.Join(sh, "\n"))
 		cmd.Env = append(os.Environ(), s.Env()...)
@@ -66,7 +66,9 @@ func TestDocExamples(t *testing.T) {
 			`/workspace/data/in.csv\n8\n`, `a,b\n1,2\n`, `dir /workspace/data\nfile /workspace/data/in.csv\n`, `dir\n`, `dir\n`, `/workspace/data/sub/in.csv\n`,
 			`\[.*\]\n`,
 			`paused\nfalse\n`, `409\n`, `running\nfalse\n`, `kept\n`,
+			`kept\n`, `sbx_\w+\nsbx_\w+\n`,
 			`paused\ntimeout\n`, `awake\n`,
+			`sandbox.create\n`,
 			`\d+(\.\d+)?\n[1-9]\d*\n`, `kept\n`,
 			`42\n`, `event: number_of_executions\n(event: stdout\n)+event: end_of_execution\n`, `0\n`, `0\.047619047619047616\n`, `2\n`,
 			`deleted\n`,

@@ -60,27 +60,13 @@ func BenchmarkSnapshot(b *testing.B) {
 }
 
 func snapshotFigures(ctx context.Context, b *testing.B, c *sandbox.Client, out *bytes.Buffer) error {
-	sb, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Image: "python",
-		Tier: sandbox.IsolationGVisor, TimeoutSeconds: liveTimeout})
-	if err != nil {
-		return fmt.Errorf("create the source sandbox: %w", err)
+	sb, cc, wantX, err := pandasSandbox(ctx, c)
+	if sb != nil {
+		defer sb.Kill(context.WithoutCancel(ctx))
 	}
-	defer sb.Kill(context.WithoutCancel(ctx))
-	if info.Tier != string(sandbox.IsolationGVisor) {
-		return fmt.Errorf("source sandbox on %s, want gvisor", info.Tier)
-	}
-	cc, err := sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"})
 	if err != nil {
 		return err
 	}
-	if err := expectCell(ctx, sb, cc.ID, pandasSetup, ""); err != nil {
-		return err
-	}
-	x, err := sb.RunCode(ctx, cc.ID, "x", sandbox.RunCodeOptions{Timeout: execTimeout})
-	if err != nil {
-		return err
-	}
-	wantX := x.Text()
 	var snaps []string
 	defer func() {
 		for _, id := range snaps {
@@ -207,6 +193,32 @@ func snapshotFigures(ctx context.Context, b *testing.B, c *sandbox.Client, out *
 	return nil
 }
 
+// pandasSandbox makes the sandbox both snapshot benchmarks measure: a
+// gVisor python sandbox (python image) whose code context cc has run
+// pandasSetup, and what x holds there. The sandbox, once made, is returned
+// even with an error, for the caller to kill.
+func pandasSandbox(ctx context.Context, c *sandbox.Client) (sb *sandbox.Sandbox, cc *sandbox.CodeContext, x string, err error) {
+	sb, info, err := c.CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Image: "python",
+		Tier: sandbox.IsolationGVisor, TimeoutSeconds: liveTimeout})
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("create the sandbox: %w", err)
+	}
+	if info.Tier != string(sandbox.IsolationGVisor) {
+		return sb, nil, "", fmt.Errorf("sandbox on %s, want gvisor", info.Tier)
+	}
+	if cc, err = sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"}); err != nil {
+		return sb, nil, "", err
+	}
+	if err := expectCell(ctx, sb, cc.ID, pandasSetup, ""); err != nil {
+		return sb, nil, "", err
+	}
+	ex, err := sb.RunCode(ctx, cc.ID, "x", sandbox.RunCodeOptions{Timeout: execTimeout})
+	if err != nil {
+		return sb, nil, "", err
+	}
+	return sb, cc, ex.Text(), nil
+}
+
 // moveRounds is how many times BenchmarkSnapshotMove moves its sandbox.
 const moveRounds = 3
 
@@ -258,25 +270,15 @@ func moveFigures(ctx context.Context, node func() (*server, error), out *bytes.B
 	client := func(s *server) *sandbox.Client {
 		return sandbox.NewClient(sandbox.Config{Endpoint: s.url, APIKey: apiKey, Timeout: clientTimeout})
 	}
-	sb, _, err := client(owner).CreateSandbox(ctx, sandbox.CreateSandboxRequest{Language: "python", Image: "python",
-		Tier: sandbox.IsolationGVisor, TimeoutSeconds: liveTimeout})
+	sb, cc, wantX, err := pandasSandbox(ctx, client(owner))
+	if sb != nil {
+		id := sb.ID
+		defer func() { client(other).Sandbox(id).Kill(context.WithoutCancel(ctx)) }()
+	}
 	if err != nil {
-		return fmt.Errorf("create the sandbox: %w", err)
+		return err
 	}
 	id := sb.ID
-	defer func() { client(other).Sandbox(id).Kill(context.WithoutCancel(ctx)) }()
-	cc, err := sb.CreateContext(ctx, sandbox.ContextRequest{Language: "python"})
-	if err != nil {
-		return err
-	}
-	if err := expectCell(ctx, sb, cc.ID, pandasSetup, ""); err != nil {
-		return err
-	}
-	x, err := sb.RunCode(ctx, cc.ID, "x", sandbox.RunCodeOptions{Timeout: execTimeout})
-	if err != nil {
-		return err
-	}
-	wantX := x.Text()
 	var resumes []time.Duration
 	var image int64
 	for i := range moveRounds {

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/corralhq/corral/internal/audit"
 	"github.com/corralhq/corral/internal/config"
@@ -51,19 +50,8 @@ func cmdAudit(args []string) int {
 		fs.Usage()
 		return 4
 	}
-	for _, t := range []struct {
-		name, value string
-		dst         *time.Time
-	}{{"since", since, &opts.Since}, {"until", until, &opts.Until}} {
-		if t.value == "" {
-			continue
-		}
-		ts, err := parseWhen(t.value)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "corral audit: --%s: %v\n", t.name, err)
-			return 4
-		}
-		*t.dst = ts
+	if !parseWindow("corral audit", since, until, &opts.Since, &opts.Until) {
+		return 4
 	}
 	ctx, stop := interruptible()
 	defer stop()

@@ -55,19 +55,8 @@ func cmdLs(args []string) int {
 		}
 		opts.ExitCodeNe = &n
 	}
-	for _, t := range []struct {
-		name, value string
-		dst         *time.Time
-	}{{"since", since, &opts.Since}, {"until", until, &opts.Until}} {
-		if t.value == "" {
-			continue
-		}
-		ts, err := parseWhen(t.value)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "corral ls: --%s: %v\n", t.name, err)
-			return 4
-		}
-		*t.dst = ts
+	if !parseWindow("corral ls", since, until, &opts.Since, &opts.Until) {
+		return 4
 	}
 	ctx, stop := interruptible()
 	defer stop()
@@ -122,4 +111,25 @@ func parseWhen(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
 	}
 	return t, nil
+}
+
+// parseWindow parses the --since and --until values (parseWhen; empty:
+// unset) of command into *from and *to; false, after saying why on
+// stderr, when one is not a time.
+func parseWindow(command, since, until string, from, to *time.Time) bool {
+	for _, t := range []struct {
+		name, value string
+		dst         *time.Time
+	}{{"since", since, from}, {"until", until, to}} {
+		if t.value == "" {
+			continue
+		}
+		ts, err := parseWhen(t.value)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: --%s: %v\n", command, t.name, err)
+			return false
+		}
+		*t.dst = ts
+	}
+	return true
 }

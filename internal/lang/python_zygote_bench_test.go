@@ -20,7 +20,11 @@ import (
 // involved: the zygote (and the children it reaps) from /proc, and the
 // children this process reaps as their subreaper (a fresh interpreter; a
 // zygote's child where it cannot reap its own) from its rusage. The ratio the pool's CPU target rests on is
-// spare's cpu-ms/op over fresh's.
+// spare's cpu-ms/op over fresh's. faults/op and zygote-faults/op count the
+// page faults (minor ones, and the pages MADV_POPULATE_WRITE fills) of
+// every process and of the zygote alone: on these VMs a fault is the most
+// expensive work an execution does (docs/pool.md), and the counts, unlike
+// CPU time, do not move with the machine's load.
 func BenchmarkPythonZygote(b *testing.B) {
 	needPython(b)
 	z := startZygote(b)
@@ -36,13 +40,20 @@ func BenchmarkPythonZygote(b *testing.B) {
 	}{{"fresh", runFresh}, {"spare", runSpare}} {
 		b.Run(c.name, func(b *testing.B) {
 			check(c.run(b, z, e)) // caches, and the spare made by the last ping
-			ch0, z0 := childrenCPU(b), processCPU(b, z.cmd.Process.Pid)
+			pid := z.cmd.Process.Pid
+			ch0, z0 := childrenCPU(b), processCPU(b, pid)
+			chf0, zf0 := childrenFaults(b), processFaults(b, pid)
 			for b.Loop() {
 				check(c.run(b, z, e))
 			}
-			ch, zy := childrenCPU(b)-ch0, processCPU(b, z.cmd.Process.Pid)-z0
+			ch, zy := childrenCPU(b)-ch0, processCPU(b, pid)-z0
+			zf := processFaults(b, pid)
+			zf.own -= zf0.own
+			zf.children -= zf0.children
 			perOp := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
 			b.ReportMetric(perOp(ch+zy), "cpu-ms/op")
+			b.ReportMetric(float64(childrenFaults(b)-chf0+zf.own+zf.children)/float64(b.N), "faults/op")
+			b.ReportMetric(float64(zf.own)/float64(b.N), "zygote-faults/op")
 		})
 	}
 }
@@ -56,14 +67,46 @@ func childrenCPU(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// processCPU is the CPU time of process pid and of the children it has
-// reaped (/proc/PID/stat's utime, stime, cutime and cstime).
-func processCPU(tb testing.TB, pid int) time.Duration {
+// childrenFaults is the minor page faults of the children this process
+// has reaped.
+func childrenFaults(tb testing.TB) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return ru.Minflt
+}
+
+// faults are a process's minor page faults and its reaped children's.
+type faults struct{ own, children int64 }
+
+// processFaults reads pid's minflt and cminflt from /proc/PID/stat.
+func processFaults(tb testing.TB, pid int) faults {
+	f := statFields(tb, pid)
+	var n [2]int64
+	for i, v := range f[7:9] {
+		var err error
+		if n[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return faults{own: n[0], children: n[1]}
+}
+
+// statFields is /proc/PID/stat's fields after the command's name: the
+// state is the first.
+func statFields(tb testing.TB, pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+}
+
+// processCPU is the CPU time of process pid and of the children it has
+// reaped (/proc/PID/stat's utime, stime, cutime and cstime).
+func processCPU(tb testing.TB, pid int) time.Duration {
+	f := statFields(tb, pid)
 	var ticks int64
 	for _, v := range f[11:15] {
 		n, err := strconv.ParseInt(v, 10, 64)

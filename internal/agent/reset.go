@@ -47,10 +47,23 @@ func (a *Agent) reset(req ResetRequest) error {
 		if z == nil {
 			return refuse(KindZygote, "reset: zygote %d is gone", id)
 		}
+		// The ping makes the next spare, which inherits the zygote's
+		// limits: a program of the zygote's uid may have changed them
+		// (prlimit, setpriority, sched_setaffinity on its pid).
 		z.mu.Lock()
 		z.tag++
-		tag := z.tag
+		tag, baseline, unchecked := z.tag, z.baseline, z.unchecked
 		z.mu.Unlock()
+		if unchecked != nil {
+			return refuse(KindDirty, "reset: zygote %d: %v", z.proc.pid, unchecked)
+		}
+		now, err := readIntegrityOf(z.proc.pid)
+		if err != nil {
+			return refuse(KindDirty, "reset: zygote %d: %v", z.proc.pid, err)
+		}
+		if !now.equal(baseline) {
+			return refuse(KindDirty, "reset: zygote %d's inherited limits changed: %s", z.proc.pid, now.diff(baseline))
+		}
 		if _, err := z.call(tag, zygoteMsg{Ping: tag}, zygoteTimeout); err != nil {
 			return fmt.Errorf("reset: zygote %d: %w", z.proc.pid, err)
 		}
@@ -147,21 +160,87 @@ type integrity struct {
 	affinity []int
 }
 
+// readIntegrity is this process's integrity; a limit it cannot read (a
+// runtime without it) reads as zero, the same at every reset.
 func readIntegrity() integrity {
+	in, _ := readIntegrityOf(0)
+	return in
+}
+
+// readIntegrityOf reads the integrity of process pid (0: this one). A
+// zygote's is read from here, in Go, rather than by the zygote itself:
+// the python that did it at every reset wrote to about 20 of the
+// zygote's pages, each copied after the spare's fork (docs/pool.md). The
+// first error is returned, with what could be read.
+func readIntegrityOf(pid int) (integrity, error) {
 	var in integrity
-	for r := range in.rlimits {
-		_ = unix.Getrlimit(r, &in.rlimits[r])
+	var first error
+	note := func(what string, err error) {
+		if err != nil && first == nil {
+			first = fmt.Errorf("read the %s of process %d: %w", what, pid, err)
+		}
 	}
-	in.nice, _ = unix.Getpriority(unix.PRIO_PROCESS, 0)
+	for r := range in.rlimits {
+		err := unix.Prlimit(pid, r, nil, &in.rlimits[r])
+		if errors.Is(err, unix.EPERM) {
+			// Another uid's process, read without CAP_SYS_RESOURCE (the
+			// root agent of a live sandbox and its user's zygote).
+			err = procLimits(pid, &in.rlimits)
+			note("limits", err)
+			break
+		}
+		note(fmt.Sprintf("limit %d", r), err)
+	}
+	var err error
+	in.nice, err = unix.Getpriority(unix.PRIO_PROCESS, pid)
+	note("priority", err)
 	var set unix.CPUSet
-	if unix.SchedGetaffinity(0, &set) == nil {
+	err = unix.SchedGetaffinity(pid, &set)
+	note("CPU affinity", err)
+	if err == nil {
 		for c := 0; c < len(set)*64; c++ {
 			if set.IsSet(c) {
 				in.affinity = append(in.affinity, c)
 			}
 		}
 	}
-	return in
+	return in, first
+}
+
+// procLimits reads process pid's resource limits from /proc/PID/limits,
+// which anyone may read: a line per limit in the kernel's order of
+// resources (fs/proc/base.c, proc_pid_limits), after a header, as
+// "%-25s %-20s %-20s %-10s", a value a number or "unlimited".
+func procLimits(pid int, rl *[16]unix.Rlimit) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 1+len(rl) {
+		return fmt.Errorf("/proc/%d/limits: %d lines", pid, len(lines))
+	}
+	const soft, hard, width = 26, 47, 20
+	value := func(line string, at int) (uint64, error) {
+		if len(line) < at {
+			return 0, fmt.Errorf("/proc/%d/limits: short line %q", pid, line)
+		}
+		f := strings.TrimSpace(line[at:min(len(line), at+width)])
+		if f == "unlimited" {
+			return unix.RLIM_INFINITY, nil
+		}
+		return strconv.ParseUint(f, 10, 64)
+	}
+	for r := range rl {
+		line := lines[1+r]
+		if rl[r].Cur, err = value(line, soft); err != nil {
+			return err
+		}
+		if rl[r].Max, err = value(line, hard); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (in integrity) equal(o integrity) bool {

@@ -43,6 +43,13 @@ type zygote struct {
 	reaps atomic.Bool
 	// user is who the zygote runs as, and so every child it forks.
 	user identity
+	// baseline is what the zygote passes on to its children (limits,
+	// priority, affinity) when it said it was ready; a reset compares.
+	// unchecked says why it could not be read: an agent of another uid
+	// without CAP_SYS_RESOURCE (a live sandbox's, whose zygotes are never
+	// reset) may not read it; a reset refuses such a zygote.
+	baseline  integrity
+	unchecked error
 }
 
 // spare is a child a zygote forked ahead of a request, and the socket on
@@ -150,6 +157,10 @@ func (z *zygote) read(a *Agent) {
 		}
 		if m.Ready != nil {
 			z.reaps.Store(m.Reaps)
+			in, err := readIntegrityOf(z.proc.pid)
+			z.mu.Lock()
+			z.baseline, z.unchecked = in, err
+			z.mu.Unlock()
 			select {
 			case z.ready <- m:
 			default:

@@ -40,7 +40,7 @@ FRESH_MODULES = set(sys.modules)
 # with it (internal/lang/python_modules.go). It is imported by name too, as
 # the others are, so that taking it out of sys.modules leaves it alive for
 # the zygote, as its globals keep the others.
-import signal, socket, json, resource, ctypes, gc, select, corral_proto, atexit, _socket
+import signal, socket, json, ctypes, gc, select, corral_proto, atexit, _socket
 # _signal, which a fresh interpreter has loaded, sets a child's mask:
 # signal's wrapper makes an enum member of each signal of the old mask,
 # which cost each execution about 45 copied pages.
@@ -193,14 +193,6 @@ def current_umask():
     return umask
 
 
-# What the zygote passes on to the processes it forks and a program (of its
-# uid) can change: resource limits, priority, CPU affinity. A ping compares it
-# with its value at start.
-def inherited_limits():
-    return ([resource.getrlimit(getattr(resource, r)) for r in dir(resource) if r.startswith('RLIMIT_')],
-            os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)))
-
-
 # The zygote's state, set up at start (then its heap is frozen), which every
 # process it forks inherits.
 class Zygote:
@@ -210,8 +202,8 @@ class Zygote:
     # wrapper run_src (the code every Run step passes to `python3 -c`:
     # compiled once here instead of in every child); import preload, and
     # take the zygote's own modules out of sys.modules; set the
-    # dispositions back and block signals; note what a child and a ping
-    # compare with; freeze the heap.
+    # dispositions back and block signals; note the umask a child takes; keep
+    # to one CPU; freeze the heap.
     def __init__(self, run_src, preload):
         self.libc = ctypes.CDLL(None, use_errno=True)
         set_dumpable(self.libc, 0)
@@ -224,7 +216,14 @@ class Zygote:
         restore_signals(dispositions)
         block_signals()
         self.umask = current_umask()
-        self.baseline = inherited_limits()
+        # The zygote runs on one CPU (zygotes spread by pid), and so does
+        # a spare until it has copied its pages: a page-table change of a
+        # process that has run on another CPU costs a TLB-flush
+        # interrupt to that CPU, which on these VMs made each copy-on-write
+        # fault several times dearer (docs/pool.md). A child takes the
+        # sandbox's own CPUs back (prepare), before any program runs.
+        self.cpus = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {sorted(self.cpus)[os.getpid() % len(self.cpus)]})
         # Forked children do not copy the preloaded heap to collect it.
         gc.collect()
         gc.freeze()
@@ -350,11 +349,13 @@ def prefault(z):
 
 
 # In a forked child, before its request, what does not depend on the request
-# (a spare does this while it waits): a session of its own, the empty mask of
-# a fresh interpreter (its dispositions are the zygote's), numpy reseeded.
+# (a spare does this while it waits): a session of its own, the sandbox's
+# CPUs (the zygote runs on one of them), the empty mask of a fresh
+# interpreter (its dispositions are the zygote's), numpy reseeded.
 def prepare(z):
     try:
         os.setsid()
+        os.sched_setaffinity(0, z.cpus)
         _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
     except BaseException as e:
         setup_failed(e)
@@ -849,17 +850,14 @@ def serve(z):
             fork_child(z, m, fds)
 
 
-# The answer to a reset's ping: an error if a program changed the limits the
-# zygote passes on; else a new spare is made first (nothing of the last
-# execution runs any more, so it has seen none of it).
+# The answer to a reset's ping, once a new spare is made (nothing of the last
+# execution runs any more, so it has seen none of it). The limits, priority
+# and affinity the zygote passes on, which a program of its uid may change,
+# the agent checks before it pings (internal/agent/reset.go): checked here,
+# in python, that wrote to about 20 pages the spare's fork had made shared.
 def pong(z, tag):
-    r = {KEY_PONG: tag}
-    now = inherited_limits()
-    if now != z.baseline:
-        r[KEY_ERROR] = 'inherited limits changed: %r, was %r' % (now, z.baseline)
-    else:
-        make_spare(z)
-    return r
+    make_spare(z)
+    return {KEY_PONG: tag}
 
 
 # Fork a child for the request m (fork_child_process) and say its pid, or

@@ -183,23 +183,6 @@ class Start(unittest.TestCase):
 
         self.assertEqual(in_child(child), [True, True])
 
-    # inherited_limits changes when a program lowers a limit it passes on.
-    def test_inherited_limits(self):
-        before = z.inherited_limits()
-        self.assertEqual(z.inherited_limits(), before)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            import resource
-            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
-            os.write(w, b'%d' % (z.inherited_limits() != before))
-            os._exit(0)
-        os.close(w)
-        os.waitpid(pid, 0)
-        self.assertEqual(os.read(r, 8), b'1')
-        os.close(r)
-
 
 # Runs f() in a forked child, which writes its answer (JSON) to the fd f
 # returns it on (f takes the write end of a pipe); returns the answer.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralhq/corral/internal/images"
+	"github.com/corralhq/corral/internal/runtime/oci"
 	"github.com/corralhq/corral/internal/testenv"
 	"github.com/corralhq/corral/sandbox"
 )
@@ -79,11 +81,24 @@ type cell struct {
 	hits, claims map[int]float64
 	cpuUsed      map[int]time.Duration
 	cpuN         map[int]int
+	// cpuWall is the wall time of the CPU phase's blocks: with cpuN, the
+	// exec/s of a server holding its pool alone (harness.measureCPU).
+	cpuWall map[int]time.Duration
 }
 
 // at reports whether c is measured at concurrency conc.
 func (c *cell) at(conc int) bool {
 	return (c.serial == "" || conc == 1) && (c.scaling || !scalingOnly[conc])
+}
+
+// aloneThroughput is c's exec/s at conc in the CPU phase, where its
+// server ran alone, or NaN.
+func (c *cell) aloneThroughput(conc int) float64 {
+	c.series(conc)
+	if c.cpuN[conc] == 0 || c.cpuWall[conc] <= 0 {
+		return math.NaN()
+	}
+	return float64(c.cpuN[conc]) / c.cpuWall[conc].Seconds()
 }
 
 // cpuPerExec is the CPU time one execution of c used at conc, or NaN.
@@ -102,6 +117,7 @@ func (c *cell) series(conc int) *series {
 		c.hits, c.claims = map[int]float64{}, map[int]float64{}
 		c.cpuUsed = map[int]time.Duration{}
 		c.cpuN = map[int]int{}
+		c.cpuWall = map[int]time.Duration{}
 	}
 	s := c.byConc[conc]
 	if s == nil {
@@ -134,6 +150,8 @@ type harness struct {
 	cold *server
 	// cpuPhase: blocks measure CPU time (cell.cpu) instead of latency.
 	cpuPhase bool
+	// measured are the CPU phase's servers, stopped once measured.
+	measured []*server
 }
 
 // standing is the CPU a cell's server uses per second when idle (its
@@ -241,6 +259,7 @@ func (h *harness) block(ctx context.Context, c *cell, conc, n int, budget time.D
 		idle := time.Duration(c.standing() * float64(time.Since(t0)))
 		c.cpuUsed[conc] += cpu1 - cpu0 - idle
 		c.cpuN[conc] += len(lat)
+		c.cpuWall[conc] += wall
 		return nil
 	}
 	s.samples = append(s.samples, lat...)
@@ -263,14 +282,19 @@ var cpuConcurrencies = []int{1, 2, 4, 8}
 // how many blocks each cell runs there, rotated with the other cells'.
 func cpuBlock(conc int) int { return min(max(30, 15*conc), maxPerCell) }
 
-const cpuRounds = 2
+const cpuRounds = 3
 
 // measureCPU is the CPU phase: each server's standing CPU, then blocks of
-// cpuBlock executions of every cell that counts CPU. The warm servers of
-// the latency phases hold several pools each, whose idle sandboxes' CPU
-// (a gVisor pool's above all) would count against another pool's
-// executions: here each warm cell gets a server of its own with its pool
-// alone, which replaces the others in h.warm.
+// cpuBlock executions of every cell that counts CPU, their wall time
+// giving exec/s too. The warm servers of the latency phases hold several
+// pools each, whose idle sandboxes' CPU (a gVisor pool's above all: each
+// Sentry keeps its timers running) would count against another pool's
+// executions and slow them: here each warm cell gets a server of its own
+// with its pool alone. It runs in two groups: first the scaling cells (the
+// warm container rows, at every concurrency) beside the bare spawn, with
+// no other warm server running, as a user's server with the embedded
+// defaults runs (container pools only); then the others, whose servers
+// (gVisor pools among them) start only after.
 func (h *harness) measureCPU(b *testing.B, ctx context.Context) error {
 	for _, s := range h.warm {
 		if err := s.stop(); err != nil {
@@ -278,8 +302,25 @@ func (h *harness) measureCPU(b *testing.B, ctx context.Context) error {
 		}
 	}
 	h.warm = nil
+	scaling := func(c *cell) bool { return c.scaling }
+	for _, group := range []func(c *cell) bool{scaling, func(c *cell) bool { return !scaling(c) }} {
+		if err := h.cpuGroup(b, ctx, group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cpuGroup measures the cells in (and the bare spawn, the baseline of
+// every group) with a server of their own each, which it stops after.
+func (h *harness) cpuGroup(b *testing.B, ctx context.Context, in func(c *cell) bool) error {
+	var cells []*cell
 	for _, c := range h.cells {
-		if c.srv == nil || c.cpu == nil || c.na != "" {
+		if c.cpu == nil || c.na != "" || (c != h.cells[0] && !in(c)) {
+			continue
+		}
+		cells = append(cells, c)
+		if c.srv == nil {
 			continue
 		}
 		s, err := startServer(b, "cpu "+c.name, c.pool)
@@ -289,7 +330,14 @@ func (h *harness) measureCPU(b *testing.B, ctx context.Context) error {
 		c.srv, c.cpu = s, s.cpu
 		c.run = func(ctx context.Context) error { return s.execute(ctx, c.req, c.want) }
 		h.warm = append(h.warm, s)
+		h.measured = append(h.measured, s)
 	}
+	defer func() {
+		for _, s := range h.warm {
+			s.stop()
+		}
+		h.warm = nil
+	}()
 	servers := h.warm
 	if h.cold != nil {
 		servers = append([]*server{h.cold}, servers...)
@@ -302,9 +350,17 @@ func (h *harness) measureCPU(b *testing.B, ctx context.Context) error {
 	h.cpuPhase = true
 	defer func() { h.cpuPhase = false }()
 	for _, conc := range cpuConcurrencies {
+		for _, c := range cells {
+			if c.srv == nil || !c.at(conc) {
+				continue
+			}
+			if err := h.grow(ctx, c, conc); err != nil {
+				return err
+			}
+		}
 		for r := range cpuRounds {
-			for _, c := range h.rotated(r) {
-				if c.cpu == nil || !c.at(conc) {
+			for _, c := range rotate(cells, r) {
+				if !c.at(conc) {
 					continue
 				}
 				if err := h.block(ctx, c, conc, cpuBlock(conc), cellBudget, false); err != nil {
@@ -314,6 +370,35 @@ func (h *harness) measureCPU(b *testing.B, ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// grow runs c untimed at conc until its pool holds what that load needs:
+// a block that made no sandbox. A pool grows with its tenant's concurrency
+// (about two sandboxes per execution in flight, docs/pool.md), and each
+// sandbox made costs as much CPU as ten warm executions: the CPU phase
+// measures warm executions, not the growth.
+func (h *harness) grow(ctx context.Context, c *cell, conc int) error {
+	const maxBlocks = 8
+	for range maxBlocks {
+		before, err := oci.SandboxDirs(c.srv.data)
+		if err != nil {
+			return err
+		}
+		if err := h.block(ctx, c, conc, max(4*conc, 10), cellBudget, true); err != nil {
+			return err
+		}
+		if err := h.settle(ctx, c); err != nil {
+			return err
+		}
+		after, err := oci.SandboxDirs(c.srv.data)
+		if err != nil {
+			return err
+		}
+		if len(after) <= len(before) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: its pool still grew after %d warm-up blocks at concurrency %d", c.name, maxBlocks, conc)
 }
 
 // standingWindow is how long a server's standing CPU is measured over.
@@ -340,11 +425,16 @@ func (h *harness) rotated(k int) []*cell {
 			live = append(live, c)
 		}
 	}
-	if len(live) == 0 {
+	return rotate(live, k)
+}
+
+// rotate returns cells starting at the k-th.
+func rotate(cells []*cell, k int) []*cell {
+	if len(cells) == 0 {
 		return nil
 	}
-	k %= len(live)
-	return append(live[k:], live[:k]...)
+	k %= len(cells)
+	return append(slices.Clone(cells[k:]), cells[:k]...)
 }
 
 // BenchmarkHarness is the warm-pool benchmark of docs/bench.md: python hello run
@@ -624,14 +714,26 @@ func BenchmarkHarness(b *testing.B) {
 		}
 	}
 
+	fmt.Fprintln(&out, "exec/s in the same blocks, each warm server running alone with its pool (the throughput targets' figures), and ÷ bare at the same concurrency:")
+	for _, conc := range cpuConcurrencies {
+		for _, c := range cells {
+			if !c.scaling || c.cpu == nil || c.na != "" {
+				continue
+			}
+			v := c.aloneThroughput(conc)
+			fmt.Fprintf(&out, "  %-48s %4d %9.1f %9s\n", c.name, conc, v, fx(ratio(v, cells[0].aloneThroughput(conc))))
+		}
+	}
+
 	fmt.Fprintln(&out, "standing CPU of each server, idle with its pool (ms per second, subtracted above):")
-	for _, s := range append([]*server{cold}, h.warm...) {
+	for _, s := range append([]*server{cold}, h.measured...) {
 		fmt.Fprintf(&out, "  %-48s %9.1f\n", s.name, 1000*s.standing)
 	}
 
 	// The targets, as ratios of this run.
 	p50 := func(name string, conc int) float64 { return float64(find(cells, name).series(conc).median()) }
-	tput := func(name string, conc int) float64 { return find(cells, name).series(conc).throughput() }
+	// Throughput targets are the CPU phase's, each server alone (above).
+	tput := func(name string, conc int) float64 { return find(cells, name).aloneThroughput(conc) }
 	cpu := func(name string, conc int) float64 { return find(cells, name).cpuPerExec(conc) }
 	const interp = "corral warm, container, interpreter"
 	targets := []struct {

@@ -429,10 +429,7 @@ func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
 	// atomic but cannot spare persistent processes.
 	for round := 0; round < 100; round++ {
 		hit := 0
-		for _, pid := range a.sandboxPIDs() {
-			if keep[pid] {
-				continue
-			}
+		for _, pid := range a.sandboxPIDs(keep) {
 			if syscall.Kill(pid, sig) == nil {
 				hit++
 			}
@@ -454,16 +451,17 @@ func (a *Agent) killAll(sig syscall.Signal, includePersistent bool) int {
 
 // sandboxPIDs returns the live processes of the sandbox, zombies excluded:
 // every process the agent can see when it is the sandbox's init, its
-// descendants in local mode.
-func (a *Agent) sandboxPIDs() []int {
-	procs := listProcs()
+// descendants in local mode; but those in skip.
+func (a *Agent) sandboxPIDs(skip map[int]bool) []int {
 	if !a.local {
+		procs := listProcs(skip)
 		pids := make([]int, 0, len(procs))
 		for pid := range procs {
 			pids = append(pids, pid)
 		}
 		return pids
 	}
+	procs := listProcs(nil)
 	children := map[int][]int{}
 	for pid, ppid := range procs {
 		children[ppid] = append(children[ppid], pid)
@@ -472,14 +470,18 @@ func (a *Agent) sandboxPIDs() []int {
 	for todo := children[os.Getpid()]; len(todo) > 0; {
 		pid := todo[len(todo)-1]
 		todo = append(todo[:len(todo)-1], children[pid]...)
-		pids = append(pids, pid)
+		if !skip[pid] {
+			pids = append(pids, pid)
+		}
 	}
 	return pids
 }
 
 // listProcs returns the live processes the agent can see, zombies
-// excluded, with their parents.
-func listProcs() map[int]int {
+// excluded, with their parents, but those in skip: a reset skips the
+// processes it spares (the agent, zygotes, spares) without reading their
+// /proc/PID/stat, most of what it used to read.
+func listProcs(skip map[int]bool) map[int]int {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
@@ -489,7 +491,7 @@ func listProcs() map[int]int {
 	procs := map[int]int{}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
-		if err != nil {
+		if err != nil || skip[pid] {
 			continue
 		}
 		stat, err := os.ReadFile("/proc/" + name + "/stat")

@@ -216,14 +216,20 @@ class Zygote:
         restore_signals(dispositions)
         block_signals()
         self.umask = current_umask()
-        # The zygote runs on one CPU (zygotes spread by pid), and so does
-        # a spare until it has copied its pages: a page-table change of a
-        # process that has run on another CPU costs a TLB-flush
-        # interrupt to that CPU, which on these VMs made each copy-on-write
-        # fault several times dearer (docs/pool.md). A child takes the
-        # sandbox's own CPUs back (prepare), before any program runs.
+        # The zygote runs on one CPU, the one it started on, and so does a
+        # spare until it has copied its pages: a page-table change of a
+        # process that has run on another CPU costs a TLB-flush interrupt
+        # to that CPU, which on these VMs made each copy-on-write fault
+        # several times dearer (docs/pool.md). Not a CPU chosen by pid:
+        # each sandbox has a pid namespace of its own, where the zygote's
+        # pid is the same, so every zygote would share one CPU. A child
+        # takes the sandbox's own CPUs back (prepare), before any program
+        # runs.
         self.cpus = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {sorted(self.cpus)[os.getpid() % len(self.cpus)]})
+        cpu = self.libc.sched_getcpu()
+        if cpu not in self.cpus:
+            cpu = min(self.cpus)
+        os.sched_setaffinity(0, {cpu})
         # Forked children do not copy the preloaded heap to collect it.
         gc.collect()
         gc.freeze()

@@ -519,6 +519,7 @@ print(json.dumps({
     'handlers': handlers, 'blocked': sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
     'modules': sorted(sys.modules), 'main_names': sorted(vars(sys.modules['__main__'])),
     'meta_path': [getattr(f, '__qualname__', type(f).__qualname__) for f in sys.meta_path],
+    'cpus': sorted(os.sched_getaffinity(0)),
 }, sort_keys=True))
 `
 

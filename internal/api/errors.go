@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/corralhq/corral/internal/fault"
+	"github.com/corralhq/corral/internal/live"
 )
 
 // Error is what every failed API call answers: {"error": {...}}. The
@@ -142,6 +143,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // fail answers err through the error table.
 func (s *Server) fail(w http.ResponseWriter, err error) {
+	if s.live != nil && errors.Is(err, live.ErrLost) && s.live.Draining() {
+		// The drain paused the sandbox under the call: it is moving to
+		// another node, not lost, and the call sent again reaches it there.
+		err = live.ErrDraining
+	}
 	writeError(w, asError(trace.ContextWithSpanContext(context.Background(), traceOf(w)), err, s.log))
 }
 

@@ -157,7 +157,8 @@ func TestPausedSandboxResumesElsewhere(t *testing.T) {
 
 // TestDrainMovesSandboxes: node A, told to stop (SIGTERM), moves its
 // running sandboxes (one per tier) through the snapshot store while a
-// client keeps reading their files through node B: no call fails; then
+// client keeps reading their files through node B, retrying what the
+// server says to retry: no call fails; then
 // each answers through B with its file, the gVisor one with its context's
 // variable and its process. A started again reaches them too.
 func TestDrainMovesSandboxes(t *testing.T) {
@@ -170,6 +171,10 @@ func TestDrainMovesSandboxes(t *testing.T) {
 	for _, tier := range []sandbox.Tier{sandbox.TierContainer, sandbox.TierGVisor} {
 		all = append(all, makeMoving(ctx, t, ca, tier))
 	}
+	// A call in flight on A when its drain pauses the sandbox is answered
+	// 503 sandbox_unavailable with Retry-After: a client that retries what
+	// the server says to retry (the SDK's MaxRetries) sees it succeed.
+	retrying := sandbox.NewClient(sandbox.Config{Endpoint: b.URL, APIKey: testserver.AlphaKey, Timeout: 2 * time.Minute, MaxRetries: 3})
 	stop := make(chan struct{})
 	var calls, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -182,7 +187,7 @@ func TestDrainMovesSandboxes(t *testing.T) {
 				default:
 				}
 				calls.Add(1)
-				if err := m.readFile(ctx, cb); err != nil {
+				if err := m.readFile(ctx, retrying); err != nil {
 					failed.Add(1)
 					t.Errorf("%s (%s) through B during the drain: %v", m.id, m.tier, err)
 				}

@@ -13,11 +13,7 @@ import (
 // and affinity (a zygote's, at every reset), and a change to any of them,
 // made from outside as a program of the same uid could, shows.
 func TestReadIntegrityOf(t *testing.T) {
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd := startSleeper(t)
 	pid := cmd.Process.Pid
 	base, err := readIntegrityOf(pid)
 	if err != nil {
@@ -54,11 +50,7 @@ func TestReadIntegrityOf(t *testing.T) {
 // TestProcLimits: /proc/PID/limits, read where prlimit is not allowed,
 // gives what prlimit gives.
 func TestProcLimits(t *testing.T) {
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd := startSleeper(t)
 	pid := cmd.Process.Pid
 	lower := unix.Rlimit{Cur: 77, Max: 1000}
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lower, nil); err != nil {
@@ -76,4 +68,15 @@ func TestProcLimits(t *testing.T) {
 	if got != want || got[unix.RLIMIT_NOFILE] != lower {
 		t.Fatalf("/proc/%d/limits: %v, prlimit: %v", pid, got, want)
 	}
+}
+
+// startSleeper starts a process that waits, killed when the test ends.
+func startSleeper(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
 }

@@ -234,8 +234,8 @@ class Zygote:
         gc.collect()
         gc.freeze()
         self.ctl = socket.socket(fileno=CONTROL_FD)
-        # The pages a request copies, as address runs: what the probe found,
-        # once it has run; none means every writable page.
+        # The pages a request copies, as (start, size) runs: what the probe
+        # found, once it has run; none means every writable page.
         self.copied = []
         # The children the zygote forked itself and reaps, by pidfd; pidfds
         # says whether the kernel has them (fork_child_process).
@@ -244,6 +244,14 @@ class Zygote:
         # The zygote's writable mappings, read just before the probe forks.
         self.maps = []
         self.close_range = has_close_range(self.libc)
+        # madvise, looked up and typed here, once: a spare's first
+        # z.libc.madvise went through ctypes' lookup (CDLL.__getattr__, a
+        # new function object cached in the library's dict) and each call
+        # made two argument objects, all before or while it copied its
+        # pages, which cost each execution faults the copy-ahead is there
+        # to save.
+        self.madvise = self.libc.madvise
+        self.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
         # The environment as a request lists it (a pool's requests list
         # the zygote's own, sorted, as the agent started it).
         self.env = ['%s=%s' % kv for kv in os.environ.items()]
@@ -323,15 +331,18 @@ def setup_failed(e):
 # again (the probe's report, /proc/PID/pagemap) before adding to it.
 
 # In a spare, forked from the zygote with z's state: copy ahead the pages a
-# request writes, prepare, then wait on sp for one request (which may have
-# come meanwhile) and serve it; exit if the agent lets it go. The probe
-# (report set, its fd) copies nothing ahead: it measures what its request
-# copies.
-def serve_as_spare(z, sp, report=None):
+# request writes, first, since every page written before is a fault; close
+# drop (the zygote's end of sp, if the zygote forked it) and the control
+# socket; prepare, then wait on sp for one request (which may have come
+# meanwhile) and serve it; exit if the agent lets it go. The probe (report
+# set, its fd) copies nothing ahead: it measures what its request copies.
+def serve_as_spare(z, sp, report=None, drop=None):
     try:
-        z.ctl.close()
         if report is None:
             prefault(z)
+        if drop is not None:
+            drop.close()
+        z.ctl.close()
         prepare(z)
         msg, fds, _, _ = socket.recv_fds(sp, MAX_MESSAGE, MAX_FDS)
         if not msg:
@@ -350,8 +361,14 @@ def serve_as_spare(z, sp, report=None):
 # at a time once a request runs (MADV_POPULATE_WRITE): those the probe found,
 # else every writable page.
 def prefault(z):
-    for lo, hi in z.copied or writable_mappings():
-        z.libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_POPULATE_WRITE)
+    madvise = z.madvise
+    for lo, size in z.copied or sizes(writable_mappings()):
+        madvise(lo, size, MADV_POPULATE_WRITE)
+
+
+# Address runs (start, end) as (start, size), the arguments of madvise(2).
+def sizes(runs):
+    return [(lo, hi - lo) for lo, hi in runs]
 
 
 # In a forked child, before its request, what does not depend on the request
@@ -678,12 +695,10 @@ def make_spare(z):
     mine.close()
 
 
-# In a spare forked by the zygote itself: drop the zygote's end of the
-# spare's socket (or the agent closing its own would not end the wait), then
-# serve.
+# In a spare forked by the zygote itself: serve, dropping the zygote's end of
+# the spare's socket (or the agent closing its own would not end the wait).
 def spare_main(z, mine, theirs):
-    mine.close()
-    serve_as_spare(z, theirs)
+    serve_as_spare(z, theirs, drop=mine)
 
 
 # Without pidfds: fork a spare through a short-lived intermediate, so that its
@@ -896,7 +911,7 @@ def start_child(z, m, fds):
 # internal/pool/pool_test.go.)
 def _corral_zygote():
     z = Zygote(sys.argv[1], sys.argv[2:])
-    z.copied = probe(z)
+    z.copied = sizes(probe(z))
     # What the zygote made since its heap was frozen (the probe's runs, its
     # fds' objects) is frozen too: a child's collection walks none of it.
     gc.collect()

@@ -116,6 +116,15 @@ class Pages(unittest.TestCase):
             with self.subTest(report=b):
                 self.assertEqual(z.parse_report(b), [])
 
+    # A spare copies each run ahead in one madvise(start, size,
+    # MADV_POPULATE_WRITE), with the zygote's typed function.
+    def test_prefault(self):
+        calls = []
+        fake = types.SimpleNamespace(copied=z.sizes([(0x10000, 0x12000), (0x15000, 0x16000)]),
+                                     madvise=lambda *a: calls.append(a))
+        z.prefault(fake)
+        self.assertEqual(calls, [(0x10000, 0x2000, z.MADV_POPULATE_WRITE), (0x15000, 0x1000, z.MADV_POPULATE_WRITE)])
+
     # The probe's report, written by report_copied in a child and read back
     # through a pipe by read_report, parses into runs.
     def test_report_round_trip(self):

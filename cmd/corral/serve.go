@@ -88,6 +88,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) (err error)
 		return err
 	}
 	keepGCHeadroom()
+	limitProcs()
 	var cu cleanup
 	defer func() { err = errors.Join(err, cu.Clean()) }()
 	tp, err := tracing.Setup(ctx, p.Tracing, log.With("component", "tracing"))

@@ -242,7 +242,8 @@ func TestPooledLeaseZygote(t *testing.T) {
 			}
 		})
 	}
-	if l.z == nil || l.z.Language != "python" {
+	// The CPU it keeps to, from its ready message, for the pool.
+	if l.z == nil || l.z.Language != "python" || l.z.CPU < 0 {
 		t.Errorf("zygote %+v", l.z)
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 
@@ -32,7 +33,18 @@ func (e *Engine) StartZygote(ctx context.Context, sb runtime.Sandbox, language s
 		return nil, fmt.Errorf("start %s zygote: %w", r.Name(), err)
 	}
 	e.log.Debug("zygote ready", "sandbox", sb.ID(), "language", r.Name(), "ready", string(p.Ready))
-	return &fleet.Zygote{ID: p.ID(), Language: r.Name(), Env: env}, nil
+	return &fleet.Zygote{ID: p.ID(), Language: r.Name(), Env: env, CPU: readyCPU(p.Ready)}, nil
+}
+
+// readyCPU is the CPU a zygote's ready message says it keeps to, or -1.
+func readyCPU(ready []byte) int {
+	var r struct {
+		CPU *int `json:"cpu"`
+	}
+	if json.Unmarshal(ready, &r) != nil || r.CPU == nil || *r.CPU < 0 {
+		return -1
+	}
+	return *r.CPU
 }
 
 // zygoteLog logs what a zygote prints (nothing, unless it breaks).

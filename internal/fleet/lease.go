@@ -19,11 +19,14 @@ type Claim struct {
 
 // Zygote is a running zygote (a pre-started interpreter that forks each
 // execution): its agent process id (agent.StartRequest.Via), the language
-// whose runner started it and the environment it started with.
+// whose runner started it, the environment it started with, and the CPU
+// it keeps to (forking there, its spares copying their pages there), or -1
+// where it did not say.
 type Zygote struct {
 	ID       uint32
 	Language string
 	Env      []string
+	CPU      int
 }
 
 // Fate is what becomes of a lent sandbox after its execution, as its

@@ -283,6 +283,11 @@ type ResetRequest struct {
 	// Zygotes lists zygotes (by their start request's id) that must be
 	// alive and answer; a reset that finds one dead or mute fails.
 	Zygotes []uint32 `json:"zygotes,omitempty"`
+	// CPU, if set, is the CPU Zygotes keep to from this reset on (their
+	// next spare is forked there), where it is one of the sandbox's: the
+	// pool's placement (docs/pool.md, "Executions one after another on one
+	// CPU"). A CPU the sandbox does not have is left alone.
+	CPU *int `json:"cpu,omitempty"`
 }
 
 // ForwardRequest makes the agent accept TCP connections on Listen (inside

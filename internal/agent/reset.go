@@ -64,11 +64,36 @@ func (a *Agent) reset(req ResetRequest) error {
 		if !now.equal(baseline) {
 			return refuse(KindDirty, "reset: zygote %d's inherited limits changed: %s", z.proc.pid, now.diff(baseline))
 		}
+		if req.CPU != nil {
+			a.moveZygote(z, *req.CPU)
+		}
 		if _, err := z.call(tag, zygoteMsg{Ping: tag}, zygoteTimeout); err != nil {
 			return fmt.Errorf("reset: zygote %d: %w", z.proc.pid, err)
 		}
 	}
 	return nil
+}
+
+// moveZygote makes z keep to cpu, if cpu is one of the agent's own (the
+// sandbox's) and z does not already, and records it as what z passes on.
+// Set from here, in Go, for the reason its limits are read from here
+// (readIntegrityOf). A CPU that cannot be set is left: this is placement,
+// not isolation.
+func (a *Agent) moveZygote(z *zygote, cpu int) {
+	if !slices.Contains(a.baseline.affinity, cpu) {
+		return
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if slices.Equal(z.baseline.affinity, []int{cpu}) {
+		return
+	}
+	var set unix.CPUSet
+	set.Set(cpu)
+	if unix.SchedSetaffinity(z.proc.pid, &set) != nil {
+		return
+	}
+	z.baseline.affinity = []int{cpu}
 }
 
 // clearIPC removes what programs left in the sandbox's IPC namespace:

@@ -100,7 +100,7 @@ func TestReset(t *testing.T) {
 	}
 	seen := ops(u.rts[runtime.TierContainer], nil)
 
-	if err := fleet.Reset(t.Context(), sb); err != nil {
+	if err := fleet.Reset(t.Context(), sb, -1); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
@@ -154,7 +154,7 @@ func TestResetRefuses(t *testing.T) {
 				}
 			}
 			seen := ops(u.rts[runtime.TierContainer], tc.fail)
-			err := fleet.Reset(t.Context(), sb, tc.zygotes...)
+			err := fleet.Reset(t.Context(), sb, -1, tc.zygotes...)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Reset = %v, want %v", err, tc.want)
 			}

@@ -16,9 +16,10 @@ var ErrTainted = errors.New("an execution hit a limit")
 // Reset makes a used sandbox ready for its tenant's next execution: every
 // process but the zygotes killed, /workspace, /tmp, /dev/shm and IPC
 // emptied, inherited limits checked, the zygotes pinged (by its agent),
-// and the kernel's counters cleared once they show no limit hit. A sandbox
-// that fails it must be destroyed.
-func Reset(ctx context.Context, sb runtime.Sandbox, zygotes ...uint32) error {
+// and the kernel's counters cleared once they show no limit hit. The
+// zygotes keep to cpu from then on, unless it is negative
+// (agent.ResetRequest.CPU). A sandbox that fails it must be destroyed.
+func Reset(ctx context.Context, sb runtime.Sandbox, cpu int, zygotes ...uint32) error {
 	st, err := sb.Stats(ctx)
 	if err != nil {
 		return err
@@ -27,6 +28,9 @@ func Reset(ctx context.Context, sb runtime.Sandbox, zygotes ...uint32) error {
 		return ErrTainted
 	}
 	req := agent.ResetRequest{Clear: []string{"/workspace", "/tmp"}, IPC: true, Zygotes: zygotes}
+	if cpu >= 0 && len(zygotes) > 0 {
+		req.CPU = &cpu
+	}
 	if err := sb.Agent().Reset(ctx, req); err != nil {
 		return err
 	}

@@ -128,9 +128,6 @@ type class struct {
 	// idle; back is closed (and replaced) whenever one arrives or fails.
 	resetting map[string]int
 	back      chan struct{}
-	// lastCPU is, per tenant, the CPU of the zygote of the sandbox it
-	// released last (see take).
-	lastCPU map[string]int
 }
 
 type member struct {
@@ -139,6 +136,9 @@ type member struct {
 	owner  string // the tenant it served; "" while fresh
 	uses   int
 	idleAt time.Time
+	// cpu is the CPU its zygote keeps to (where it started, or where a
+	// reset moved it: place), or -1.
+	cpu int
 }
 
 // New resolves each class's image and spec and starts filling the pool. A
@@ -228,7 +228,7 @@ func (p *Pool) start(ctx context.Context, i int) error {
 	fixed := p.fleet.Fixed(w.Tier, spec.Limits)
 	c := &class{index: i, warm: w, key: classKey(w.Tier, spec, fixed), fixed: fixed, spec: spec,
 		img: img, target: w.MinIdle, kick: make(chan struct{}, 1),
-		resetting: map[string]int{}, out: map[string]int{}, lastCPU: map[string]int{}, back: make(chan struct{})}
+		resetting: map[string]int{}, out: map[string]int{}, back: make(chan struct{})}
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
 	if p.closed || slices.ContainsFunc(p.classes, func(c *class) bool { return c.index == i }) {
@@ -452,37 +452,16 @@ func (p *Pool) classOf(cl fleet.Claim) *class {
 // another (a quarter of a second of CPU), and a tenant with that many has
 // enough to cover its resets. Below that, a tenant's claims take fresh ones
 // until it has: its own executions in flight and one reset beside each.
-//
-// Of its own, and else of the fresh ones, take prefers the most recently
-// released (or made); but a tenant with no other execution in flight gets,
-// where there is one, a sandbox whose zygote keeps to the CPU of the one it
-// released last. Executions one after another alternate between two
-// sandboxes: one runs while the other is reset (its zygote forks a spare,
-// which copies its pages), and on the 2-CPU VMs Corral is measured on an
-// execution used about a fifth more CPU when the two did that at the same
-// time on two CPUs than one after the other on one (docs/pool.md, "The
-// zygote (python)"). Concurrent executions are spread as before.
 func (c *class) take(tenant string, patient bool) (*member, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cpu, follow := c.lastCPU[tenant]
-	follow = follow && c.out[tenant] == 0
 	pick := -1
-	pickFits := false // pick keeps to cpu
 	for i := len(c.idle) - 1; i >= 0; i-- {
-		mb := c.idle[i]
-		if mb.owner != tenant && mb.owner != "" {
-			continue
-		}
-		fits := follow && mb.zygote != nil && mb.zygote.CPU == cpu
-		switch {
-		case pick < 0,
-			mb.owner == tenant && c.idle[pick].owner == "",
-			mb.owner == c.idle[pick].owner && fits && !pickFits:
-			pick, pickFits = i, fits
-		}
-		if c.idle[pick].owner == tenant && (pickFits || !follow) {
-			break // nothing further down is better
+		if o := c.idle[i].owner; o == tenant {
+			pick = i
+			break
+		} else if o == "" && pick < 0 {
+			pick = i
 		}
 	}
 	inReset := c.resetting[tenant]
@@ -681,11 +660,6 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	mb.uses++
 	mb.owner = tenant
 	p.log.Debug("pool release", "sandbox", mb.sb.ID(), "tenant", tenant, "clean", clean)
-	if mb.zygote != nil && mb.zygote.CPU >= 0 {
-		c.mu.Lock()
-		c.lastCPU[tenant] = mb.zygote.CPU
-		c.mu.Unlock()
-	}
 	if !clean || mb.uses >= p.cfg.MaxUses || p.ctx.Err() != nil {
 		c.lend(tenant, -1)
 		p.destroy(c, mb)
@@ -699,13 +673,14 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 		delete(c.out, tenant)
 	}
 	c.resetting[tenant]++
+	cpu := c.placeLocked(mb, tenant)
 	c.mu.Unlock()
 	p.resetGauge(c, 1)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		defer p.resetGauge(c, -1)
-		err := p.reset(mb)
+		err := p.reset(mb, cpu)
 		awaited := true // claims of tenant may be waiting for mb
 		if err == nil && mb.zygote == nil && c.warm.Zygote {
 			// A sandbox made cold for a claim starts its zygote now, so
@@ -739,14 +714,50 @@ func (p *Pool) release(c *class, mb *member, tenant string, clean bool) {
 	}()
 }
 
-// reset makes a used sandbox ready for its tenant's next execution.
-func (p *Pool) reset(mb *member) error {
+// placeLocked is the CPU the zygote of mb, which tenant released, is to
+// keep to after its reset, or -1 where it stays where it is (and where mb
+// has no zygote that said its CPU). With c.mu held.
+//
+// A tenant that runs one execution after another alternates between two
+// sandboxes: one runs the next execution while the other is reset (its
+// zygote forks a spare, which copies its pages ahead). On two CPUs those
+// run at the same time, and on the 2-CPU VMs Corral is measured on work
+// costs more while both are busy: an execution used about a fifth more
+// CPU than with both zygotes on one CPU (docs/pool.md, "Executions one
+// after another on one CPU"). So a sandbox released while its tenant has
+// no other execution in flight moves to the CPU of the tenant's sandbox
+// that its next claim takes (its most recently reset one); released with
+// another in flight, it goes back to the CPU it started on, and
+// concurrent executions stay spread as the zygotes started.
+func (c *class) placeLocked(mb *member, tenant string) int {
+	if mb.zygote == nil || mb.cpu < 0 {
+		return -1
+	}
+	want := mb.zygote.CPU
+	if c.out[tenant] == 0 {
+		for i := len(c.idle) - 1; i >= 0; i-- {
+			if o := c.idle[i]; o.owner == tenant && o.zygote != nil && o.cpu >= 0 {
+				want = o.cpu
+				break
+			}
+		}
+	}
+	if want == mb.cpu {
+		return -1
+	}
+	mb.cpu = want
+	return want
+}
+
+// reset makes a used sandbox ready for its tenant's next execution, its
+// zygote moved to cpu unless that is negative.
+func (p *Pool) reset(mb *member, cpu int) error {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
 	if mb.zygote != nil {
-		return fleet.Reset(ctx, mb.sb, mb.zygote.ID)
+		return fleet.Reset(ctx, mb.sb, cpu, mb.zygote.ID)
 	}
-	return fleet.Reset(ctx, mb.sb)
+	return fleet.Reset(ctx, mb.sb, -1)
 }
 
 // startZygote starts the class's zygote in a reset sandbox that has none,
@@ -761,7 +772,7 @@ func (p *Pool) startZygote(c *class, mb *member) error {
 	if err != nil {
 		return err
 	}
-	mb.zygote = z
+	mb.zygote, mb.cpu = z, z.CPU
 	return nil
 }
 
@@ -772,14 +783,14 @@ func (p *Pool) create(ctx context.Context, c *class, spec runtime.Spec, zygote b
 	if err != nil {
 		return nil, err
 	}
-	mb := &member{sb: sb}
+	mb := &member{sb: sb, cpu: -1}
 	if zygote {
 		z, err := p.e.StartZygote(ctx, sb, c.warm.Language, c.img, c.warm.Preload)
 		if err != nil {
 			p.destroy(c, mb)
 			return nil, err
 		}
-		mb.zygote = z
+		mb.zygote, mb.cpu = z, z.CPU
 	}
 	return mb, nil
 }

@@ -10,8 +10,10 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,10 +47,16 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, tier runtime.Tier, zygote bool, maxUses int, engineConfig ...func(*engine.Config)) *fixture {
+	return newFixtureOf(t, pool.Warm{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}, maxUses, engineConfig...)
+}
+
+// newFixtureOf is newFixture with the class w.
+func newFixtureOf(t *testing.T, w pool.Warm, maxUses int, engineConfig ...func(*engine.Config)) *fixture {
+	tier := w.Tier
 	e := testenv.Engine(t, engineConfig...)
 	cfg := pool.DefaultConfig()
 	cfg.MaxUses = maxUses
-	cfg.Warm = []pool.Warm{{Image: images.HostName, Tier: tier, Language: "python", MinIdle: 1, MaxIdle: 3, Zygote: zygote}}
+	cfg.Warm = []pool.Warm{w}
 	m := metrics.New()
 	p, skipped := pool.New(context.Background(), e.Fleet(), e, cfg, m, slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if len(skipped) > 0 {
@@ -367,6 +375,91 @@ print('done')
 	}
 }
 
+// findZygote defines zygote(), the pid of the sandbox's zygote.
+const findZygote = `
+import os, signal
+def zygote():
+    for p in os.listdir('/proc'):
+        if p.isdigit():
+            try:
+                if '_corral_zygote' in open('/proc/%s/cmdline' % p).read():
+                    return int(p)
+            except OSError:
+                pass
+    raise SystemExit('no zygote')
+`
+
+// TestOneAfterAnotherOnOneCPU: a tenant that ran two executions at once
+// holds two sandboxes, whose zygotes started on whichever CPUs; after
+// executions one after another, both zygotes keep to one CPU (docs/pool.md,
+// "Executions one after another on one CPU"). Read from inside each
+// sandbox by two executions at once again.
+func TestOneAfterAnotherOnOneCPU(t *testing.T) {
+	if goruntime.NumCPU() < 2 {
+		t.Skip("one CPU: nothing to place")
+	}
+	// Room for the tenant's two and the fresh ones beside them.
+	f := newFixtureOf(t, pool.Warm{Image: images.HostName, Tier: runtime.TierContainer, Language: "python", MinIdle: 1, MaxIdle: 8, Zygote: true}, 100)
+	code := findZygote + marker + `
+import time
+try:
+    with open('/proc/%d/status' % zygote()) as s:
+        cpus = s.read().split('Cpus_allowed_list:')[1].split()[0]
+except SystemExit:  # a sandbox made cold for the claim starts its zygote after
+    cpus = '-'
+time.sleep(float(os.environ.get('HOLD', '0')))
+print(_sandbox(), cpus)`
+	hold := func(r *sandbox.ExecuteRequest) { r.Env = map[string]string{"HOLD": "0.5"} }
+	run := func(mutate ...func(*sandbox.ExecuteRequest)) ([2]string, error) {
+		r := f.run("a", code, mutate...)
+		fields := strings.Fields(r.Stdout)
+		if r.Status != sandbox.StatusSuccess || len(fields) != 2 {
+			return [2]string{}, fmt.Errorf("%s %+v\nstdout %q\nstderr %s", r.Status, r.Error, r.Stdout, r.Stderr)
+		}
+		return [2]string{fields[0], fields[1]}, nil
+	}
+	pair := func() map[string]string { // sandbox -> its zygote's CPUs
+		var wg sync.WaitGroup
+		var got [2][2]string
+		var errs [2]error
+		for i := range got {
+			wg.Go(func() { got[i], errs[i] = run(hold) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs[:]...); err != nil {
+			t.Fatal(err)
+		}
+		if got[0][0] == got[1][0] {
+			t.Fatalf("two executions at once ran in one sandbox: %v", got)
+		}
+		return map[string]string{got[0][0]: got[0][1], got[1][0]: got[1][1]}
+	}
+	// The pool holds one ready sandbox: the second of two executions at
+	// once gets one made cold, which starts its zygote after its reset.
+	pair()
+	f.waitReset()
+	before := pair()
+	f.waitReset()
+	for range 4 {
+		if _, err := run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitReset()
+	after := pair()
+	t.Logf("zygotes' CPUs: at first %v, after executions one after another %v", before, after)
+	var sandboxes, cpus []string
+	for sb, c := range after {
+		sandboxes, cpus = append(sandboxes, sb), append(cpus, c)
+		if _, ok := before[sb]; !ok {
+			t.Errorf("sandbox %s is not one of the tenant's two (%v)", sb, before)
+		}
+	}
+	if cpus[0] != cpus[1] || cpus[0] == "-" {
+		t.Errorf("the tenant's zygotes keep to CPUs %v, want one CPU for both", after)
+	}
+}
+
 // TestTenantsDoNotShare checks that a sandbox one tenant used never serves
 // another.
 func TestTenantsDoNotShare(t *testing.T) {
@@ -390,18 +483,6 @@ func TestTenantsDoNotShare(t *testing.T) {
 // the limits of the zygote, or that hits a limit, leaves a sandbox that is
 // destroyed, not reused; the tenant's next execution is unaffected.
 func TestTamperedSandboxIsReplaced(t *testing.T) {
-	const findZygote = `
-import os, signal
-def zygote():
-    for p in os.listdir('/proc'):
-        if p.isdigit():
-            try:
-                if '_corral_zygote' in open('/proc/%s/cmdline' % p).read():
-                    return int(p)
-            except OSError:
-                pass
-    raise SystemExit('no zygote')
-`
 	for _, tier := range tiers {
 		for _, c := range []struct {
 			name, code string

@@ -79,12 +79,6 @@ func newUnit(t *testing.T, w pool.Warm, mutate ...func(*pool.Config)) *unit {
 
 func newUnitOn(t *testing.T, f *testenv.Fake, w pool.Warm, mutate ...func(*pool.Config)) *unit {
 	t.Helper()
-	return newUnitWith(t, f, f, w, mutate...)
-}
-
-// newUnitWith is newUnitOn whose pool starts its zygotes through zs.
-func newUnitWith(t *testing.T, f *testenv.Fake, zs pool.Interpreters, w pool.Warm, mutate ...func(*pool.Config)) *unit {
-	t.Helper()
 	if w.Tier == "" {
 		w.Tier = runtime.TierContainer
 	}
@@ -103,7 +97,7 @@ func newUnitWith(t *testing.T, f *testenv.Fake, zs pool.Interpreters, w pool.War
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, skipped := pool.NewAt(context.Background(), f.Fleet, zs, cfg, u.m,
+	p, skipped := pool.NewAt(context.Background(), f.Fleet, f, cfg, u.m,
 		slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})), u.clock.now)
 	if len(skipped) > 0 {
 		t.Fatal(skipped)
@@ -1022,74 +1016,4 @@ print(sorted(os.listdir('.')), 'leak' in os.listdir(os.environ['TMPDIR']))`)
 	if h := u.count(u.m.PoolClaims, "hit"); h != 2 {
 		t.Errorf("%v hits, want 2", h)
 	}
-}
-
-// cpuZygotes starts zygotes as its Interpreters do and says that they keep
-// to CPUs 0 and 1 in turn, noting each sandbox's.
-type cpuZygotes struct {
-	pool.Interpreters
-	started atomic.Int32
-	cpus    sync.Map // sandbox id -> CPU
-}
-
-func (z *cpuZygotes) StartZygote(ctx context.Context, sb runtime.Sandbox, language string, img images.Image, preload []string) (*fleet.Zygote, error) {
-	zy, err := z.Interpreters.StartZygote(ctx, sb, language, img, preload)
-	if err != nil {
-		return nil, err
-	}
-	zy.CPU = int(z.started.Add(1)-1) % 2
-	z.cpus.Store(sb.ID(), zy.CPU)
-	return zy, nil
-}
-
-func (z *cpuZygotes) cpu(l *fleet.Lease) int {
-	c, ok := z.cpus.Load(l.Sandbox.ID())
-	if !ok {
-		return -1
-	}
-	return c.(int)
-}
-
-// TestFollowsTheReleasedCPU: a tenant with no other execution in flight
-// gets, while the sandbox it released is being reset, a fresh sandbox
-// whose zygote keeps to that sandbox's CPU, though another is more
-// recent; with its next release, its own sandbox on that CPU. So one
-// execution after another alternate between two sandboxes on one CPU.
-func TestFollowsTheReleasedCPU(t *testing.T) {
-	f := testenv.FakeEngine(t, func(c *engine.Config) { c.CacheDir = "" })
-	zs := &cpuZygotes{Interpreters: f}
-	u := newUnitWith(t, f, zs, pool.Warm{MinIdle: 3, MaxIdle: 4, Zygote: true})
-	u.waitIdle(3)     // CPUs 0, 1, 0: the most recent keeps to 0
-	var held sync.Map // sandbox id -> its reset waits for hold
-	hold := make(chan struct{})
-	var once sync.Once
-	letGo := func() { once.Do(func() { close(hold) }) }
-	t.Cleanup(letGo)
-	u.rt.SetHook(func(c fake.Call) error {
-		if _, ok := held.Load(c.Sandbox); ok && c.Op == "stats" {
-			<-hold
-		}
-		return nil
-	})
-	l1 := u.acquire("a")
-	if zs.cpu(l1) != 0 {
-		t.Fatalf("the first claim took a sandbox on CPU %d, want the most recent (0)", zs.cpu(l1))
-	}
-	u.waitIdle(3) // and its replacement, on CPU 1: the most recent
-	held.Store(l1.Sandbox.ID(), true)
-	l1.Release(true)
-	l2 := u.acquire("a")
-	if l2.Sandbox.ID() == l1.Sandbox.ID() || zs.cpu(l2) != zs.cpu(l1) {
-		t.Fatalf("while %s (CPU %d) is reset the claim took %s on CPU %d, want a fresh one on CPU %d",
-			l1.Sandbox.ID(), zs.cpu(l1), l2.Sandbox.ID(), zs.cpu(l2), zs.cpu(l1))
-	}
-	letGo()
-	u.waitReset()
-	l2.Release(true)
-	u.waitReset()
-	l3 := u.acquire("a")
-	if zs.cpu(l3) != zs.cpu(l1) {
-		t.Fatalf("the next claim took a sandbox on CPU %d, want %d", zs.cpu(l3), zs.cpu(l1))
-	}
-	l3.Release(true)
 }

@@ -137,7 +137,7 @@ type member struct {
 	uses   int
 	idleAt time.Time
 	// cpu is the CPU its zygote keeps to (where it started, or where a
-	// reset moved it: place), or -1.
+	// reset moved it: placeLocked), or -1.
 	cpu int
 }
 

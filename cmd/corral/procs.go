@@ -14,7 +14,7 @@ import (
 // woke an idle P's thread, which spun looking for work and went back to
 // sleep: on the 2-CPU VMs Corral is measured on, where a system call and
 // an interrupt cost several microseconds, that was about a third of the
-// server's CPU per warm execution (6.1-6.5 ms with 2 Ps, 3.7-4.1 ms with 1,
+// server's CPU per warm execution (6.1-6.5 ms with 2 Ps, 3.5-4.1 ms with 1,
 // at the same exec/s; docs/bench.md, "Where a warm execution's CPU goes").
 const serveProcsShare = 4
 
